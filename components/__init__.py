@@ -1,0 +1,10 @@
+"""Model code of the taxi pipeline: feature spec, Transform and Trainer functions.
+
+TFX 1.16, TFT and TFMA need Keras 2 (`tf_keras`). TensorFlow 2.16 picks the Keras
+version when `tf.keras` is first touched, so the switch is set here, before any
+module of this package imports TensorFlow. Child processes (Beam workers) inherit it.
+"""
+
+import os
+
+os.environ["TF_USE_LEGACY_KERAS"] = "1"

@@ -1,0 +1,93 @@
+"""The one declaration of the model's features and label.
+
+Transform, the Trainer, the Evaluator, the data converter and the tests all read
+this module; nothing else names a feature.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Dict, Tuple
+
+import tensorflow as tf
+
+
+class Kind(enum.Enum):
+    """How Transform turns a raw feature into a model input."""
+
+    NUMERIC = "numeric"  # z-score; a missing value becomes 0 (the mean)
+    BUCKETIZED = "bucketized"  # quantile buckets; a missing value gets its own bucket
+    CATEGORICAL = "categorical"  # vocabulary of the `size` most frequent values, plus OOV and missing ids
+
+
+@dataclasses.dataclass(frozen=True)
+class Feature:
+    name: str
+    dtype: tf.dtypes.DType
+    kind: Kind
+    # Buckets for BUCKETIZED, the vocabulary cap for CATEGORICAL, unused for NUMERIC.
+    size: int = 0
+
+    @property
+    def transformed_name(self) -> str:
+        return f"{self.name}_xf"
+
+    @property
+    def cardinality(self) -> int:
+        """Number of distinct ids the transformed feature can take (0 for NUMERIC)."""
+        if self.kind is Kind.BUCKETIZED:
+            return self.size + 1  # + the missing bucket
+        if self.kind is Kind.CATEGORICAL:
+            return self.size + 2  # + one OOV bucket + the missing id
+        return 0
+
+
+FEATURES: Tuple[Feature, ...] = (
+    Feature("fare", tf.float32, Kind.NUMERIC),
+    Feature("trip_miles", tf.float32, Kind.NUMERIC),
+    Feature("trip_seconds", tf.float32, Kind.NUMERIC),
+    Feature("pickup_latitude", tf.float32, Kind.BUCKETIZED, size=10),
+    Feature("pickup_longitude", tf.float32, Kind.BUCKETIZED, size=10),
+    Feature("dropoff_latitude", tf.float32, Kind.BUCKETIZED, size=10),
+    Feature("dropoff_longitude", tf.float32, Kind.BUCKETIZED, size=10),
+    Feature("trip_start_hour", tf.int64, Kind.CATEGORICAL, size=24),
+    Feature("trip_start_day", tf.int64, Kind.CATEGORICAL, size=7),
+    Feature("trip_start_month", tf.int64, Kind.CATEGORICAL, size=12),
+    Feature("pickup_community_area", tf.int64, Kind.CATEGORICAL, size=80),
+    Feature("dropoff_community_area", tf.int64, Kind.CATEGORICAL, size=80),
+    Feature("dropoff_census_tract", tf.int64, Kind.CATEGORICAL, size=200),
+    Feature("payment_type", tf.string, Kind.CATEGORICAL, size=10),
+    Feature("company", tf.string, Kind.CATEGORICAL, size=100),
+)
+
+# Columns the data carries that are not model inputs: the span key and a column that is
+# missing in almost every row of the source.
+PASSTHROUGH_COLUMNS: Dict[str, tf.dtypes.DType] = {
+    "trip_start_timestamp": tf.int64,
+    "pickup_census_tract": tf.int64,
+}
+
+LABEL_KEY = "big_tip"
+LABEL_DTYPE = tf.int64
+# A trip is a "big tip" when the tip exceeds this fraction of the fare.
+BIG_TIP_FRACTION = 0.2
+# Source columns used only to derive the label; never stored in the examples.
+LABEL_SOURCE_COLUMNS = ("tips",)
+
+# Raw features the Evaluator slices metrics by.
+SLICE_FEATURES: Tuple[str, ...] = ("trip_start_hour", "payment_type")
+
+FEATURES_BY_NAME: Dict[str, Feature] = {f.name: f for f in FEATURES}
+
+
+def transformed_label_key() -> str:
+    return f"{LABEL_KEY}_xf"
+
+
+def raw_feature_spec(include_label: bool = True) -> Dict[str, tf.io.VarLenFeature]:
+    """Parsing spec for raw examples. Every feature may be missing, so all are VarLen."""
+    spec = {f.name: tf.io.VarLenFeature(f.dtype) for f in FEATURES}
+    if include_label:
+        spec[LABEL_KEY] = tf.io.VarLenFeature(LABEL_DTYPE)
+    return spec
