@@ -28,6 +28,9 @@ class Feature:
     kind: Kind
     # Buckets for BUCKETIZED, the vocabulary cap for CATEGORICAL, unused for NUMERIC.
     size: int = 0
+    # Required features must be present in every example (schema presence 1.0);
+    # the others may be missing and are imputed by Transform.
+    required: bool = False
 
     @property
     def transformed_name(self) -> str:
@@ -44,20 +47,20 @@ class Feature:
 
 
 FEATURES: Tuple[Feature, ...] = (
-    Feature("fare", tf.float32, Kind.NUMERIC),
-    Feature("trip_miles", tf.float32, Kind.NUMERIC),
+    Feature("fare", tf.float32, Kind.NUMERIC, required=True),
+    Feature("trip_miles", tf.float32, Kind.NUMERIC, required=True),
     Feature("trip_seconds", tf.float32, Kind.NUMERIC),
     Feature("pickup_latitude", tf.float32, Kind.BUCKETIZED, size=10),
     Feature("pickup_longitude", tf.float32, Kind.BUCKETIZED, size=10),
     Feature("dropoff_latitude", tf.float32, Kind.BUCKETIZED, size=10),
     Feature("dropoff_longitude", tf.float32, Kind.BUCKETIZED, size=10),
-    Feature("trip_start_hour", tf.int64, Kind.CATEGORICAL, size=24),
-    Feature("trip_start_day", tf.int64, Kind.CATEGORICAL, size=7),
-    Feature("trip_start_month", tf.int64, Kind.CATEGORICAL, size=12),
+    Feature("trip_start_hour", tf.int64, Kind.CATEGORICAL, size=24, required=True),
+    Feature("trip_start_day", tf.int64, Kind.CATEGORICAL, size=7, required=True),
+    Feature("trip_start_month", tf.int64, Kind.CATEGORICAL, size=12, required=True),
     Feature("pickup_community_area", tf.int64, Kind.CATEGORICAL, size=80),
     Feature("dropoff_community_area", tf.int64, Kind.CATEGORICAL, size=80),
     Feature("dropoff_census_tract", tf.int64, Kind.CATEGORICAL, size=200),
-    Feature("payment_type", tf.string, Kind.CATEGORICAL, size=10),
+    Feature("payment_type", tf.string, Kind.CATEGORICAL, size=10, required=True),
     Feature("company", tf.string, Kind.CATEGORICAL, size=100),
 )
 
@@ -85,9 +88,15 @@ def transformed_label_key() -> str:
     return f"{LABEL_KEY}_xf"
 
 
-def raw_feature_spec(include_label: bool = True) -> Dict[str, tf.io.VarLenFeature]:
-    """Parsing spec for raw examples. Every feature may be missing, so all are VarLen."""
-    spec = {f.name: tf.io.VarLenFeature(f.dtype) for f in FEATURES}
+def raw_feature_spec(include_label: bool = True) -> Dict[str, object]:
+    """Parsing spec for raw examples, as the curated schema declares them.
+
+    Required features are dense with one value; optional ones are VarLen (sparse).
+    """
+    spec: Dict[str, object] = {
+        f.name: tf.io.FixedLenFeature([1], f.dtype) if f.required else tf.io.VarLenFeature(f.dtype)
+        for f in FEATURES
+    }
     if include_label:
-        spec[LABEL_KEY] = tf.io.VarLenFeature(LABEL_DTYPE)
+        spec[LABEL_KEY] = tf.io.FixedLenFeature([1], LABEL_DTYPE)
     return spec

@@ -1,0 +1,1 @@
+"""The Trainer's user code: model builder, training loop, exporter and `run_fn`."""

@@ -1,0 +1,254 @@
+"""The custom training loop: datasets, `tf.function` steps and the epoch loop.
+
+Rules the steps follow:
+- each step is built by `make_steps` with a fixed `input_signature` whose batch
+  dimension is `None`, so the last, partial batch does not retrace;
+- all state (model, optimizer, step counter, metrics) is created outside the traced
+  functions and lives in `tf.Variable`s;
+- nothing inside a traced function has a Python side effect; progress is logged
+  in-graph with `tf.print` under an explicit `tf.cond` (AutoGraph is off);
+- `TrainConfig.run_eagerly` runs every step eagerly for debugging.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import tensorflow as tf
+from absl import logging as absl_logging
+
+from components import features
+
+Batch = Tuple[Dict[str, tf.Tensor], tf.Tensor]
+
+
+class TrainingDivergedError(RuntimeError):
+    """The loss became NaN or Inf; nothing is exported."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 8
+    batch_size: int = 256
+    learning_rate: float = 0.003
+    # Stop when eval loss has not improved for this many epochs (0 disables).
+    early_stopping_patience: int = 2
+    # In-graph progress line every this many steps (0 disables).
+    log_every_steps: int = 100
+    run_eagerly: bool = False
+    shuffle_seed: int = 42
+
+    @classmethod
+    def from_custom_config(cls, custom_config: Optional[Mapping[str, object]]) -> "TrainConfig":
+        """The Trainer's `custom_config['train']` as a TrainConfig; unknown keys are an error."""
+        values = dict((custom_config or {}).get("train", {}))
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown training settings {unknown}; known: {sorted(known)}")
+        return cls(**values)
+
+
+@dataclasses.dataclass
+class TrainResult:
+    epochs_run: int
+    steps: int
+    train_loss: float
+    eval_loss: float
+    eval_auc: float
+    examples_per_second: float
+    trace_counts: Dict[str, int]
+    history: List[Dict[str, float]]
+
+
+def input_signature(transformed_feature_spec: Mapping[str, tf.io.FixedLenFeature]) -> Tuple:
+    """`(features, label)` TensorSpecs with a `None` batch dimension."""
+    label_key = features.transformed_label_key()
+    feature_specs = {
+        name: tf.TensorSpec([None], spec.dtype, name=name)
+        for name, spec in sorted(transformed_feature_spec.items())
+        if name != label_key
+    }
+    label_spec = tf.TensorSpec([None], transformed_feature_spec[label_key].dtype, name=label_key)
+    return (feature_specs, label_spec)
+
+
+def make_dataset(
+    file_patterns: Sequence[str],
+    transformed_feature_spec: Mapping[str, tf.io.FixedLenFeature],
+    batch_size: int,
+    shuffle_seed: Optional[int] = None,
+) -> tf.data.Dataset:
+    """Batches of `(features, label)` from Transform's GZIP TFRecords, cached in memory."""
+    files = sorted(path for pattern in file_patterns for path in tf.io.gfile.glob(pattern))
+    if not files:
+        raise FileNotFoundError(f"no transformed examples match {list(file_patterns)}")
+    label_key = features.transformed_label_key()
+
+    def parse(serialized: tf.Tensor) -> Batch:
+        parsed = tf.io.parse_example(serialized, dict(transformed_feature_spec))
+        label = parsed.pop(label_key)
+        return {k: tf.reshape(v, [-1]) for k, v in parsed.items()}, tf.reshape(label, [-1])
+
+    dataset = tf.data.TFRecordDataset(files, compression_type="GZIP").cache()
+    if shuffle_seed is not None:
+        dataset = dataset.shuffle(10_000, seed=shuffle_seed, reshuffle_each_iteration=True)
+    return dataset.batch(batch_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+@dataclasses.dataclass
+class Steps:
+    """The traced train and eval steps and the state they update."""
+
+    train_step: Callable[..., tf.Tensor]
+    eval_step: Callable[..., tf.Tensor]
+    step_counter: tf.Variable
+    train_loss: tf.keras.metrics.Mean
+    eval_loss: tf.keras.metrics.Mean
+    eval_auc: tf.keras.metrics.AUC
+
+    def trace_counts(self) -> Dict[str, int]:
+        return {
+            "train_step": self.train_step.experimental_get_tracing_count(),
+            "eval_step": self.eval_step.experimental_get_tracing_count(),
+        }
+
+    def reset_metrics(self) -> None:
+        for metric in (self.train_loss, self.eval_loss, self.eval_auc):
+            metric.reset_state()
+
+
+def make_steps(
+    model: tf.keras.Model,
+    optimizer: tf.keras.optimizers.Optimizer,
+    signature: Tuple,
+    log_every_steps: int = 0,
+) -> Steps:
+    """Builds the train and eval `tf.function`s over `model` with a fixed signature."""
+    loss_fn = tf.keras.losses.BinaryCrossentropy(from_logits=True, reduction=tf.keras.losses.Reduction.NONE)
+    step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+    train_loss = tf.keras.metrics.Mean(name="train_loss")
+    eval_loss = tf.keras.metrics.Mean(name="eval_loss")
+    eval_auc = tf.keras.metrics.AUC(name="eval_auc")
+
+    def log_progress() -> None:
+        if log_every_steps > 0:  # decided once, while tracing; no branch in the graph otherwise
+            tf.cond(
+                tf.equal(step_counter % log_every_steps, 0),
+                lambda: tf.print("step", step_counter, "loss", train_loss.result(), output_stream=absl_logging.info),
+                tf.no_op,
+            )
+
+    def batch_loss(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+        per_example = loss_fn(tf.expand_dims(tf.cast(labels, tf.float32), -1), tf.expand_dims(logits, -1))
+        return tf.nn.compute_average_loss(per_example)
+
+    # AutoGraph is off: the steps have no data-dependent Python control flow, and
+    # converting the Keras call stack costs ~10 s on the first trace.
+    @tf.function(input_signature=signature, autograph=False)
+    def train_step(batch_features: Dict[str, tf.Tensor], labels: tf.Tensor) -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            logits = model(batch_features, training=True)
+            loss = tf.debugging.check_numerics(batch_loss(labels, logits), "training loss")
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        step_counter.assign_add(1)
+        train_loss.update_state(loss)
+        log_progress()
+        return loss
+
+    @tf.function(input_signature=signature, autograph=False)
+    def eval_step(batch_features: Dict[str, tf.Tensor], labels: tf.Tensor) -> tf.Tensor:
+        logits = model(batch_features, training=False)
+        loss = batch_loss(labels, logits)
+        eval_loss.update_state(loss)
+        eval_auc.update_state(labels, tf.sigmoid(logits))
+        return loss
+
+    return Steps(train_step, eval_step, step_counter, train_loss, eval_loss, eval_auc)
+
+
+def train(
+    model: tf.keras.Model,
+    train_dataset: tf.data.Dataset,
+    eval_dataset: tf.data.Dataset,
+    signature: Tuple,
+    config: TrainConfig,
+    model_run_dir: str,
+) -> TrainResult:
+    """Runs the epoch loop with checkpoints, early stopping and TensorBoard scalars.
+
+    Restarting with the same `model_run_dir` resumes from the last epoch checkpoint.
+    """
+    tf.config.run_functions_eagerly(config.run_eagerly)
+    optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate, jit_compile=False)
+    # Slot variables are created now, not on the first step: a tf.function that creates
+    # variables while tracing is traced a second time.
+    optimizer.build(model.trainable_variables)
+    steps = make_steps(model, optimizer, signature, config.log_every_steps)
+    epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=steps.step_counter, epoch=epoch)
+    manager = tf.train.CheckpointManager(checkpoint, os.path.join(model_run_dir, "checkpoints"), max_to_keep=2)
+    if manager.latest_checkpoint:
+        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+        logging.info("resumed from %s at step %d", manager.latest_checkpoint, int(steps.step_counter))
+    writer = tf.summary.create_file_writer(os.path.join(model_run_dir, "train"))
+
+    history: List[Dict[str, float]] = []
+    best_eval_loss, epochs_without_improvement = float("inf"), 0
+    examples, train_seconds = 0, 0.0
+    while int(epoch) < config.epochs:
+        steps.reset_metrics()
+        started = time.perf_counter()
+        try:
+            for batch_features, labels in train_dataset:
+                steps.train_step(batch_features, labels)
+                examples += int(labels.shape[0])
+        except tf.errors.InvalidArgumentError as err:
+            if "training loss" in str(err):
+                raise TrainingDivergedError(
+                    f"loss became NaN or Inf at step {int(steps.step_counter)}; nothing was exported"
+                ) from err
+            raise
+        train_seconds += time.perf_counter() - started
+        for batch_features, labels in eval_dataset:
+            steps.eval_step(batch_features, labels)
+        epoch.assign_add(1)
+        record = {
+            "epoch": int(epoch),
+            "train_loss": float(steps.train_loss.result()),
+            "eval_loss": float(steps.eval_loss.result()),
+            "eval_auc": float(steps.eval_auc.result()),
+        }
+        history.append(record)
+        with writer.as_default(step=int(steps.step_counter)):
+            tf.summary.scalar("loss/train", record["train_loss"])
+            tf.summary.scalar("loss/eval", record["eval_loss"])
+            tf.summary.scalar("auc/eval", record["eval_auc"])
+            tf.summary.scalar("learning_rate", float(optimizer.learning_rate))
+            tf.summary.scalar("examples_per_second", examples / max(train_seconds, 1e-9))
+        manager.save(checkpoint_number=int(epoch))
+        logging.info("epoch %d: %s", int(epoch), record)
+        if record["eval_loss"] < best_eval_loss:
+            best_eval_loss, epochs_without_improvement = record["eval_loss"], 0
+        else:
+            epochs_without_improvement += 1
+            if config.early_stopping_patience and epochs_without_improvement >= config.early_stopping_patience:
+                logging.info("early stopping after epoch %d: eval loss did not improve", int(epoch))
+                break
+    writer.flush()
+    last = history[-1] if history else {"train_loss": float("nan"), "eval_loss": float("nan"), "eval_auc": float("nan")}
+    return TrainResult(
+        epochs_run=len(history),
+        steps=int(steps.step_counter),
+        train_loss=last["train_loss"],
+        eval_loss=last["eval_loss"],
+        eval_auc=last["eval_auc"],
+        examples_per_second=examples / max(train_seconds, 1e-9),
+        trace_counts=steps.trace_counts(),
+        history=history,
+    )

@@ -1,0 +1,166 @@
+"""`taxi-pipeline`: the command line of the pipeline.
+
+    taxi-pipeline run [--data-root D] [--output-root O] [--serving-dir S] [--verbose]
+                      [--force] [-- BEAM_ARG ...]
+    taxi-pipeline make-data [--csv CSV] [--out DIR]
+
+Exit status of `run`: 0 pushed or nothing to do, 3 trained but not blessed,
+4 data rejected, 1 any other error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import logging
+import os
+import sys
+import time
+from typing import List, Optional, Sequence
+
+EXIT_ERROR = 1
+
+# LocalDagRunner's and the launcher's messages that mark a component's progress.
+_RUNNING = "Component %s is running."
+_FINISHED = "Component %s is finished."
+_CACHED = "A cached execution %d is used."
+
+
+class ProgressHandler(logging.Handler):
+    """Prints one line per component as it finishes, with its wall time."""
+
+    def __init__(self, stream=sys.stdout):
+        super().__init__(logging.INFO)
+        self._stream = stream
+        self._started = time.perf_counter()
+        self._component: Optional[str] = None
+        self._component_started = 0.0
+        self._cached = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg == _RUNNING:
+            self._component, self._component_started, self._cached = record.args[0], time.perf_counter(), False
+        elif record.msg == _CACHED:
+            self._cached = True
+        elif record.msg == _FINISHED and self._component:
+            now = time.perf_counter()
+            how = "cached" if self._cached else f"{now - self._component_started:5.1f} s"
+            self._stream.write(f"[{now - self._started:6.1f} s] {self._component:28s} {how}\n")
+            self._stream.flush()
+
+
+def _configure_logging(log_dir: str, verbose: bool) -> str:
+    """Full logs go to a file (and the console with --verbose); the console gets progress."""
+    from absl import logging as absl_logging
+
+    os.makedirs(log_dir, exist_ok=True)
+    log_path = os.path.join(log_dir, f"run-{datetime.datetime.now():%Y%m%d-%H%M%S}.log")
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.setLevel(logging.INFO)
+    absl_logging.set_verbosity(absl_logging.INFO)
+    logging.captureWarnings(True)
+    # TensorFlow's logger writes to stderr itself; route it through the root handlers.
+    tf_logger = logging.getLogger("tensorflow")
+    for handler in list(tf_logger.handlers):
+        tf_logger.removeHandler(handler)
+    tf_logger.propagate = True
+    file_handler = logging.FileHandler(log_path)
+    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(file_handler)
+    if verbose:
+        root.addHandler(logging.StreamHandler(sys.stderr))
+    else:
+        root.addHandler(ProgressHandler())
+    return log_path
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="taxi-pipeline", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run the pipeline end to end with LocalDagRunner")
+    run.add_argument("--data-root", default="data", help="folder of span-<N>/ TFRecord folders")
+    run.add_argument("--output-root", default="tfx_pipeline_output", help="pipeline root, MLMD and logs")
+    run.add_argument("--serving-dir", default="serving_model", help="where blessed models are pushed")
+    run.add_argument("--force", action="store_true", help="run even when nothing changed since the last run")
+    run.add_argument("--verbose", action="store_true", help="full TensorFlow/Beam/TFX logs on the console")
+    run.add_argument("beam_args", nargs="*", metavar="BEAM_ARG", help="extra Beam options, after `--`")
+
+    data = commands.add_parser("make-data", help="rebuild data/ from the CSV shipped in the tfx wheel")
+    data.add_argument("--csv", default=None, help="source CSV (default: the one in the tfx wheel)")
+    data.add_argument("--out", default="data", help="output folder")
+    return parser
+
+
+def _print_report(report, log_path: str) -> None:
+    from pipeline.local_runner import Outcome
+
+    lines = []
+    if report.reused_previous_run:
+        lines.append("Nothing changed since the last run (same data, code and settings); nothing was run.")
+    if report.anomalies:
+        lines.append("Data rejected by the schema contract:")
+        lines += [f"  {line}" for line in report.anomalies]
+    if report.eval_metrics:
+        metrics = ", ".join(f"{k}={v:.4f}" if k != "example_count" else f"{k}={v:.0f}" for k, v in sorted(report.eval_metrics.items()))
+        lines.append(f"Eval metrics (overall): {metrics}")
+    summary = {
+        Outcome.PUSHED: f"Pushed a new model version: {report.pushed_version_dir}",
+        Outcome.UP_TO_DATE: f"Up to date; serving {report.pushed_version_dir}",
+        Outcome.NOT_BLESSED: "Model trained but NOT blessed; the previous version keeps serving.",
+        Outcome.DATA_REJECTED: "Data rejected; nothing was trained or pushed.",
+    }[report.outcome]
+    lines.append(f"{summary} ({report.seconds:.1f} s, exit {report.outcome.exit_code})")
+    lines.append(f"Full log: {log_path}")
+    print("\n".join(lines))
+
+
+def _run(args: argparse.Namespace) -> int:
+    if not args.verbose:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    from pipeline import config as config_lib
+
+    run_config = config_lib.RunConfig(
+        data_root=args.data_root,
+        output_root=args.output_root,
+        serving_dir=args.serving_dir,
+        beam_args=config_lib.local_beam_args() + tuple(args.beam_args),
+        verbose=args.verbose,
+    ).resolved()
+    log_path = _configure_logging(run_config.log_dir, run_config.verbose)
+    from pipeline import local_runner
+
+    try:
+        report = local_runner.run(run_config, force=args.force)
+    except local_runner.DataRootError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    _print_report(report, log_path)
+    return report.outcome.exit_code
+
+
+def _make_data(args: argparse.Namespace) -> int:
+    from pipeline import dataset
+
+    report = dataset.convert(args.csv or dataset.default_csv_path(), args.out)
+    print(report.summary())
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            return _run(args)
+        return _make_data(args)
+    except Exception as err:  # the last line of defence: a clear message and exit 1
+        logging.exception("run failed")
+        print(f"error: {type(err).__name__}: {err}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

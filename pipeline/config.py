@@ -1,0 +1,93 @@
+"""Typed run configuration, resolved once at the edge (the command line)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+from typing import Tuple
+
+import components
+from components.trainer.train_loop import TrainConfig
+from pipeline.pipeline import EvaluationConfig
+
+PIPELINE_NAME = "taxi_big_tip"
+MODEL_NAME = "big_tip"
+DEFAULT_DATA_ROOT = "data"
+DEFAULT_OUTPUT_ROOT = "tfx_pipeline_output"
+DEFAULT_SERVING_DIR = "serving_model"
+# The Beam DirectRunner in one process: for data of this size, worker processes cost
+# more to start and feed than they save.
+DEFAULT_BEAM_ARGS: Tuple[str, ...] = ("--direct_running_mode=in_memory", "--direct_num_workers=1")
+
+
+def local_beam_args() -> Tuple[str, ...]:
+    """DEFAULT_BEAM_ARGS plus this project's setup.py, when it is installed from source.
+
+    Naming the package source for Beam is what a distributed runner needs, and it stops
+    TFX from building a throwaway sdist of itself before every Beam component.
+    """
+    setup_py = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(components.__file__))), "setup.py")
+    return DEFAULT_BEAM_ARGS + ((f"--setup_file={setup_py}",) if os.path.isfile(setup_py) else ())
+
+
+def schema_dir() -> str:
+    """Folder of the curated schema shipped inside the `components` package."""
+    return os.path.join(os.path.dirname(components.__file__), "schema")
+
+
+def code_version() -> str:
+    """Fingerprint of the `components` package's source and schema files."""
+    digest = hashlib.sha256()
+    root = os.path.dirname(components.__file__)
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
+        for name in sorted(files):
+            if name.endswith((".py", ".pbtxt")):
+                path = os.path.join(folder, name)
+                digest.update(os.path.relpath(path, root).encode())
+                with open(path, "rb") as handle:
+                    digest.update(handle.read())
+    return digest.hexdigest()[:16]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    data_root: str = DEFAULT_DATA_ROOT
+    output_root: str = DEFAULT_OUTPUT_ROOT
+    serving_dir: str = DEFAULT_SERVING_DIR
+    beam_args: Tuple[str, ...] = DEFAULT_BEAM_ARGS
+    pipeline_name: str = PIPELINE_NAME
+    model_name: str = MODEL_NAME
+    train: TrainConfig = TrainConfig()
+    evaluation: EvaluationConfig = EvaluationConfig()
+    verbose: bool = False
+
+    def resolved(self) -> "RunConfig":
+        """The same config with local paths made absolute."""
+        return dataclasses.replace(
+            self,
+            data_root=_absolute(self.data_root),
+            output_root=_absolute(self.output_root),
+            serving_dir=_absolute(self.serving_dir),
+        )
+
+    @property
+    def pipeline_root(self) -> str:
+        return os.path.join(self.output_root, "pipeline_root")
+
+    @property
+    def metadata_path(self) -> str:
+        return os.path.join(self.output_root, "metadata.sqlite")
+
+    @property
+    def log_dir(self) -> str:
+        return os.path.join(self.output_root, "logs")
+
+    @property
+    def model_serving_dir(self) -> str:
+        return os.path.join(self.serving_dir, self.model_name)
+
+
+def _absolute(path: str) -> str:
+    return path if "://" in path else os.path.abspath(path)

@@ -1,0 +1,249 @@
+"""Runs the pipeline with LocalDagRunner and reports what happened, read from MLMD.
+
+An unchanged re-run does nothing: the compiled pipeline and the data files are
+fingerprinted, and when both match the last finished run (and its pushed version is
+still in place) the runner reports that run instead of starting another. Without this,
+the latest-blessed baseline would change under an unchanged candidate on every re-run
+and the Evaluator and Pusher would run again and push a duplicate version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import logging
+import os
+import time
+from typing import Dict, List, Optional
+
+import tensorflow as tf
+from ml_metadata.proto import metadata_store_pb2
+from tensorflow_metadata.proto.v0 import anomalies_pb2
+from tfx import v1 as tfx
+from tfx.dsl.compiler import compiler
+from tfx.orchestration import metadata
+from tfx.types import artifact_utils
+
+from pipeline import config as config_lib
+from pipeline import pipeline as pipeline_lib
+
+LAST_RUN_FILE = "last_run.json"
+
+
+class DataRootError(ValueError):
+    """The data root is missing or holds no span files."""
+
+
+class Outcome(enum.Enum):
+    PUSHED = "pushed"
+    UP_TO_DATE = "up to date"
+    NOT_BLESSED = "not blessed"
+    DATA_REJECTED = "data rejected"
+
+    @property
+    def exit_code(self) -> int:
+        return {Outcome.PUSHED: 0, Outcome.UP_TO_DATE: 0, Outcome.NOT_BLESSED: 3, Outcome.DATA_REJECTED: 4}[self]
+
+
+@dataclasses.dataclass
+class NodeRun:
+    node_id: str
+    state: str  # "ran", "cached" or "failed"
+    seconds: float
+
+
+@dataclasses.dataclass
+class RunReport:
+    outcome: Outcome
+    pushed_version_dir: Optional[str] = None
+    anomalies: List[str] = dataclasses.field(default_factory=list)
+    eval_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
+    nodes: List[NodeRun] = dataclasses.field(default_factory=list)
+    seconds: float = 0.0
+    reused_previous_run: bool = False
+
+    def to_json(self) -> Dict[str, object]:
+        record = dataclasses.asdict(self)
+        record["outcome"] = self.outcome.value
+        return record
+
+    @classmethod
+    def from_json(cls, record: Dict[str, object]) -> "RunReport":
+        record = dict(record)
+        record["outcome"] = Outcome(record["outcome"])
+        record["nodes"] = [NodeRun(**node) for node in record.get("nodes", [])]
+        return cls(**record)
+
+
+def span_files(data_root: str) -> List[str]:
+    """Every file the pipeline would ingest, or DataRootError naming the problem."""
+    if not tf.io.gfile.isdir(data_root):
+        raise DataRootError(f"data root {data_root} does not exist or is not a folder")
+    files = sorted(tf.io.gfile.glob(os.path.join(data_root, pipeline_lib.ALL_SPANS_PATTERN)))
+    if not files:
+        raise DataRootError(
+            f"data root {data_root} holds no span files (expected {pipeline_lib.ALL_SPANS_PATTERN}); "
+            "build them with `taxi-pipeline make-data`"
+        )
+    empty = [path for path in files if tf.io.gfile.stat(path).length == 0]
+    if empty:
+        raise DataRootError(f"empty data files: {', '.join(empty)}")
+    return files
+
+
+def build_pipeline(run_config: config_lib.RunConfig) -> tfx.dsl.Pipeline:
+    return pipeline_lib.create_pipeline(
+        pipeline_name=run_config.pipeline_name,
+        pipeline_root=run_config.pipeline_root,
+        data_root=run_config.data_root,
+        schema_path=config_lib.schema_dir(),
+        serving_model_dir=run_config.model_serving_dir,
+        train_config=dataclasses.asdict(run_config.train),
+        evaluation=run_config.evaluation,
+        code_version=config_lib.code_version(),
+        beam_pipeline_args=run_config.beam_args,
+        metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
+            run_config.metadata_path
+        ),
+    )
+
+
+def run_fingerprint(pipeline: tfx.dsl.Pipeline, files: List[str]) -> str:
+    """Changes whenever the compiled DAG, its settings or any input file changes."""
+    digest = hashlib.sha256()
+    digest.update(compiler.Compiler().compile(pipeline).SerializeToString(deterministic=True))
+    for path in files:
+        stat = tf.io.gfile.stat(path)
+        digest.update(f"{path}\0{stat.length}\0{stat.mtime_nsec}\n".encode())
+    return digest.hexdigest()
+
+
+def _load_last_run(output_root: str) -> Optional[Dict[str, object]]:
+    path = os.path.join(output_root, LAST_RUN_FILE)
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as handle:
+        return json.load(handle)
+
+
+def _save_last_run(output_root: str, fingerprint: str, report: RunReport) -> None:
+    path = os.path.join(output_root, LAST_RUN_FILE)
+    staged = path + ".tmp"
+    with tf.io.gfile.GFile(staged, "w") as handle:
+        json.dump({"fingerprint": fingerprint, "report": report.to_json()}, handle, indent=2)
+    tf.io.gfile.rename(staged, path, overwrite=True)
+
+
+def run(run_config: config_lib.RunConfig, force: bool = False) -> RunReport:
+    """Runs the pipeline once (unless nothing changed) and reports the outcome."""
+    started = time.perf_counter()
+    files = span_files(run_config.data_root)
+    pipeline = build_pipeline(run_config)
+    fingerprint = run_fingerprint(pipeline, files)
+
+    last = _load_last_run(run_config.output_root)
+    if not force and last and last["fingerprint"] == fingerprint:
+        previous = RunReport.from_json(last["report"])
+        still_serving = previous.outcome is not Outcome.PUSHED or (
+            previous.pushed_version_dir and tf.io.gfile.isdir(previous.pushed_version_dir)
+        )
+        if still_serving:
+            previous.reused_previous_run = True
+            previous.seconds = time.perf_counter() - started
+            if previous.outcome is Outcome.PUSHED:
+                previous.outcome = Outcome.UP_TO_DATE
+            previous.nodes = []
+            return previous
+
+    tf.io.gfile.makedirs(run_config.output_root)
+    connection = tfx.orchestration.metadata.sqlite_metadata_connection_config(run_config.metadata_path)
+    with metadata.Metadata(connection) as store:
+        watermark = max((e.id for e in store.store.get_executions()), default=0)
+    tfx.orchestration.LocalDagRunner().run(pipeline)
+    with metadata.Metadata(connection) as store:
+        report = _report_from_mlmd(store.store, run_config.pipeline_name, watermark)
+    report.seconds = time.perf_counter() - started
+    _save_last_run(run_config.output_root, fingerprint, report)
+    return report
+
+
+def _outputs(store, execution_id: int) -> Dict[int, metadata_store_pb2.Artifact]:
+    events = store.get_events_by_execution_ids([execution_id])
+    ids = [e.artifact_id for e in events if e.type in (metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT)]
+    return {a.id: a for a in store.get_artifacts_by_id(ids)} if ids else {}
+
+
+def _typed(store, artifact: metadata_store_pb2.Artifact):
+    artifact_type = store.get_artifact_types_by_id([artifact.type_id])[0]
+    return artifact_utils.deserialize_artifact(artifact_type, artifact)
+
+
+def _describe_anomalies(anomalies_uri: str) -> List[str]:
+    lines = []
+    for split_dir in sorted(tf.io.gfile.glob(os.path.join(anomalies_uri, "Split-*"))):
+        split = os.path.basename(split_dir)[len("Split-"):]
+        for path in tf.io.gfile.glob(os.path.join(split_dir, "SchemaDiff.pb")):
+            with tf.io.gfile.GFile(path, "rb") as handle:
+                anomalies = anomalies_pb2.Anomalies.FromString(handle.read())
+            for feature, info in sorted(anomalies.anomaly_info.items()):
+                kinds = ", ".join(anomalies_pb2.AnomalyInfo.Type.Name(r.type) for r in info.reason)
+                lines.append(f"[{split}] feature {feature!r}: {kinds}: {info.description}")
+            if anomalies.HasField("dataset_anomaly_info"):
+                lines.append(f"[{split}] dataset: {anomalies.dataset_anomaly_info.description}")
+    return lines
+
+
+def _eval_metrics(evaluation_uri: str) -> Dict[str, float]:
+    import tensorflow_model_analysis as tfma
+
+    result = tfma.load_eval_result(evaluation_uri)
+    overall = result.get_metrics_for_slice(slice_name=()) or {}
+    values = {}
+    for name in ("auc", "binary_accuracy", "example_count", "calibration"):
+        metric = overall.get(name, {})
+        if "doubleValue" in metric:
+            values[name] = float(metric["doubleValue"])
+    return values
+
+
+def _report_from_mlmd(store, pipeline_name: str, watermark: int) -> RunReport:
+    nodes: List[NodeRun] = []
+    outputs: Dict[str, List] = {}
+    prefix = f"{pipeline_name}."
+    for context in store.get_contexts_by_type("node"):
+        if not context.name.startswith(prefix):
+            continue
+        node_id = context.name[len(prefix):]
+        for execution in store.get_executions_by_context(context.id):
+            if execution.id <= watermark:
+                continue
+            state = {
+                metadata_store_pb2.Execution.CACHED: "cached",
+                metadata_store_pb2.Execution.COMPLETE: "ran",
+            }.get(execution.last_known_state, "failed")
+            seconds = (execution.last_update_time_since_epoch - execution.create_time_since_epoch) / 1000
+            nodes.append(NodeRun(node_id, state, seconds))
+            outputs[node_id] = [_typed(store, a) for a in _outputs(store, execution.id).values()]
+    nodes.sort(key=lambda n: n.node_id)
+
+    def first(node_id: str, type_name: str):
+        return next((a for a in outputs.get(node_id, []) if a.type_name == type_name), None)
+
+    report = RunReport(outcome=Outcome.NOT_BLESSED, nodes=nodes)
+    anomalies = first("ExampleValidator", "ExampleAnomalies")
+    if anomalies is not None:
+        blessed = anomalies.get_json_value_custom_property("blessed") or {}
+        if not all(int(v) == 1 for v in blessed.values()):
+            report.outcome = Outcome.DATA_REJECTED
+            report.anomalies = _describe_anomalies(anomalies.uri)
+            return report
+    evaluation = first("Evaluator", "ModelEvaluation")
+    if evaluation is not None:
+        report.eval_metrics = _eval_metrics(evaluation.uri)
+    pushed = first("Pusher", "PushedModel")
+    if pushed is not None and pushed.get_int_custom_property("pushed") == 1:
+        report.outcome = Outcome.PUSHED
+        report.pushed_version_dir = pushed.get_string_custom_property("pushed_destination")
+    return report

@@ -1,0 +1,175 @@
+"""The one pipeline factory. It reads no flags, files or environment: every path and
+setting is an argument, so LocalDagRunner and KubeflowV2DagRunner build the same DAG."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, Optional, Sequence
+
+import tensorflow_model_analysis as tfma
+from tfx import v1 as tfx
+from tfx.dsl.placeholder import placeholder as ph
+
+from components import features
+from components.trainer import export
+
+PREPROCESSING_FN = "components.preprocessing.preprocessing_fn"
+RUN_FN = "components.trainer.run.run_fn"
+
+# Every span folder's TFRecord files. ImportExampleGen fingerprints them, so a new or
+# changed span is ingested again and an unchanged data root is served from cache.
+ALL_SPANS_PATTERN = "span-*/*"
+TRAIN_SPLIT, EVAL_SPLIT = "train", "eval"
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationConfig:
+    """When a candidate model is blessed."""
+
+    # The candidate's eval AUC must reach this, whatever the baseline.
+    min_auc: float = 0.80
+    # And may be at most this much below the latest blessed model's AUC.
+    max_auc_drop: float = 0.005
+    # Train:eval hash buckets of ExampleGen's deterministic split.
+    train_buckets: int = 4
+    eval_buckets: int = 1
+
+
+def _eval_config(evaluation: EvaluationConfig) -> tfma.EvalConfig:
+    auc_threshold = tfma.MetricThreshold(
+        value_threshold=tfma.GenericValueThreshold(lower_bound={"value": evaluation.min_auc}),
+        change_threshold=tfma.GenericChangeThreshold(
+            direction=tfma.MetricDirection.HIGHER_IS_BETTER,
+            absolute={"value": -evaluation.max_auc_drop},
+        ),
+    )
+    return tfma.EvalConfig(
+        model_specs=[
+            tfma.ModelSpec(
+                signature_name=export.SERVING_SIGNATURE,
+                prediction_key=export.PROBABILITY_KEY,
+                label_key=features.LABEL_KEY,
+            )
+        ],
+        slicing_specs=[tfma.SlicingSpec()]
+        + [tfma.SlicingSpec(feature_keys=[name]) for name in features.SLICE_FEATURES],
+        metrics_specs=[
+            tfma.MetricsSpec(
+                metrics=[
+                    tfma.MetricConfig(class_name="ExampleCount"),
+                    tfma.MetricConfig(class_name="BinaryAccuracy"),
+                    tfma.MetricConfig(class_name="Calibration"),
+                    tfma.MetricConfig(class_name="AUC"),
+                ],
+                # The gate applies to the overall slice; small slices are reported only.
+                per_slice_thresholds={
+                    "auc": tfma.PerSliceMetricThresholds(
+                        thresholds=[tfma.PerSliceMetricThreshold(slicing_specs=[tfma.SlicingSpec()], threshold=auc_threshold)]
+                    )
+                },
+            )
+        ],
+    )
+
+
+def create_pipeline(
+    *,
+    pipeline_name: str,
+    pipeline_root: str,
+    data_root: str,
+    schema_path: str,
+    serving_model_dir: str,
+    train_config: Dict[str, Any],
+    evaluation: EvaluationConfig,
+    code_version: str,
+    beam_pipeline_args: Sequence[str] = (),
+    metadata_connection_config: Optional[Any] = None,
+    enable_cache: bool = True,
+) -> tfx.dsl.Pipeline:
+    """The full DAG, from ImportExampleGen to Pusher.
+
+    Args:
+      pipeline_name: Name of the pipeline (and its MLMD context).
+      pipeline_root: Where component outputs are written (local path or gs://).
+      data_root: Folder of `span-<N>/` folders of GZIP TFRecords of tf.Example.
+      schema_path: Folder holding the curated `schema.pbtxt` imported as the contract.
+      serving_model_dir: Pusher's destination, `<serving>/<model name>`; versions go below.
+      train_config: The Trainer's `custom_config['train']` (see `TrainConfig`).
+      evaluation: Blessing thresholds and the train/eval split.
+      code_version: Fingerprint of the user code; a change re-runs Transform and Trainer,
+        which are referred to by dotted path and otherwise could not see it.
+      beam_pipeline_args: Beam options for the Beam-based components.
+      metadata_connection_config: MLMD connection; None lets the orchestrator choose.
+      enable_cache: Reuse outputs of executions whose inputs did not change.
+    """
+    example_gen = tfx.components.ImportExampleGen(
+        input_base=data_root,
+        input_config=tfx.proto.Input(splits=[tfx.proto.Input.Split(name="all", pattern=ALL_SPANS_PATTERN)]),
+        output_config=tfx.proto.Output(
+            split_config=tfx.proto.SplitConfig(
+                splits=[
+                    tfx.proto.SplitConfig.Split(name=TRAIN_SPLIT, hash_buckets=evaluation.train_buckets),
+                    tfx.proto.SplitConfig.Split(name=EVAL_SPLIT, hash_buckets=evaluation.eval_buckets),
+                ]
+            )
+        ),
+    )
+    statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
+    inferred_schema = tfx.components.SchemaGen(
+        statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True
+    ).with_id("InferredSchemaGen")
+    schema = tfx.components.ImportSchemaGen(schema_file=f"{schema_path.rstrip('/')}/schema.pbtxt")
+    example_validator = tfx.components.ExampleValidator(
+        statistics=statistics_gen.outputs["statistics"], schema=schema.outputs["schema"]
+    )
+    nodes = [example_gen, statistics_gen, inferred_schema, schema, example_validator]
+
+    blessed = example_validator.outputs["anomalies"].future()[0].custom_property("blessed")
+    data_is_valid = ph.logical_and(blessed[TRAIN_SPLIT] == 1, blessed[EVAL_SPLIT] == 1)
+    with tfx.dsl.Cond(data_is_valid):
+        transform = tfx.components.Transform(
+            examples=example_gen.outputs["examples"],
+            schema=schema.outputs["schema"],
+            preprocessing_fn=PREPROCESSING_FN,
+            # Graph-mode tracing: several times faster to analyze than tracing the
+            # preprocessing_fn as a TF2 function, and the output loads the same way.
+            force_tf_compat_v1=True,
+            custom_config={"code_version": code_version},
+        )
+        trainer = tfx.components.Trainer(
+            run_fn=RUN_FN,
+            examples=transform.outputs["transformed_examples"],
+            transform_graph=transform.outputs["transform_graph"],
+            schema=schema.outputs["schema"],
+            train_args=tfx.proto.TrainArgs(),
+            eval_args=tfx.proto.EvalArgs(),
+            custom_config={"train": train_config, "code_version": code_version},
+        )
+        baseline = tfx.dsl.Resolver(
+            strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
+            model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
+            model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
+        ).with_id("LatestBlessedModelResolver")
+        evaluator = tfx.components.Evaluator(
+            examples=example_gen.outputs["examples"],
+            model=trainer.outputs["model"],
+            baseline_model=baseline.outputs["model"],
+            eval_config=_eval_config(evaluation),
+        )
+        pusher = tfx.components.Pusher(
+            model=trainer.outputs["model"],
+            model_blessing=evaluator.outputs["blessing"],
+            push_destination=tfx.proto.PushDestination(
+                filesystem=tfx.proto.PushDestination.Filesystem(base_directory=serving_model_dir)
+            ),
+        )
+    nodes += [transform, trainer, baseline, evaluator, pusher]
+
+    return tfx.dsl.Pipeline(
+        pipeline_name=pipeline_name,
+        pipeline_root=pipeline_root,
+        components=nodes,
+        enable_cache=enable_cache,
+        metadata_connection_config=metadata_connection_config,
+        beam_pipeline_args=list(beam_pipeline_args),
+    )
