@@ -121,7 +121,10 @@ def _print_report(report, log_path: str) -> None:
 def _run(args: argparse.Namespace) -> int:
     if not args.verbose:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    # Logging first: importing TensorFlow, TFX and their dependencies already logs and warns.
+    log_path = _configure_logging(os.path.join(args.output_root, "logs"), args.verbose)
     from pipeline import config as config_lib
+    from pipeline import local_runner
 
     run_config = config_lib.RunConfig(
         data_root=args.data_root,
@@ -130,8 +133,6 @@ def _run(args: argparse.Namespace) -> int:
         beam_args=config_lib.local_beam_args() + tuple(args.beam_args),
         verbose=args.verbose,
     ).resolved()
-    log_path = _configure_logging(run_config.log_dir, run_config.verbose)
-    from pipeline import local_runner
 
     try:
         report = local_runner.run(run_config, force=args.force)

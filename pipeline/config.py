@@ -81,10 +81,6 @@ class RunConfig:
         return os.path.join(self.output_root, "metadata.sqlite")
 
     @property
-    def log_dir(self) -> str:
-        return os.path.join(self.output_root, "logs")
-
-    @property
     def model_serving_dir(self) -> str:
         return os.path.join(self.serving_dir, self.model_name)
 

@@ -24,6 +24,7 @@ from tensorflow_metadata.proto.v0 import anomalies_pb2
 from tfx import v1 as tfx
 from tfx.dsl.compiler import compiler
 from tfx.orchestration import metadata
+from tfx.proto.orchestration import local_deployment_config_pb2
 from tfx.types import artifact_utils
 
 from pipeline import config as config_lib
@@ -113,7 +114,14 @@ def build_pipeline(run_config: config_lib.RunConfig) -> tfx.dsl.Pipeline:
 def run_fingerprint(pipeline: tfx.dsl.Pipeline, files: List[str]) -> str:
     """Changes whenever the compiled DAG, its settings or any input file changes."""
     digest = hashlib.sha256()
-    digest.update(compiler.Compiler().compile(pipeline).SerializeToString(deterministic=True))
+    ir = compiler.Compiler().compile(pipeline)
+    # The deployment config is packed in an Any whose bytes hold a map serialized in
+    # arbitrary order: hash its unpacked, deterministic form instead.
+    deployment = local_deployment_config_pb2.LocalDeploymentConfig()
+    ir.deployment_config.Unpack(deployment)
+    ir.ClearField("deployment_config")
+    digest.update(ir.SerializeToString(deterministic=True))
+    digest.update(deployment.SerializeToString(deterministic=True))
     for path in files:
         stat = tf.io.gfile.stat(path)
         digest.update(f"{path}\0{stat.length}\0{stat.mtime_nsec}\n".encode())

@@ -59,14 +59,14 @@ def _eval_config(evaluation: EvaluationConfig) -> tfma.EvalConfig:
                     tfma.MetricConfig(class_name="ExampleCount"),
                     tfma.MetricConfig(class_name="BinaryAccuracy"),
                     tfma.MetricConfig(class_name="Calibration"),
-                    tfma.MetricConfig(class_name="AUC"),
+                    # The gate applies to the overall slice; small slices are reported only.
+                    tfma.MetricConfig(
+                        class_name="AUC",
+                        per_slice_thresholds=[
+                            tfma.PerSliceMetricThreshold(slicing_specs=[tfma.SlicingSpec()], threshold=auc_threshold)
+                        ],
+                    ),
                 ],
-                # The gate applies to the overall slice; small slices are reported only.
-                per_slice_thresholds={
-                    "auc": tfma.PerSliceMetricThresholds(
-                        thresholds=[tfma.PerSliceMetricThreshold(slicing_specs=[tfma.SlicingSpec()], threshold=auc_threshold)]
-                    )
-                },
             )
         ],
     )
