@@ -1,0 +1,119 @@
+"""The whole DAG with LocalDagRunner on a small slice of data/, then an unchanged re-run."""
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from ml_metadata import metadata_store
+from ml_metadata.proto import metadata_store_pb2
+
+from components import features
+from pipeline import cli
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SLICE_SPANS = (12, 13, 14, 15, 16)
+NODES = {
+    "ImportExampleGen", "StatisticsGen", "InferredSchemaGen", "ImportSchemaGen", "ExampleValidator",
+    "Transform", "Trainer", "LatestBlessedModelResolver", "Evaluator", "Pusher",
+}
+
+pytestmark = pytest.mark.slow
+
+
+def _copy_spans(target):
+    for span in SLICE_SPANS:
+        shutil.copytree(os.path.join(REPO, "data", f"span-{span}"), target / f"span-{span}")
+
+
+def _executions(metadata_path):
+    config = metadata_store_pb2.ConnectionConfig()
+    config.sqlite.filename_uri = str(metadata_path)
+    store = metadata_store.MetadataStore(config)
+    by_node = {}
+    for context in store.get_contexts_by_type("node"):
+        node = context.name.split(".", 1)[1]
+        by_node[node] = [e.last_known_state for e in store.get_executions_by_context(context.id)]
+    return by_node
+
+
+def _examples_without_label(data_root, count=50):
+    files = tf.io.gfile.glob(os.path.join(str(data_root), "span-*", "*"))
+    serialized = []
+    for record in tf.data.TFRecordDataset(files, compression_type="GZIP").take(count):
+        example = tf.train.Example.FromString(record.numpy())
+        del example.features.feature[features.LABEL_KEY]
+        serialized.append(example.SerializeToString())
+    return serialized
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    _copy_spans(root / "data")
+    return root
+
+
+def _run(root):
+    return cli.main(["run", "--data-root", str(root / "data"), "--output-root", str(root / "out"),
+                     "--serving-dir", str(root / "serving")])
+
+
+@pytest.fixture(scope="module")
+def first_run(workspace):
+    return _run(workspace)
+
+
+def test_first_run_executes_every_node_and_pushes_one_version(workspace, first_run):
+    assert first_run == 0
+    executions = _executions(workspace / "out" / "metadata.sqlite")
+    assert set(executions) == NODES
+    assert all(states == [metadata_store_pb2.Execution.COMPLETE] for states in executions.values()), executions
+    assert len(os.listdir(workspace / "serving" / "big_tip")) == 1
+
+
+def test_pushed_model_scores_examples_without_label(workspace, first_run):
+    (version,) = os.listdir(workspace / "serving" / "big_tip")
+    loaded = tf.saved_model.load(str(workspace / "serving" / "big_tip" / version))
+    examples = _examples_without_label(workspace / "data")
+    outputs = loaded.signatures["serving_default"](examples=tf.constant(examples))
+    probability = outputs["probability"].numpy()
+    assert probability.shape == (len(examples),)
+    assert np.all((probability >= 0.0) & (probability <= 1.0))
+    assert set(np.unique(outputs["class_id"].numpy())) <= {0, 1}
+    assert "transform_features" in loaded.signatures
+
+
+def test_unchanged_rerun_executes_nothing_and_pushes_nothing(workspace, first_run, capsys):
+    before = _executions(workspace / "out" / "metadata.sqlite")
+    assert _run(workspace) == 0
+    assert "Nothing changed since the last run" in capsys.readouterr().out
+    assert _executions(workspace / "out" / "metadata.sqlite") == before
+    assert len(os.listdir(workspace / "serving" / "big_tip")) == 1
+
+
+def test_export_is_hermetic(workspace, first_run):
+    shutil.rmtree(workspace / "out" / "pipeline_root" / "Transform")
+    (version,) = os.listdir(workspace / "serving" / "big_tip")
+    loaded = tf.saved_model.load(str(workspace / "serving" / "big_tip" / version))
+    outputs = loaded.signatures["serving_default"](examples=tf.constant(_examples_without_label(workspace / "data", 5)))
+    assert outputs["probability"].shape == (5,)
+
+
+def test_data_breaking_the_schema_is_rejected_with_exit_4(tmp_path, capsys):
+    data = tmp_path / "data" / "span-16"
+    data.mkdir(parents=True)
+    source = tf.io.gfile.glob(os.path.join(REPO, "data", "span-16", "*"))
+    options = tf.io.TFRecordOptions(compression_type="GZIP")
+    with tf.io.TFRecordWriter(str(data / "bad.tfrecord.gz"), options) as writer:
+        for record in tf.data.TFRecordDataset(source, compression_type="GZIP"):
+            example = tf.train.Example.FromString(record.numpy())
+            example.features.feature["trip_start_hour"].int64_list.value[:] = [99]
+            writer.write(example.SerializeToString())
+    status = cli.main(["run", "--data-root", str(tmp_path / "data"), "--output-root", str(tmp_path / "out"),
+                       "--serving-dir", str(tmp_path / "serving")])
+    out = capsys.readouterr().out
+    assert status == 4
+    assert "trip_start_hour" in out
+    assert not (tmp_path / "serving").exists()
