@@ -1,7 +1,7 @@
 """`taxi-pipeline`: the command line of the pipeline.
 
     taxi-pipeline run [--data-root D] [--output-root O] [--serving-dir S] [--verbose]
-                      [--force] [-- BEAM_ARG ...]
+                      [--force] [--run-eagerly] [-- BEAM_ARG ...]
     taxi-pipeline make-data [--csv CSV] [--out DIR]
 
 Exit status of `run`: 0 pushed or nothing to do, 3 trained but not blessed,
@@ -87,6 +87,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--serving-dir", default="serving_model", help="where blessed models are pushed")
     run.add_argument("--force", action="store_true", help="run even when nothing changed since the last run")
     run.add_argument("--verbose", action="store_true", help="full TensorFlow/Beam/TFX logs on the console")
+    run.add_argument("--run-eagerly", action="store_true",
+                     help="run the Trainer's tf.functions eagerly (debugging; much slower)")
     run.add_argument("beam_args", nargs="*", metavar="BEAM_ARG", help="extra Beam options, after `--`")
 
     data = commands.add_parser("make-data", help="rebuild data/ from the CSV shipped in the tfx wheel")
@@ -123,6 +125,7 @@ def _run(args: argparse.Namespace) -> int:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     # Logging first: importing TensorFlow, TFX and their dependencies already logs and warns.
     log_path = _configure_logging(os.path.join(args.output_root, "logs"), args.verbose)
+    from components.trainer.train_loop import TrainConfig
     from pipeline import config as config_lib
     from pipeline import local_runner
 
@@ -131,6 +134,7 @@ def _run(args: argparse.Namespace) -> int:
         output_root=args.output_root,
         serving_dir=args.serving_dir,
         beam_args=config_lib.local_beam_args() + tuple(args.beam_args),
+        train=TrainConfig(run_eagerly=args.run_eagerly),
         verbose=args.verbose,
     ).resolved()
 
