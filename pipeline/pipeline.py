@@ -134,6 +134,8 @@ def create_pipeline(
             # Graph-mode tracing: several times faster to analyze than tracing the
             # preprocessing_fn as a TF2 function, and the output loads the same way.
             force_tf_compat_v1=True,
+            # StatisticsGen already computes the raw statistics the data gate uses.
+            disable_statistics=True,
             custom_config={"code_version": code_version},
         )
         trainer = tfx.components.Trainer(
