@@ -75,8 +75,6 @@ LABEL_KEY = "big_tip"
 LABEL_DTYPE = tf.int64
 # A trip is a "big tip" when the tip exceeds this fraction of the fare.
 BIG_TIP_FRACTION = 0.2
-# Source columns used only to derive the label; never stored in the examples.
-LABEL_SOURCE_COLUMNS = ("tips",)
 
 # Raw features the Evaluator slices metrics by.
 SLICE_FEATURES: Tuple[str, ...] = ("trip_start_hour", "payment_type")

@@ -17,7 +17,9 @@ import logging
 import os
 import sys
 import time
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
+
+from pipeline import defaults
 
 EXIT_ERROR = 1
 
@@ -82,9 +84,9 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="run the pipeline end to end with LocalDagRunner")
-    run.add_argument("--data-root", default="data", help="folder of span-<N>/ TFRecord folders")
-    run.add_argument("--output-root", default="tfx_pipeline_output", help="pipeline root, MLMD and logs")
-    run.add_argument("--serving-dir", default="serving_model", help="where blessed models are pushed")
+    run.add_argument("--data-root", default=defaults.DATA_ROOT, help="folder of span-<N>/ TFRecord folders")
+    run.add_argument("--output-root", default=defaults.OUTPUT_ROOT, help="pipeline root, MLMD and logs")
+    run.add_argument("--serving-dir", default=defaults.SERVING_DIR, help="where blessed models are pushed")
     run.add_argument("--force", action="store_true", help="run even when nothing changed since the last run")
     run.add_argument("--verbose", action="store_true", help="full TensorFlow/Beam/TFX logs on the console")
     run.add_argument("--run-eagerly", action="store_true",
@@ -93,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
 
     data = commands.add_parser("make-data", help="rebuild data/ from the CSV shipped in the tfx wheel")
     data.add_argument("--csv", default=None, help="source CSV (default: the one in the tfx wheel)")
-    data.add_argument("--out", default="data", help="output folder")
+    data.add_argument("--out", default=defaults.DATA_ROOT, help="output folder")
     return parser
 
 
@@ -135,7 +137,6 @@ def _run(args: argparse.Namespace) -> int:
         serving_dir=args.serving_dir,
         beam_args=config_lib.local_beam_args() + tuple(args.beam_args),
         train=TrainConfig(run_eagerly=args.run_eagerly),
-        verbose=args.verbose,
     ).resolved()
 
     try:

@@ -9,13 +9,11 @@ from typing import Tuple
 
 import components
 from components.trainer.train_loop import TrainConfig
+from pipeline import defaults
 from pipeline.pipeline import EvaluationConfig
 
 PIPELINE_NAME = "taxi_big_tip"
 MODEL_NAME = "big_tip"
-DEFAULT_DATA_ROOT = "data"
-DEFAULT_OUTPUT_ROOT = "tfx_pipeline_output"
-DEFAULT_SERVING_DIR = "serving_model"
 # The Beam DirectRunner in one process: for data of this size, worker processes cost
 # more to start and feed than they save.
 DEFAULT_BEAM_ARGS: Tuple[str, ...] = ("--direct_running_mode=in_memory", "--direct_num_workers=1")
@@ -53,15 +51,14 @@ def code_version() -> str:
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    data_root: str = DEFAULT_DATA_ROOT
-    output_root: str = DEFAULT_OUTPUT_ROOT
-    serving_dir: str = DEFAULT_SERVING_DIR
+    data_root: str = defaults.DATA_ROOT
+    output_root: str = defaults.OUTPUT_ROOT
+    serving_dir: str = defaults.SERVING_DIR
     beam_args: Tuple[str, ...] = DEFAULT_BEAM_ARGS
     pipeline_name: str = PIPELINE_NAME
     model_name: str = MODEL_NAME
     train: TrainConfig = TrainConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
-    verbose: bool = False
 
     def resolved(self) -> "RunConfig":
         """The same config with local paths made absolute."""

@@ -1,0 +1,5 @@
+"""Default locations, importable without loading TensorFlow (the CLI reads them first)."""
+
+DATA_ROOT = "data"
+OUTPUT_ROOT = "tfx_pipeline_output"
+SERVING_DIR = "serving_model"
