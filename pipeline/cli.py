@@ -11,7 +11,6 @@ Exit status of `run`: 0 pushed or nothing to do, 3 trained but not blessed,
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import logging
 import os

@@ -13,7 +13,6 @@ import dataclasses
 import enum
 import hashlib
 import json
-import logging
 import os
 import time
 from typing import Dict, List, Optional
