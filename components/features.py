@@ -19,6 +19,9 @@ class Kind(enum.Enum):
     NUMERIC = "numeric"  # z-score; a missing value becomes 0 (the mean)
     BUCKETIZED = "bucketized"  # quantile buckets; a missing value gets its own bucket
     CATEGORICAL = "categorical"  # vocabulary of the `size` most frequent values, plus OOV and missing ids
+    # An integer from a known range [low, low + size): its offset is its id, no
+    # vocabulary to compute; values outside the range share an OOV id.
+    INTEGER_RANGE = "integer_range"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,8 +29,11 @@ class Feature:
     name: str
     dtype: tf.dtypes.DType
     kind: Kind
-    # Buckets for BUCKETIZED, the vocabulary cap for CATEGORICAL, unused for NUMERIC.
+    # Buckets for BUCKETIZED, the vocabulary cap for CATEGORICAL, the range's length for
+    # INTEGER_RANGE, unused for NUMERIC.
     size: int = 0
+    # The smallest value of an INTEGER_RANGE feature.
+    low: int = 0
     # Required features must be present in every example (schema presence 1.0);
     # the others may be missing and are imputed by Transform.
     required: bool = False
@@ -41,8 +47,8 @@ class Feature:
         """Number of distinct ids the transformed feature can take (0 for NUMERIC)."""
         if self.kind is Kind.BUCKETIZED:
             return self.size + 1  # + the missing bucket
-        if self.kind is Kind.CATEGORICAL:
-            return self.size + 2  # + one OOV bucket + the missing id
+        if self.kind in (Kind.CATEGORICAL, Kind.INTEGER_RANGE):
+            return self.size + 2  # + one OOV id + the missing id
         return 0
 
 
@@ -54,11 +60,11 @@ FEATURES: Tuple[Feature, ...] = (
     Feature("pickup_longitude", tf.float32, Kind.BUCKETIZED, size=10),
     Feature("dropoff_latitude", tf.float32, Kind.BUCKETIZED, size=10),
     Feature("dropoff_longitude", tf.float32, Kind.BUCKETIZED, size=10),
-    Feature("trip_start_hour", tf.int64, Kind.CATEGORICAL, size=24, required=True),
-    Feature("trip_start_day", tf.int64, Kind.CATEGORICAL, size=7, required=True),
-    Feature("trip_start_month", tf.int64, Kind.CATEGORICAL, size=12, required=True),
-    Feature("pickup_community_area", tf.int64, Kind.CATEGORICAL, size=80),
-    Feature("dropoff_community_area", tf.int64, Kind.CATEGORICAL, size=80),
+    Feature("trip_start_hour", tf.int64, Kind.INTEGER_RANGE, size=24, low=0, required=True),
+    Feature("trip_start_day", tf.int64, Kind.INTEGER_RANGE, size=7, low=1, required=True),
+    Feature("trip_start_month", tf.int64, Kind.INTEGER_RANGE, size=12, low=1, required=True),
+    Feature("pickup_community_area", tf.int64, Kind.INTEGER_RANGE, size=77, low=1),
+    Feature("dropoff_community_area", tf.int64, Kind.INTEGER_RANGE, size=77, low=1),
     Feature("dropoff_census_tract", tf.int64, Kind.CATEGORICAL, size=200),
     Feature("payment_type", tf.string, Kind.CATEGORICAL, size=10, required=True),
     Feature("company", tf.string, Kind.CATEGORICAL, size=100),

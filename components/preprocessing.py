@@ -6,6 +6,8 @@ transformed feature leaves as a dense `[batch]` tensor named `<name>_xf`:
 - BUCKETIZED: quantile bucket id; missing -> the extra bucket `size`.
 - CATEGORICAL: vocabulary id of the `size` most frequent values, one OOV bucket;
   missing -> the extra id `size + 1`.
+- INTEGER_RANGE: `value - low`, no analyzer; out of range -> `size`, missing ->
+  `size + 1`.
 """
 
 from __future__ import annotations
@@ -30,9 +32,23 @@ def _densify(x: Tensor, default) -> tf.Tensor:
     return tf.reshape(x, [-1])
 
 
+def _map_values(x: Tensor, fn) -> Tensor:
+    if isinstance(x, tf.SparseTensor):
+        return tf.SparseTensor(x.indices, fn(x.values), x.dense_shape)
+    return fn(x)
+
+
+def _range_id(feature: features.Feature, values: tf.Tensor) -> tf.Tensor:
+    offset = values - feature.low
+    in_range = tf.logical_and(offset >= 0, offset < feature.size)
+    return tf.where(in_range, offset, tf.cast(feature.size, offset.dtype))
+
+
 def _transform_feature(feature: features.Feature, x: Tensor) -> tf.Tensor:
     if feature.kind is features.Kind.NUMERIC:
         return _densify(tft.scale_to_z_score(tf.cast(x, tf.float32)), 0.0)
+    if feature.kind is features.Kind.INTEGER_RANGE:
+        return _densify(_map_values(x, lambda v: _range_id(feature, v)), feature.size + 1)
     if feature.kind is features.Kind.BUCKETIZED:
         return _densify(tft.bucketize(x, num_buckets=feature.size), feature.size)
     ids = tft.compute_and_apply_vocabulary(

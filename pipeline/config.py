@@ -16,7 +16,15 @@ PIPELINE_NAME = "taxi_big_tip"
 MODEL_NAME = "big_tip"
 # The Beam DirectRunner in one process: for data of this size, worker processes cost
 # more to start and feed than they save.
-DEFAULT_BEAM_ARGS: Tuple[str, ...] = ("--direct_running_mode=in_memory", "--direct_num_workers=1")
+DEFAULT_BEAM_ARGS: Tuple[str, ...] = (
+    "--direct_running_mode=in_memory",
+    "--direct_num_workers=1",
+    # Beam >= 2.52 weighs every cached side input with objsize, which walks all loaded
+    # modules' globals (TensorFlow's included) on each read; Beam's advice for
+    # pipelines with materialized side inputs is to turn the cache off
+    # (https://github.com/apache/beam/issues/30360).
+    "--max_cache_memory_usage_mb=0",
+)
 
 
 def local_beam_args() -> Tuple[str, ...]:

@@ -80,6 +80,7 @@ def create_pipeline(
     schema_path: str,
     serving_model_dir: str,
     train_config: Dict[str, Any],
+    export_config: Dict[str, Any],
     evaluation: EvaluationConfig,
     code_version: str,
     beam_pipeline_args: Sequence[str] = (),
@@ -95,6 +96,7 @@ def create_pipeline(
       schema_path: Folder holding the curated `schema.pbtxt` imported as the contract.
       serving_model_dir: Pusher's destination, `<serving>/<model name>`; versions go below.
       train_config: The Trainer's `custom_config['train']` (see `TrainConfig`).
+      export_config: The Trainer's `custom_config['export']` (see `ExportConfig`).
       evaluation: Blessing thresholds and the train/eval split.
       code_version: Fingerprint of the user code; a change re-runs Transform and Trainer,
         which are referred to by dotted path and otherwise could not see it.
@@ -136,16 +138,19 @@ def create_pipeline(
             force_tf_compat_v1=True,
             # StatisticsGen already computes the raw statistics the data gate uses.
             disable_statistics=True,
+            # The Trainer applies the Transform graph to raw examples itself (once,
+            # then cached): writing a transformed copy of the data would cost more.
+            materialize=False,
             custom_config={"code_version": code_version},
         )
         trainer = tfx.components.Trainer(
             run_fn=RUN_FN,
-            examples=transform.outputs["transformed_examples"],
+            examples=example_gen.outputs["examples"],
             transform_graph=transform.outputs["transform_graph"],
             schema=schema.outputs["schema"],
             train_args=tfx.proto.TrainArgs(),
             eval_args=tfx.proto.EvalArgs(),
-            custom_config={"train": train_config, "code_version": code_version},
+            custom_config={"train": train_config, "export": export_config, "code_version": code_version},
         )
         baseline = tfx.dsl.Resolver(
             strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,

@@ -1,61 +1,187 @@
-"""Exports the trained model as a hermetic SavedModel with named serving signatures."""
+"""Exports the trained model as a hermetic SavedModel with named serving signatures.
+
+Signatures:
+- `serving_default`: `examples`, serialized `tf.Example`s without the label ->
+  `probability` and `class_id`.
+- `serving_raw`: one named, typed `[batch]` input per raw feature (for JSON clients
+  that send `inputs` by name) -> the same outputs. An optional feature's value is
+  treated as missing when it is NaN (floats), -1 (integers) or "" (strings).
+- `transform_features`: serialized examples -> the transformed features (for TFMA).
+
+The SavedModel is written from a plain `tf.Module` that tracks only the model's
+variables and the Transform graph's resources (vocabularies, tables). Saving the
+Keras model itself would trace every layer for Keras' own metadata: 10x slower to
+write and to load, and nothing in serving reads it.
+"""
 
 from __future__ import annotations
 
-from typing import Dict
+import dataclasses
+import os
+from typing import Dict, Iterable, Mapping
 
 import tensorflow as tf
 import tensorflow_transform as tft
+from tensorflow_transform.saved import saved_transform_io_v2
 
 from components import features
+from components.trainer import model as model_lib
 
 SERVING_SIGNATURE = "serving_default"
+RAW_SIGNATURE = "serving_raw"
 TRANSFORM_SIGNATURE = "transform_features"
+EXAMPLES_INPUT = "examples"
 PROBABILITY_KEY = "probability"
 CLASS_KEY = "class_id"
 # Examples with probability above this are classed as big tips.
 DECISION_THRESHOLD = 0.5
+# `serving_raw` reads these values of an optional feature as "missing".
+MISSING_VALUES: Dict[tf.dtypes.DType, object] = {tf.float32: float("nan"), tf.int64: -1, tf.string: ""}
+
+WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
+# TF Serving reads at most this many warmup records.
+MAX_WARMUP_RECORDS = 1000
 
 
-def _serving_feature_spec(tf_transform_output: tft.TFTransformOutput) -> Dict[str, object]:
-    spec = dict(tf_transform_output.raw_feature_spec())
-    spec.pop(features.LABEL_KEY, None)
-    return spec
+@dataclasses.dataclass(frozen=True)
+class ExportConfig:
+    """The Trainer's `custom_config['export']`."""
+
+    # The name TF Serving serves the model under (the Pusher's folder name).
+    model_name: str = "big_tip"
+    # Warmup requests written from real eval examples (0 writes no warmup file).
+    warmup_requests: int = 100
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.warmup_requests <= MAX_WARMUP_RECORDS:
+            raise ValueError(f"warmup_requests must be in [0, {MAX_WARMUP_RECORDS}], got {self.warmup_requests}")
 
 
-def make_serving_signatures(
-    model: tf.keras.Model, tf_transform_output: tft.TFTransformOutput
-) -> Dict[str, tf.types.experimental.ConcreteFunction]:
-    """`serving_default` and `transform_features`, both over serialized tf.Examples."""
-    # Tracked by the model, so the Transform graph and its vocabularies are saved
-    # inside the SavedModel: the export does not depend on Transform's output.
-    model.tft_layer = tf_transform_output.transform_features_layer()
-    feature_spec = _serving_feature_spec(tf_transform_output)
+class TransformGraph(tf.Module):
+    """The Transform output as a callable whose resources are tracked for saving.
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")], autograph=False)
-    def serve_examples(examples: tf.Tensor) -> Dict[str, tf.Tensor]:
-        raw = tf.io.parse_example(examples, feature_spec)
-        transformed = model.tft_layer(raw)
-        model_inputs = {f.transformed_name: transformed[f.transformed_name] for f in features.FEATURES}
-        probability = tf.sigmoid(model(model_inputs, training=False))
+    Tracking the loader's attributes is how `tft.TransformFeaturesLayer` itself makes
+    its tables and vocabulary assets part of a SavedModel.
+    """
+
+    def __init__(self, tf_transform_output: tft.TFTransformOutput):
+        super().__init__(name="transform_graph")
+        self._loader = saved_transform_io_v2.SavedModelLoader(tf_transform_output.transform_savedmodel_dir)
+        self.resources = self._loader.__dict__
+
+    def __call__(self, raw: Mapping[str, object]) -> Dict[str, tf.Tensor]:
+        return self._loader.apply_transform_model(dict(raw))
+
+
+def _as_transform_input(feature: features.Feature, values: tf.Tensor) -> object:
+    """A `[batch]` raw input as Transform expects it: dense `[batch, 1]` or sparse."""
+    if feature.required:
+        return tf.expand_dims(values, -1)
+    missing = MISSING_VALUES[feature.dtype]
+    present = (
+        tf.logical_not(tf.math.is_nan(values)) if feature.dtype.is_floating else tf.not_equal(values, missing)
+    )
+    rows = tf.where(present)
+    return tf.SparseTensor(
+        indices=tf.concat([rows, tf.zeros_like(rows)], axis=1),
+        values=tf.gather_nd(values, rows),
+        dense_shape=tf.stack([tf.shape(values, out_type=tf.int64)[0], tf.constant(1, tf.int64)]),
+    )
+
+
+class ServingModule(tf.Module):
+    """Holds what the exported signatures need: the model's variables and the Transform graph."""
+
+    def __init__(self, model: tf.keras.Model, transform_graph: TransformGraph):
+        super().__init__(name="big_tip_serving")
+        # Variables only: tracking the Keras model would pull in Keras' serialization.
+        self.model_variables = list(model.variables)
+        self.transform_graph = transform_graph
+        serving_spec = features.raw_feature_spec(include_label=False)
+        full_spec = features.raw_feature_spec(include_label=True)
+
+        def predict(raw: Mapping[str, object]) -> Dict[str, tf.Tensor]:
+            logits = model(model_lib.model_inputs(transform_graph(raw)), training=False)
+            probability = tf.sigmoid(tf.cast(logits, tf.float32))
+            return {
+                PROBABILITY_KEY: probability,
+                CLASS_KEY: tf.cast(probability > DECISION_THRESHOLD, tf.int64),
+            }
+
+        examples_spec = tf.TensorSpec([None], tf.string, name=EXAMPLES_INPUT)
+
+        @tf.function(input_signature=[examples_spec], autograph=False)
+        def serve_examples(examples: tf.Tensor) -> Dict[str, tf.Tensor]:
+            return predict(tf.io.parse_example(examples, serving_spec))
+
+        raw_specs = {f.name: tf.TensorSpec([None], f.dtype, name=f.name) for f in features.FEATURES}
+
+        @tf.function(input_signature=[raw_specs], autograph=False)
+        def serve_raw(inputs: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+            return predict({f.name: _as_transform_input(f, inputs[f.name]) for f in features.FEATURES})
+
+        @tf.function(input_signature=[examples_spec], autograph=False)
+        def transform_features(examples: tf.Tensor) -> Dict[str, tf.Tensor]:
+            return transform_graph(tf.io.parse_example(examples, full_spec))
+
+        self.serve_examples = serve_examples
+        self.serve_raw = serve_raw
+        self.transform_features = transform_features
+
+    def signatures(self) -> Dict[str, tf.types.experimental.ConcreteFunction]:
+        raw_function = self.serve_raw.get_concrete_function()
         return {
-            PROBABILITY_KEY: probability,
-            CLASS_KEY: tf.cast(probability > DECISION_THRESHOLD, tf.int64),
+            SERVING_SIGNATURE: self.serve_examples.get_concrete_function(),
+            # Keyword inputs named after the raw features, not one dict argument.
+            RAW_SIGNATURE: _with_keyword_inputs(raw_function),
+            TRANSFORM_SIGNATURE: self.transform_features.get_concrete_function(),
         }
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")], autograph=False)
-    def transform_features(examples: tf.Tensor) -> Dict[str, tf.Tensor]:
-        raw = tf.io.parse_example(examples, dict(tf_transform_output.raw_feature_spec()))
-        return model.tft_layer(raw)
 
-    return {
-        SERVING_SIGNATURE: serve_examples.get_concrete_function(),
-        TRANSFORM_SIGNATURE: transform_features.get_concrete_function(),
-    }
+def _with_keyword_inputs(raw_function: tf.types.experimental.ConcreteFunction):
+    specs = {f.name: tf.TensorSpec([None], f.dtype, name=f.name) for f in features.FEATURES}
+
+    @tf.function(autograph=False)
+    def by_name(**inputs: tf.Tensor) -> Dict[str, tf.Tensor]:
+        return raw_function(inputs)
+
+    return by_name.get_concrete_function(**specs)
 
 
-def export_serving_model(
-    model: tf.keras.Model, tf_transform_output: tft.TFTransformOutput, export_dir: str
-) -> None:
-    signatures = make_serving_signatures(model, tf_transform_output)
-    model.save(export_dir, save_format="tf", signatures=signatures)
+def strip_label(serialized: bytes) -> bytes:
+    example = tf.train.Example.FromString(serialized)
+    example.features.feature.pop(features.LABEL_KEY, None)
+    return example.SerializeToString()
+
+
+def write_warmup_requests(
+    export_dir: str, serialized_examples: Iterable[bytes], model_name: str, limit: int = MAX_WARMUP_RECORDS
+) -> int:
+    """Writes TF Serving's warmup file: one `serving_default` request per example, label removed.
+
+    Returns the number of requests written; with `limit` 0 no file is written.
+    """
+    if limit <= 0:
+        return 0
+    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
+
+    path = os.path.join(export_dir, WARMUP_FILE)
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    count = 0
+    with tf.io.TFRecordWriter(path) as writer:
+        for serialized in serialized_examples:
+            if count >= min(limit, MAX_WARMUP_RECORDS):
+                break
+            request = predict_pb2.PredictRequest(
+                model_spec=model_pb2.ModelSpec(name=model_name, signature_name=SERVING_SIGNATURE),
+                inputs={EXAMPLES_INPUT: tf.make_tensor_proto([strip_label(serialized)], dtype=tf.string)},
+            )
+            log = prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request))
+            writer.write(log.SerializeToString())
+            count += 1
+    return count
+
+
+def export_serving_model(model: tf.keras.Model, transform_graph: TransformGraph, export_dir: str) -> None:
+    module = ServingModule(model, transform_graph)
+    tf.saved_model.save(module, export_dir, signatures=module.signatures())

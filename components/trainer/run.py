@@ -6,6 +6,7 @@ import dataclasses
 import json
 import logging
 import os
+from typing import Iterator, Sequence
 
 import tensorflow as tf
 import tensorflow_transform as tft
@@ -16,24 +17,45 @@ from components.trainer import export, model, train_loop
 TRAINING_SUMMARY_FILE = "training_summary.json"
 
 
+def _serialized_examples(file_patterns: Sequence[str]) -> Iterator[bytes]:
+    files = sorted(path for pattern in file_patterns for path in tf.io.gfile.glob(pattern))
+    for record in tf.data.TFRecordDataset(files, compression_type="GZIP"):
+        yield record.numpy()
+
+
 def run_fn(fn_args: tfx.components.FnArgs) -> None:
-    """TFX Trainer entry point, referred to as `components.trainer.run.run_fn`."""
+    """TFX Trainer entry point, referred to as `components.trainer.run.run_fn`.
+
+    `fn_args.train_files` / `eval_files` are raw examples; the Transform graph is
+    applied while the datasets are built, and saved inside the exported model.
+    """
     config = train_loop.TrainConfig.from_custom_config(fn_args.custom_config)
+    export_config = train_loop.settings_from_custom_config(export.ExportConfig, fn_args.custom_config, "export")
     tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
-    feature_spec = tf_transform_output.transformed_feature_spec()
-    signature = train_loop.input_signature(feature_spec)
-
+    transform_graph = export.TransformGraph(tf_transform_output)
+    signature = train_loop.input_signature(tf_transform_output.transformed_feature_spec())
     train_dataset = train_loop.make_dataset(
-        fn_args.train_files, feature_spec, config.batch_size, shuffle_seed=config.shuffle_seed
+        fn_args.train_files, transform_graph, config.batch_size, shuffle_seed=config.shuffle_seed
     )
-    eval_dataset = train_loop.make_dataset(fn_args.eval_files, feature_spec, config.batch_size)
-    keras_model = model.build_model()
-    result = train_loop.train(keras_model, train_dataset, eval_dataset, signature, config, fn_args.model_run_dir)
+    eval_dataset = train_loop.make_dataset(fn_args.eval_files, transform_graph, config.batch_size)
 
+    strategy = train_loop.choose_strategy()
+    with strategy.scope():
+        keras_model = model.build_model(model.ModelConfig(mixed_precision=config.mixed_precision))
+    result = train_loop.train(
+        keras_model, train_dataset, eval_dataset, signature, config, fn_args.model_run_dir, strategy
+    )
     with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, TRAINING_SUMMARY_FILE), "w") as handle:
         json.dump({"config": dataclasses.asdict(config), **dataclasses.asdict(result)}, handle, indent=2)
     logging.info(
-        "trained %d epochs, %d steps: eval AUC %.4f, %.0f examples/s, traces %s",
-        result.epochs_run, result.steps, result.eval_auc, result.examples_per_second, result.trace_counts,
+        "trained %d epochs, %d steps on %d replica(s): eval AUC %.4f, %.0f examples/s, traces %s",
+        result.epochs_run, result.steps, strategy.num_replicas_in_sync, result.eval_auc,
+        result.examples_per_second, result.trace_counts,
     )
-    export.export_serving_model(keras_model, tf_transform_output, fn_args.serving_model_dir)
+    export.export_serving_model(keras_model, transform_graph, fn_args.serving_model_dir)
+    export.write_warmup_requests(
+        fn_args.serving_model_dir,
+        _serialized_examples(fn_args.eval_files),
+        export_config.model_name,
+        export_config.warmup_requests,
+    )

@@ -22,8 +22,11 @@ import tensorflow as tf
 from absl import logging as absl_logging
 
 from components import features
+from components.trainer import model as model_lib
 
 Batch = Tuple[Dict[str, tf.Tensor], tf.Tensor]
+# Raw examples per call of the Transform graph while building the dataset.
+_TRANSFORM_BATCH = 1024
 
 
 class TrainingDivergedError(RuntimeError):
@@ -41,16 +44,26 @@ class TrainConfig:
     log_every_steps: int = 100
     run_eagerly: bool = False
     shuffle_seed: int = 42
+    # float16 compute with dynamic loss scaling (pays off on GPUs; runs on CPU).
+    mixed_precision: bool = False
+    # Compile each replica's step with XLA. In-graph progress lines are off then:
+    # XLA cannot compile a print.
+    jit_compile: bool = False
 
     @classmethod
     def from_custom_config(cls, custom_config: Optional[Mapping[str, object]]) -> "TrainConfig":
         """The Trainer's `custom_config['train']` as a TrainConfig; unknown keys are an error."""
-        values = dict((custom_config or {}).get("train", {}))
-        known = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown training settings {unknown}; known: {sorted(known)}")
-        return cls(**values)
+        return settings_from_custom_config(cls, custom_config, "train")
+
+
+def settings_from_custom_config(cls: type, custom_config: Optional[Mapping[str, object]], section: str):
+    """Builds dataclass `cls` from `custom_config[section]`, rejecting unknown keys."""
+    values = dict((custom_config or {}).get(section, {}))
+    known = {field.name for field in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"unknown {section} settings {unknown}; known: {sorted(known)}")
+    return cls(**values)
 
 
 @dataclasses.dataclass
@@ -79,25 +92,43 @@ def input_signature(transformed_feature_spec: Mapping[str, tf.io.FixedLenFeature
 
 def make_dataset(
     file_patterns: Sequence[str],
-    transformed_feature_spec: Mapping[str, tf.io.FixedLenFeature],
+    transform: Callable[[Dict[str, object]], Dict[str, tf.Tensor]],
     batch_size: int,
     shuffle_seed: Optional[int] = None,
 ) -> tf.data.Dataset:
-    """Batches of `(features, label)` from Transform's GZIP TFRecords, cached in memory."""
+    """Batches of `(features, label)` from raw GZIP TFRecords of `tf.Example`.
+
+    Raw examples are parsed by the feature spec, passed through the Transform graph
+    once, and the transformed rows cached in memory for the following epochs.
+    """
     files = sorted(path for pattern in file_patterns for path in tf.io.gfile.glob(pattern))
     if not files:
-        raise FileNotFoundError(f"no transformed examples match {list(file_patterns)}")
+        raise FileNotFoundError(f"no examples match {list(file_patterns)}")
+    raw_spec = features.raw_feature_spec(include_label=True)
     label_key = features.transformed_label_key()
 
-    def parse(serialized: tf.Tensor) -> Batch:
-        parsed = tf.io.parse_example(serialized, dict(transformed_feature_spec))
-        label = parsed.pop(label_key)
-        return {k: tf.reshape(v, [-1]) for k, v in parsed.items()}, tf.reshape(label, [-1])
+    def parse_and_transform(serialized: tf.Tensor) -> Batch:
+        transformed = transform(tf.io.parse_example(serialized, raw_spec))
+        return model_lib.model_inputs(transformed), tf.reshape(transformed[label_key], [-1])
 
-    dataset = tf.data.TFRecordDataset(files, compression_type="GZIP").cache()
+    dataset = (
+        tf.data.TFRecordDataset(files, compression_type="GZIP")
+        .batch(_TRANSFORM_BATCH)
+        .map(parse_and_transform, num_parallel_calls=tf.data.AUTOTUNE)
+        .unbatch()
+        .cache()
+    )
     if shuffle_seed is not None:
         dataset = dataset.shuffle(10_000, seed=shuffle_seed, reshuffle_each_iteration=True)
-    return dataset.batch(batch_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+
+def choose_strategy() -> tf.distribute.Strategy:
+    """`MirroredStrategy` over the GPUs when there are several, else the default strategy."""
+    gpus = tf.config.list_logical_devices("GPU")
+    if len(gpus) > 1:
+        return tf.distribute.MirroredStrategy([gpu.name for gpu in gpus])
+    return tf.distribute.get_strategy()
 
 
 @dataclasses.dataclass
@@ -127,13 +158,25 @@ def make_steps(
     optimizer: tf.keras.optimizers.Optimizer,
     signature: Tuple,
     log_every_steps: int = 0,
+    strategy: Optional[tf.distribute.Strategy] = None,
+    jit_compile: bool = False,
 ) -> Steps:
-    """Builds the train and eval `tf.function`s over `model` with a fixed signature."""
-    loss_fn = tf.keras.losses.BinaryCrossentropy(from_logits=True, reduction=tf.keras.losses.Reduction.NONE)
-    step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-    train_loss = tf.keras.metrics.Mean(name="train_loss")
-    eval_loss = tf.keras.metrics.Mean(name="eval_loss")
-    eval_auc = tf.keras.metrics.AUC(name="eval_auc")
+    """Builds the train and eval `tf.function`s over `model` with a fixed signature.
+
+    Each step runs once per replica under `strategy`; a replica's loss is its share of
+    the global batch (`tf.nn.compute_average_loss`), and the shares are summed. With a
+    `LossScaleOptimizer` (mixed precision) the loss is scaled before the gradients.
+    Model, optimizer and metrics must have been created under `strategy.scope()`.
+    """
+    strategy = strategy or tf.distribute.get_strategy()
+    with strategy.scope():
+        loss_fn = tf.keras.losses.BinaryCrossentropy(from_logits=True, reduction=tf.keras.losses.Reduction.NONE)
+        step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        train_loss = tf.keras.metrics.Mean(name="train_loss")
+        eval_loss = tf.keras.metrics.Mean(name="eval_loss")
+        eval_auc = tf.keras.metrics.AUC(name="eval_auc")
+    scales_loss = isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
+    log_every_steps = 0 if jit_compile else log_every_steps
 
     def log_progress() -> None:
         if log_every_steps > 0:  # decided once, while tracing; no branch in the graph otherwise
@@ -144,32 +187,60 @@ def make_steps(
             )
 
     def batch_loss(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
-        per_example = loss_fn(tf.expand_dims(tf.cast(labels, tf.float32), -1), tf.expand_dims(logits, -1))
+        per_example = loss_fn(
+            tf.expand_dims(tf.cast(labels, tf.float32), -1), tf.expand_dims(tf.cast(logits, tf.float32), -1)
+        )
         return tf.nn.compute_average_loss(per_example)
 
     # AutoGraph is off: the steps have no data-dependent Python control flow, and
     # converting the Keras call stack costs ~10 s on the first trace.
-    @tf.function(input_signature=signature, autograph=False)
-    def train_step(batch_features: Dict[str, tf.Tensor], labels: tf.Tensor) -> tf.Tensor:
+    @tf.function(autograph=False, jit_compile=jit_compile)
+    def replica_train_step(batch_features: Dict[str, tf.Tensor], labels: tf.Tensor) -> tf.Tensor:
         with tf.GradientTape() as tape:
             logits = model(batch_features, training=True)
             loss = tf.debugging.check_numerics(batch_loss(labels, logits), "training loss")
-        gradients = tape.gradient(loss, model.trainable_variables)
+            scaled_loss = optimizer.get_scaled_loss(loss) if scales_loss else loss
+        gradients = tape.gradient(scaled_loss, model.trainable_variables)
+        if scales_loss:
+            gradients = optimizer.get_unscaled_gradients(gradients)
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        step_counter.assign_add(1)
         train_loss.update_state(loss)
-        log_progress()
         return loss
 
-    @tf.function(input_signature=signature, autograph=False)
-    def eval_step(batch_features: Dict[str, tf.Tensor], labels: tf.Tensor) -> tf.Tensor:
+    @tf.function(autograph=False, jit_compile=jit_compile)
+    def replica_eval_step(batch_features: Dict[str, tf.Tensor], labels: tf.Tensor) -> tf.Tensor:
         logits = model(batch_features, training=False)
         loss = batch_loss(labels, logits)
         eval_loss.update_state(loss)
-        eval_auc.update_state(labels, tf.sigmoid(logits))
+        eval_auc.update_state(labels, tf.sigmoid(tf.cast(logits, tf.float32)))
         return loss
 
+    @tf.function(input_signature=signature, autograph=False)
+    def train_step(batch_features: Dict[str, tf.Tensor], labels: tf.Tensor) -> tf.Tensor:
+        per_replica = strategy.run(replica_train_step, args=(batch_features, labels))
+        step_counter.assign_add(1)
+        log_progress()
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    @tf.function(input_signature=signature, autograph=False)
+    def eval_step(batch_features: Dict[str, tf.Tensor], labels: tf.Tensor) -> tf.Tensor:
+        per_replica = strategy.run(replica_eval_step, args=(batch_features, labels))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
     return Steps(train_step, eval_step, step_counter, train_loss, eval_loss, eval_auc)
+
+
+def make_optimizer(model: tf.keras.Model, config: TrainConfig) -> tf.keras.optimizers.Optimizer:
+    """Adam, loss-scaled under mixed precision, with its slot variables already built.
+
+    Slots are created now, not on the first step: a `tf.function` that creates
+    variables while tracing is traced a second time.
+    """
+    optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate, jit_compile=False)
+    if config.mixed_precision:
+        optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
+    optimizer.build(model.trainable_variables)
+    return optimizer
 
 
 def train(
@@ -179,17 +250,24 @@ def train(
     signature: Tuple,
     config: TrainConfig,
     model_run_dir: str,
+    strategy: Optional[tf.distribute.Strategy] = None,
 ) -> TrainResult:
     """Runs the epoch loop with checkpoints, early stopping and TensorBoard scalars.
 
-    Restarting with the same `model_run_dir` resumes from the last epoch checkpoint.
+    `model` must have been built under `strategy.scope()` (default: the default
+    strategy). Restarting with the same `model_run_dir` resumes from the last epoch
+    checkpoint.
     """
+    strategy = strategy or tf.distribute.get_strategy()
     tf.config.run_functions_eagerly(config.run_eagerly)
-    optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate, jit_compile=False)
-    # Slot variables are created now, not on the first step: a tf.function that creates
-    # variables while tracing is traced a second time.
-    optimizer.build(model.trainable_variables)
-    steps = make_steps(model, optimizer, signature, config.log_every_steps)
+    with strategy.scope():
+        optimizer = make_optimizer(model, config)
+    if strategy.num_replicas_in_sync > 1:
+        train_dataset = strategy.experimental_distribute_dataset(train_dataset)
+        eval_dataset = strategy.experimental_distribute_dataset(eval_dataset)
+        # Per-replica specs; the batch dimension stays None.
+        signature = train_dataset.element_spec
+    steps = make_steps(model, optimizer, signature, config.log_every_steps, strategy, config.jit_compile)
     epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=steps.step_counter, epoch=epoch)
     manager = tf.train.CheckpointManager(checkpoint, os.path.join(model_run_dir, "checkpoints"), max_to_keep=2)
@@ -207,7 +285,7 @@ def train(
         try:
             for batch_features, labels in train_dataset:
                 steps.train_step(batch_features, labels)
-                examples += int(labels.shape[0])
+                examples += sum(int(t.shape[0]) for t in strategy.experimental_local_results(labels))
         except tf.errors.InvalidArgumentError as err:
             if "training loss" in str(err):
                 raise TrainingDivergedError(

@@ -45,3 +45,12 @@ def test_cardinality_counts_oov_and_missing_ids():
     assert features.FEATURES_BY_NAME["payment_type"].cardinality == 12
     assert features.FEATURES_BY_NAME["pickup_latitude"].cardinality == 11
     assert features.FEATURES_BY_NAME["fare"].cardinality == 0
+
+
+def test_integer_range_features_match_the_schema_int_domain():
+    by_name = {f.name: f for f in _schema().feature}
+    ranged = [f for f in features.FEATURES if f.kind is features.Kind.INTEGER_RANGE]
+    assert ranged
+    for feature in ranged:
+        domain = by_name[feature.name].int_domain
+        assert (domain.min, domain.max) == (feature.low, feature.low + feature.size - 1), feature.name

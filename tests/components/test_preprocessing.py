@@ -8,10 +8,10 @@ from tensorflow_transform.tf_metadata import dataset_metadata, schema_utils
 from components import features, preprocessing
 
 
-def _row(fare, company=None, latitude=None, trip_seconds=None, label=0):
+def _row(fare, company=None, latitude=None, trip_seconds=None, label=0, hour=10, community_area=None):
     row = {f.name: [] for f in features.FEATURES}
     row.update({
-        "fare": [fare], "trip_miles": [1.0], "trip_start_hour": [10], "trip_start_day": [3],
+        "fare": [fare], "trip_miles": [1.0], "trip_start_hour": [hour], "trip_start_day": [3],
         "trip_start_month": [4], "payment_type": [b"Cash"], features.LABEL_KEY: [label],
     })
     if company is not None:
@@ -20,15 +20,17 @@ def _row(fare, company=None, latitude=None, trip_seconds=None, label=0):
         row["pickup_latitude"] = [latitude]
     if trip_seconds is not None:
         row["trip_seconds"] = [trip_seconds]
+    if community_area is not None:
+        row["pickup_community_area"] = [community_area]
     return row
 
 
 @pytest.fixture(scope="module")
 def transformed(tmp_path_factory):
     rows = [
-        _row(1.0, company=b"A", latitude=41.8, trip_seconds=100.0, label=1),
-        _row(2.0, company=b"A", latitude=41.9, trip_seconds=300.0),
-        _row(3.0, company=b"B", latitude=42.0),
+        _row(1.0, company=b"A", latitude=41.8, trip_seconds=100.0, label=1, hour=0, community_area=1),
+        _row(2.0, company=b"A", latitude=41.9, trip_seconds=300.0, hour=23, community_area=99),
+        _row(3.0, company=b"B", latitude=42.0, hour=7),
     ]
     metadata = dataset_metadata.DatasetMetadata(schema_utils.schema_from_feature_spec(features.raw_feature_spec()))
     with tft_beam.Context(temp_dir=str(tmp_path_factory.mktemp("tft")), force_tf_compat_v1=True):
@@ -54,6 +56,15 @@ def test_categorical_gets_vocabulary_ids_and_missing_gets_its_own_id(transformed
     assert ids[0] == ids[1] == 0  # the most frequent value
     assert ids[2] == 1
     assert all(0 <= i < company.cardinality for i in ids)
+
+
+def test_integer_range_is_offset_out_of_range_is_oov_and_missing_has_its_own_id(transformed):
+    hour = features.FEATURES_BY_NAME["trip_start_hour"]
+    assert [row["trip_start_hour_xf"] for row in transformed] == [0, 23, 7]
+    area = features.FEATURES_BY_NAME["pickup_community_area"]
+    assert area.low == 1
+    assert [row["pickup_community_area_xf"] for row in transformed] == [0, area.size, area.size + 1]
+    assert hour.cardinality == hour.size + 2
 
 
 def test_label_passes_through(transformed):
