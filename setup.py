@@ -11,5 +11,5 @@ setuptools.setup(
     package_data={"components": ["schema/*.pbtxt"]},
     install_requires=["tfx[kfp]==1.16.0"],
     extras_require={"test": ["pytest"]},
-    entry_points={"console_scripts": ["taxi-pipeline=pipeline.cli:main"]},
+    entry_points={"console_scripts": ["taxi-pipeline=pipeline.cli:console_main"]},
 )

@@ -99,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _print_report(report, log_path: str) -> None:
-    from pipeline.local_runner import Outcome
+    from pipeline.run_record import Outcome
 
     lines = []
     if report.reused_previous_run:
@@ -126,9 +126,9 @@ def _run(args: argparse.Namespace) -> int:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     # Logging first: importing TensorFlow, TFX and their dependencies already logs and warns.
     log_path = _configure_logging(os.path.join(args.output_root, "logs"), args.verbose)
-    from components.trainer.train_loop import TrainConfig
+    from components.trainer.settings import TrainConfig
     from pipeline import config as config_lib
-    from pipeline import local_runner
+    from pipeline import run_record
 
     run_config = config_lib.RunConfig(
         data_root=args.data_root,
@@ -139,10 +139,16 @@ def _run(args: argparse.Namespace) -> int:
     ).resolved()
 
     try:
-        report = local_runner.run(run_config, force=args.force)
-    except local_runner.DataRootError as err:
+        plan = run_record.plan(run_config)
+    except run_record.DataRootError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
+    if plan.previous is not None and not args.force:
+        report = plan.previous  # decided without importing TensorFlow or TFX
+    else:
+        from pipeline import local_runner
+
+        report = local_runner.run(run_config, force=args.force, plan=plan)
     _print_report(report, log_path)
     return report.outcome.exit_code
 
@@ -167,5 +173,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_ERROR
 
 
+def console_main() -> None:
+    """The `taxi-pipeline` command: `main`, then an immediate exit.
+
+    By the time `main` returns, every output is written and closed (MLMD, the pushed
+    model, last_run.json, the log). Tearing down the interpreter with TensorFlow and
+    Beam loaded takes ~3 s and does nothing useful, so the process ends at once.
+    """
+    code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

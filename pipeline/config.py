@@ -8,9 +8,26 @@ import os
 from typing import Tuple
 
 import components
-from components.trainer.train_loop import TrainConfig
+from components.trainer.settings import TrainConfig
 from pipeline import defaults
-from pipeline.pipeline import EvaluationConfig
+
+# Every span folder's TFRecord files. ImportExampleGen fingerprints them, so a new or
+# changed span is ingested again and an unchanged data root is served from cache.
+ALL_SPANS_PATTERN = "span-*/*"
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationConfig:
+    """When a candidate model is blessed."""
+
+    # The candidate's eval AUC must reach this, whatever the baseline.
+    min_auc: float = 0.80
+    # And may be at most this much below the latest blessed model's AUC.
+    max_auc_drop: float = 0.005
+    # Train:eval hash buckets of ExampleGen's deterministic split.
+    train_buckets: int = 4
+    eval_buckets: int = 1
+
 
 PIPELINE_NAME = "taxi_big_tip"
 MODEL_NAME = "big_tip"
@@ -42,10 +59,9 @@ def schema_dir() -> str:
     return os.path.join(os.path.dirname(components.__file__), "schema")
 
 
-def code_version() -> str:
-    """Fingerprint of the `components` package's source and schema files."""
+def source_digest(root: str) -> str:
+    """Hash of the source (.py) and schema (.pbtxt) files under `root`."""
     digest = hashlib.sha256()
-    root = os.path.dirname(components.__file__)
     for folder, subfolders, files in os.walk(root):
         subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
         for name in sorted(files):
@@ -54,7 +70,12 @@ def code_version() -> str:
                 digest.update(os.path.relpath(path, root).encode())
                 with open(path, "rb") as handle:
                     digest.update(handle.read())
-    return digest.hexdigest()[:16]
+    return digest.hexdigest()
+
+
+def code_version() -> str:
+    """Fingerprint of the `components` package (the user code Transform and Trainer run)."""
+    return source_digest(os.path.dirname(components.__file__))[:16]
 
 
 @dataclasses.dataclass(frozen=True)

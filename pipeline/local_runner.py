@@ -1,18 +1,12 @@
 """Runs the pipeline with LocalDagRunner and reports what happened, read from MLMD.
 
-An unchanged re-run does nothing: the compiled pipeline and the data files are
-fingerprinted, and when both match the last finished run (and its pushed version is
-still in place) the runner reports that run instead of starting another. Without this,
-the latest-blessed baseline would change under an unchanged candidate on every re-run
-and the Evaluator and Pusher would run again and push a duplicate version.
+Whether a run is needed at all is decided first, without TensorFlow, by
+`pipeline.run_record` (see there).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
-import hashlib
-import json
 import os
 import time
 from typing import Dict, List, Optional
@@ -21,77 +15,14 @@ import tensorflow as tf
 from ml_metadata.proto import metadata_store_pb2
 from tensorflow_metadata.proto.v0 import anomalies_pb2
 from tfx import v1 as tfx
-from tfx.dsl.compiler import compiler
 from tfx.orchestration import metadata
-from tfx.proto.orchestration import local_deployment_config_pb2
 from tfx.types import artifact_utils
 
-from components.trainer import export
+from components.trainer.settings import ExportConfig
 from pipeline import config as config_lib
 from pipeline import pipeline as pipeline_lib
-
-LAST_RUN_FILE = "last_run.json"
-
-
-class DataRootError(ValueError):
-    """The data root is missing or holds no span files."""
-
-
-class Outcome(enum.Enum):
-    PUSHED = "pushed"
-    UP_TO_DATE = "up to date"
-    NOT_BLESSED = "not blessed"
-    DATA_REJECTED = "data rejected"
-
-    @property
-    def exit_code(self) -> int:
-        return {Outcome.PUSHED: 0, Outcome.UP_TO_DATE: 0, Outcome.NOT_BLESSED: 3, Outcome.DATA_REJECTED: 4}[self]
-
-
-@dataclasses.dataclass
-class NodeRun:
-    node_id: str
-    state: str  # "ran", "cached" or "failed"
-    seconds: float
-
-
-@dataclasses.dataclass
-class RunReport:
-    outcome: Outcome
-    pushed_version_dir: Optional[str] = None
-    anomalies: List[str] = dataclasses.field(default_factory=list)
-    eval_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
-    nodes: List[NodeRun] = dataclasses.field(default_factory=list)
-    seconds: float = 0.0
-    reused_previous_run: bool = False
-
-    def to_json(self) -> Dict[str, object]:
-        record = dataclasses.asdict(self)
-        record["outcome"] = self.outcome.value
-        return record
-
-    @classmethod
-    def from_json(cls, record: Dict[str, object]) -> "RunReport":
-        record = dict(record)
-        record["outcome"] = Outcome(record["outcome"])
-        record["nodes"] = [NodeRun(**node) for node in record.get("nodes", [])]
-        return cls(**record)
-
-
-def span_files(data_root: str) -> List[str]:
-    """Every file the pipeline would ingest, or DataRootError naming the problem."""
-    if not tf.io.gfile.isdir(data_root):
-        raise DataRootError(f"data root {data_root} does not exist or is not a folder")
-    files = sorted(tf.io.gfile.glob(os.path.join(data_root, pipeline_lib.ALL_SPANS_PATTERN)))
-    if not files:
-        raise DataRootError(
-            f"data root {data_root} holds no span files (expected {pipeline_lib.ALL_SPANS_PATTERN}); "
-            "build them with `taxi-pipeline make-data`"
-        )
-    empty = [path for path in files if tf.io.gfile.stat(path).length == 0]
-    if empty:
-        raise DataRootError(f"empty data files: {', '.join(empty)}")
-    return files
+from pipeline import run_record
+from pipeline.run_record import NodeRun, Outcome, RunReport
 
 
 def build_pipeline(run_config: config_lib.RunConfig) -> tfx.dsl.Pipeline:
@@ -102,7 +33,7 @@ def build_pipeline(run_config: config_lib.RunConfig) -> tfx.dsl.Pipeline:
         schema_path=config_lib.schema_dir(),
         serving_model_dir=run_config.model_serving_dir,
         train_config=dataclasses.asdict(run_config.train),
-        export_config=dataclasses.asdict(export.ExportConfig(model_name=run_config.model_name)),
+        export_config=dataclasses.asdict(ExportConfig(model_name=run_config.model_name)),
         evaluation=run_config.evaluation,
         code_version=config_lib.code_version(),
         beam_pipeline_args=run_config.beam_args,
@@ -110,39 +41,6 @@ def build_pipeline(run_config: config_lib.RunConfig) -> tfx.dsl.Pipeline:
             run_config.metadata_path
         ),
     )
-
-
-def run_fingerprint(pipeline: tfx.dsl.Pipeline, files: List[str]) -> str:
-    """Changes whenever the compiled DAG, its settings or any input file changes."""
-    digest = hashlib.sha256()
-    ir = compiler.Compiler().compile(pipeline)
-    # The deployment config is packed in an Any whose bytes hold a map serialized in
-    # arbitrary order: hash its unpacked, deterministic form instead.
-    deployment = local_deployment_config_pb2.LocalDeploymentConfig()
-    ir.deployment_config.Unpack(deployment)
-    ir.ClearField("deployment_config")
-    digest.update(ir.SerializeToString(deterministic=True))
-    digest.update(deployment.SerializeToString(deterministic=True))
-    for path in files:
-        stat = tf.io.gfile.stat(path)
-        digest.update(f"{path}\0{stat.length}\0{stat.mtime_nsec}\n".encode())
-    return digest.hexdigest()
-
-
-def _load_last_run(output_root: str) -> Optional[Dict[str, object]]:
-    path = os.path.join(output_root, LAST_RUN_FILE)
-    if not tf.io.gfile.exists(path):
-        return None
-    with tf.io.gfile.GFile(path) as handle:
-        return json.load(handle)
-
-
-def _save_last_run(output_root: str, fingerprint: str, report: RunReport) -> None:
-    path = os.path.join(output_root, LAST_RUN_FILE)
-    staged = path + ".tmp"
-    with tf.io.gfile.GFile(staged, "w") as handle:
-        json.dump({"fingerprint": fingerprint, "report": report.to_json()}, handle, indent=2)
-    tf.io.gfile.rename(staged, path, overwrite=True)
 
 
 def _disable_in_memory_state_cache() -> None:
@@ -157,27 +55,15 @@ def _disable_in_memory_state_cache() -> None:
     worker_handlers.STATE_CACHE_SIZE_MB = 0
 
 
-def run(run_config: config_lib.RunConfig, force: bool = False) -> RunReport:
+def run(
+    run_config: config_lib.RunConfig, force: bool = False, plan: Optional[run_record.RunPlan] = None
+) -> RunReport:
     """Runs the pipeline once (unless nothing changed) and reports the outcome."""
     started = time.perf_counter()
-    files = span_files(run_config.data_root)
+    plan = plan or run_record.plan(run_config)
+    if plan.previous is not None and not force:
+        return plan.previous
     pipeline = build_pipeline(run_config)
-    fingerprint = run_fingerprint(pipeline, files)
-
-    last = _load_last_run(run_config.output_root)
-    if not force and last and last["fingerprint"] == fingerprint:
-        previous = RunReport.from_json(last["report"])
-        still_serving = previous.outcome is not Outcome.PUSHED or (
-            previous.pushed_version_dir and tf.io.gfile.isdir(previous.pushed_version_dir)
-        )
-        if still_serving:
-            previous.reused_previous_run = True
-            previous.seconds = time.perf_counter() - started
-            if previous.outcome is Outcome.PUSHED:
-                previous.outcome = Outcome.UP_TO_DATE
-            previous.nodes = []
-            return previous
-
     tf.io.gfile.makedirs(run_config.output_root)
     connection = tfx.orchestration.metadata.sqlite_metadata_connection_config(run_config.metadata_path)
     with metadata.Metadata(connection) as store:
@@ -187,7 +73,7 @@ def run(run_config: config_lib.RunConfig, force: bool = False) -> RunReport:
     with metadata.Metadata(connection) as store:
         report = _report_from_mlmd(store.store, run_config.pipeline_name, watermark)
     report.seconds = time.perf_counter() - started
-    _save_last_run(run_config.output_root, fingerprint, report)
+    run_record.save_last_run(run_config.output_root, plan.fingerprint, report)
     return report
 
 

@@ -16,7 +16,6 @@ write and to load, and nothing in serving reads it.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Dict, Iterable, Mapping
 
@@ -26,6 +25,7 @@ from tensorflow_transform.saved import saved_transform_io_v2
 
 from components import features
 from components.trainer import model as model_lib
+from components.trainer.settings import MAX_WARMUP_RECORDS
 
 SERVING_SIGNATURE = "serving_default"
 RAW_SIGNATURE = "serving_raw"
@@ -39,22 +39,6 @@ DECISION_THRESHOLD = 0.5
 MISSING_VALUES: Dict[tf.dtypes.DType, object] = {tf.float32: float("nan"), tf.int64: -1, tf.string: ""}
 
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
-# TF Serving reads at most this many warmup records.
-MAX_WARMUP_RECORDS = 1000
-
-
-@dataclasses.dataclass(frozen=True)
-class ExportConfig:
-    """The Trainer's `custom_config['export']`."""
-
-    # The name TF Serving serves the model under (the Pusher's folder name).
-    model_name: str = "big_tip"
-    # Warmup requests written from real eval examples (0 writes no warmup file).
-    warmup_requests: int = 100
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.warmup_requests <= MAX_WARMUP_RECORDS:
-            raise ValueError(f"warmup_requests must be in [0, {MAX_WARMUP_RECORDS}], got {self.warmup_requests}")
 
 
 class TransformGraph(tf.Module):
@@ -90,52 +74,55 @@ def _as_transform_input(feature: features.Feature, values: tf.Tensor) -> object:
 
 
 class ServingModule(tf.Module):
-    """Holds what the exported signatures need: the model's variables and the Transform graph."""
+    """What the SavedModel tracks: the model's variables and the Transform graph.
+
+    Only these. The Keras model would pull in Keras' serialization, and a tracked
+    `tf.function` would be saved again beside its signature and cost every load.
+    """
 
     def __init__(self, model: tf.keras.Model, transform_graph: TransformGraph):
         super().__init__(name="big_tip_serving")
-        # Variables only: tracking the Keras model would pull in Keras' serialization.
         self.model_variables = list(model.variables)
         self.transform_graph = transform_graph
-        serving_spec = features.raw_feature_spec(include_label=False)
-        full_spec = features.raw_feature_spec(include_label=True)
 
-        def predict(raw: Mapping[str, object]) -> Dict[str, tf.Tensor]:
-            logits = model(model_lib.model_inputs(transform_graph(raw)), training=False)
-            probability = tf.sigmoid(tf.cast(logits, tf.float32))
-            return {
-                PROBABILITY_KEY: probability,
-                CLASS_KEY: tf.cast(probability > DECISION_THRESHOLD, tf.int64),
-            }
 
-        examples_spec = tf.TensorSpec([None], tf.string, name=EXAMPLES_INPUT)
+def make_signatures(
+    model: tf.keras.Model, transform_graph: TransformGraph
+) -> Dict[str, tf.types.experimental.ConcreteFunction]:
+    """`serving_default`, `serving_raw` and `transform_features` (see the module doc)."""
+    serving_spec = features.raw_feature_spec(include_label=False)
+    full_spec = features.raw_feature_spec(include_label=True)
 
-        @tf.function(input_signature=[examples_spec], autograph=False)
-        def serve_examples(examples: tf.Tensor) -> Dict[str, tf.Tensor]:
-            return predict(tf.io.parse_example(examples, serving_spec))
-
-        raw_specs = {f.name: tf.TensorSpec([None], f.dtype, name=f.name) for f in features.FEATURES}
-
-        @tf.function(input_signature=[raw_specs], autograph=False)
-        def serve_raw(inputs: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
-            return predict({f.name: _as_transform_input(f, inputs[f.name]) for f in features.FEATURES})
-
-        @tf.function(input_signature=[examples_spec], autograph=False)
-        def transform_features(examples: tf.Tensor) -> Dict[str, tf.Tensor]:
-            return transform_graph(tf.io.parse_example(examples, full_spec))
-
-        self.serve_examples = serve_examples
-        self.serve_raw = serve_raw
-        self.transform_features = transform_features
-
-    def signatures(self) -> Dict[str, tf.types.experimental.ConcreteFunction]:
-        raw_function = self.serve_raw.get_concrete_function()
+    def predict(raw: Mapping[str, object]) -> Dict[str, tf.Tensor]:
+        logits = model(model_lib.model_inputs(transform_graph(raw)), training=False)
+        probability = tf.sigmoid(tf.cast(logits, tf.float32))
         return {
-            SERVING_SIGNATURE: self.serve_examples.get_concrete_function(),
-            # Keyword inputs named after the raw features, not one dict argument.
-            RAW_SIGNATURE: _with_keyword_inputs(raw_function),
-            TRANSFORM_SIGNATURE: self.transform_features.get_concrete_function(),
+            PROBABILITY_KEY: probability,
+            CLASS_KEY: tf.cast(probability > DECISION_THRESHOLD, tf.int64),
         }
+
+    examples_spec = tf.TensorSpec([None], tf.string, name=EXAMPLES_INPUT)
+
+    @tf.function(input_signature=[examples_spec], autograph=False)
+    def serve_examples(examples: tf.Tensor) -> Dict[str, tf.Tensor]:
+        return predict(tf.io.parse_example(examples, serving_spec))
+
+    raw_specs = {f.name: tf.TensorSpec([None], f.dtype, name=f.name) for f in features.FEATURES}
+
+    @tf.function(input_signature=[raw_specs], autograph=False)
+    def serve_raw(inputs: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+        return predict({f.name: _as_transform_input(f, inputs[f.name]) for f in features.FEATURES})
+
+    @tf.function(input_signature=[examples_spec], autograph=False)
+    def transform_features(examples: tf.Tensor) -> Dict[str, tf.Tensor]:
+        return transform_graph(tf.io.parse_example(examples, full_spec))
+
+    return {
+        SERVING_SIGNATURE: serve_examples.get_concrete_function(),
+        # Keyword inputs named after the raw features, not one dict argument.
+        RAW_SIGNATURE: _with_keyword_inputs(serve_raw.get_concrete_function()),
+        TRANSFORM_SIGNATURE: transform_features.get_concrete_function(),
+    }
 
 
 def _with_keyword_inputs(raw_function: tf.types.experimental.ConcreteFunction):
@@ -184,4 +171,4 @@ def write_warmup_requests(
 
 def export_serving_model(model: tf.keras.Model, transform_graph: TransformGraph, export_dir: str) -> None:
     module = ServingModule(model, transform_graph)
-    tf.saved_model.save(module, export_dir, signatures=module.signatures())
+    tf.saved_model.save(module, export_dir, signatures=make_signatures(model, transform_graph))

@@ -49,7 +49,9 @@ def build_model(config: ModelConfig = ModelConfig()) -> tf.keras.Model:
         deep.append(tf.keras.layers.Flatten(name=f"{feature.name}_flat", dtype=dtype)(embedded))
         wide.append(
             tf.keras.layers.CategoryEncoding(
-                num_tokens=feature.cardinality, output_mode="one_hot", name=f"{feature.name}_one_hot", dtype=dtype
+                num_tokens=feature.cardinality, output_mode="one_hot", name=f"{feature.name}_one_hot",
+                # No float16 kernel for its op; the mixed-precision Concatenate casts after.
+                dtype="float32",
             )(ids)
         )
 

@@ -12,7 +12,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 from tfx import v1 as tfx
 
-from components.trainer import export, model, train_loop
+from components.trainer import export, model, settings, train_loop
 
 TRAINING_SUMMARY_FILE = "training_summary.json"
 
@@ -29,8 +29,8 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
     `fn_args.train_files` / `eval_files` are raw examples; the Transform graph is
     applied while the datasets are built, and saved inside the exported model.
     """
-    config = train_loop.TrainConfig.from_custom_config(fn_args.custom_config)
-    export_config = train_loop.settings_from_custom_config(export.ExportConfig, fn_args.custom_config, "export")
+    config = settings.TrainConfig.from_custom_config(fn_args.custom_config)
+    export_config = settings.ExportConfig.from_custom_config(fn_args.custom_config)
     tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
     transform_graph = export.TransformGraph(tf_transform_output)
     signature = train_loop.input_signature(tf_transform_output.transformed_feature_spec())

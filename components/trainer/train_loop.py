@@ -23,6 +23,7 @@ from absl import logging as absl_logging
 
 from components import features
 from components.trainer import model as model_lib
+from components.trainer.settings import TrainConfig
 
 Batch = Tuple[Dict[str, tf.Tensor], tf.Tensor]
 # Raw examples per call of the Transform graph while building the dataset.
@@ -31,39 +32,6 @@ _TRANSFORM_BATCH = 1024
 
 class TrainingDivergedError(RuntimeError):
     """The loss became NaN or Inf; nothing is exported."""
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainConfig:
-    epochs: int = 8
-    batch_size: int = 256
-    learning_rate: float = 0.003
-    # Stop when eval loss has not improved for this many epochs (0 disables).
-    early_stopping_patience: int = 2
-    # In-graph progress line every this many steps (0 disables).
-    log_every_steps: int = 100
-    run_eagerly: bool = False
-    shuffle_seed: int = 42
-    # float16 compute with dynamic loss scaling (pays off on GPUs; runs on CPU).
-    mixed_precision: bool = False
-    # Compile each replica's step with XLA. In-graph progress lines are off then:
-    # XLA cannot compile a print.
-    jit_compile: bool = False
-
-    @classmethod
-    def from_custom_config(cls, custom_config: Optional[Mapping[str, object]]) -> "TrainConfig":
-        """The Trainer's `custom_config['train']` as a TrainConfig; unknown keys are an error."""
-        return settings_from_custom_config(cls, custom_config, "train")
-
-
-def settings_from_custom_config(cls: type, custom_config: Optional[Mapping[str, object]], section: str):
-    """Builds dataclass `cls` from `custom_config[section]`, rejecting unknown keys."""
-    values = dict((custom_config or {}).get(section, {}))
-    known = {field.name for field in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"unknown {section} settings {unknown}; known: {sorted(known)}")
-    return cls(**values)
 
 
 @dataclasses.dataclass
@@ -76,6 +44,8 @@ class TrainResult:
     examples_per_second: float
     trace_counts: Dict[str, int]
     history: List[Dict[str, float]]
+    # The epoch whose weights the model holds at the end (the best eval loss seen).
+    best_epoch: int = 0
 
 
 def input_signature(transformed_feature_spec: Mapping[str, tf.io.FixedLenFeature]) -> Tuple:
@@ -169,14 +139,14 @@ def make_steps(
     Model, optimizer and metrics must have been created under `strategy.scope()`.
     """
     strategy = strategy or tf.distribute.get_strategy()
+    # Updated once per global step with the summed replica losses: plain variables.
+    step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+    train_loss = tf.keras.metrics.Mean(name="train_loss")
+    eval_loss = tf.keras.metrics.Mean(name="eval_loss")
     with strategy.scope():
         loss_fn = tf.keras.losses.BinaryCrossentropy(from_logits=True, reduction=tf.keras.losses.Reduction.NONE)
-        step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        train_loss = tf.keras.metrics.Mean(name="train_loss")
-        eval_loss = tf.keras.metrics.Mean(name="eval_loss")
         eval_auc = tf.keras.metrics.AUC(name="eval_auc")
     scales_loss = isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
-    log_every_steps = 0 if jit_compile else log_every_steps
 
     def log_progress() -> None:
         if log_every_steps > 0:  # decided once, while tracing; no branch in the graph otherwise
@@ -204,28 +174,30 @@ def make_steps(
         if scales_loss:
             gradients = optimizer.get_unscaled_gradients(gradients)
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        train_loss.update_state(loss)
         return loss
 
     @tf.function(autograph=False, jit_compile=jit_compile)
     def replica_eval_step(batch_features: Dict[str, tf.Tensor], labels: tf.Tensor) -> tf.Tensor:
         logits = model(batch_features, training=False)
         loss = batch_loss(labels, logits)
-        eval_loss.update_state(loss)
         eval_auc.update_state(labels, tf.sigmoid(tf.cast(logits, tf.float32)))
         return loss
 
     @tf.function(input_signature=signature, autograph=False)
     def train_step(batch_features: Dict[str, tf.Tensor], labels: tf.Tensor) -> tf.Tensor:
         per_replica = strategy.run(replica_train_step, args=(batch_features, labels))
+        loss = strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
         step_counter.assign_add(1)
+        train_loss.update_state(loss)
         log_progress()
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+        return loss
 
     @tf.function(input_signature=signature, autograph=False)
     def eval_step(batch_features: Dict[str, tf.Tensor], labels: tf.Tensor) -> tf.Tensor:
         per_replica = strategy.run(replica_eval_step, args=(batch_features, labels))
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+        loss = strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+        eval_loss.update_state(loss)
+        return loss
 
     return Steps(train_step, eval_step, step_counter, train_loss, eval_loss, eval_auc)
 
@@ -254,7 +226,8 @@ def train(
 ) -> TrainResult:
     """Runs the epoch loop with checkpoints, early stopping and TensorBoard scalars.
 
-    `model` must have been built under `strategy.scope()` (default: the default
+    On return the model holds the weights of the epoch with the best eval loss seen in
+    this call. `model` must have been built under `strategy.scope()` (default: the default
     strategy). Restarting with the same `model_run_dir` resumes from the last epoch
     checkpoint.
     """
@@ -278,6 +251,8 @@ def train(
 
     history: List[Dict[str, float]] = []
     best_eval_loss, epochs_without_improvement = float("inf"), 0
+    best: Optional[Dict[str, float]] = None
+    best_weights: Optional[List] = None
     examples, train_seconds = 0, 0.0
     while int(epoch) < config.epochs:
         steps.reset_metrics()
@@ -307,26 +282,31 @@ def train(
             tf.summary.scalar("loss/train", record["train_loss"])
             tf.summary.scalar("loss/eval", record["eval_loss"])
             tf.summary.scalar("auc/eval", record["eval_auc"])
-            tf.summary.scalar("learning_rate", float(optimizer.learning_rate))
+            tf.summary.scalar("learning_rate", float(tf.convert_to_tensor(optimizer.learning_rate)))
             tf.summary.scalar("examples_per_second", examples / max(train_seconds, 1e-9))
         manager.save(checkpoint_number=int(epoch))
         logging.info("epoch %d: %s", int(epoch), record)
         if record["eval_loss"] < best_eval_loss:
             best_eval_loss, epochs_without_improvement = record["eval_loss"], 0
+            best, best_weights = record, model.get_weights()
         else:
             epochs_without_improvement += 1
             if config.early_stopping_patience and epochs_without_improvement >= config.early_stopping_patience:
                 logging.info("early stopping after epoch %d: eval loss did not improve", int(epoch))
                 break
     writer.flush()
-    last = history[-1] if history else {"train_loss": float("nan"), "eval_loss": float("nan"), "eval_auc": float("nan")}
+    if best is not None and best is not history[-1]:
+        model.set_weights(best_weights)
+        logging.info("restored the weights of epoch %d, the best eval loss (%.4f)", best["epoch"], best_eval_loss)
+    final = best or {"epoch": int(epoch), "train_loss": float("nan"), "eval_loss": float("nan"), "eval_auc": float("nan")}
     return TrainResult(
         epochs_run=len(history),
         steps=int(steps.step_counter),
-        train_loss=last["train_loss"],
-        eval_loss=last["eval_loss"],
-        eval_auc=last["eval_auc"],
+        train_loss=final["train_loss"],
+        eval_loss=final["eval_loss"],
+        eval_auc=final["eval_auc"],
         examples_per_second=examples / max(train_seconds, 1e-9),
         trace_counts=steps.trace_counts(),
+        best_epoch=int(final["epoch"]),
         history=history,
     )

@@ -1,12 +1,14 @@
 """The custom loop on small synthetic transformed data."""
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from components import features
 from components.trainer import model as model_lib
-from components.trainer import train_loop
+from components.trainer import settings, train_loop
 
 N_EXAMPLES, BATCH = 50, 16  # the last batch of each epoch holds 2 examples
 
@@ -66,7 +68,7 @@ def test_train_step_lowers_the_loss(signature):
 
 
 def test_one_trace_per_function_over_epochs_with_a_partial_last_batch(signature, tmp_path):
-    config = train_loop.TrainConfig(epochs=3, batch_size=BATCH, early_stopping_patience=0, log_every_steps=2)
+    config = settings.TrainConfig(epochs=3, batch_size=BATCH, early_stopping_patience=0, log_every_steps=2)
     result = train_loop.train(model_lib.build_model(), _dataset(), _dataset(1), signature, config, str(tmp_path))
     assert result.epochs_run == 3
     assert result.steps == 3 * 4
@@ -74,21 +76,110 @@ def test_one_trace_per_function_over_epochs_with_a_partial_last_batch(signature,
 
 
 def test_restart_resumes_from_the_last_epoch_checkpoint(signature, tmp_path):
-    first = train_loop.TrainConfig(epochs=2, batch_size=BATCH, early_stopping_patience=0)
+    first = settings.TrainConfig(epochs=2, batch_size=BATCH, early_stopping_patience=0)
     train_loop.train(model_lib.build_model(), _dataset(), _dataset(1), signature, first, str(tmp_path))
-    more = train_loop.TrainConfig(epochs=3, batch_size=BATCH, early_stopping_patience=0)
+    more = settings.TrainConfig(epochs=3, batch_size=BATCH, early_stopping_patience=0)
     result = train_loop.train(model_lib.build_model(), _dataset(), _dataset(1), signature, more, str(tmp_path))
     assert result.epochs_run == 1
     assert result.steps == 3 * 4
 
 
 def test_nan_loss_stops_training_with_a_clear_error(signature, tmp_path):
-    config = train_loop.TrainConfig(epochs=1, batch_size=BATCH)
+    config = settings.TrainConfig(epochs=1, batch_size=BATCH)
     with pytest.raises(train_loop.TrainingDivergedError, match="NaN or Inf"):
         train_loop.train(model_lib.build_model(), _dataset(poison=True), _dataset(1), signature, config, str(tmp_path))
 
 
 def test_unknown_training_setting_is_rejected():
     with pytest.raises(ValueError, match="epoch"):
-        train_loop.TrainConfig.from_custom_config({"train": {"epoch": 3}})
-    assert train_loop.TrainConfig.from_custom_config({"train": {"epochs": 3}}).epochs == 3
+        settings.TrainConfig.from_custom_config({"train": {"epoch": 3}})
+    assert settings.TrainConfig.from_custom_config({"train": {"epochs": 3}}).epochs == 3
+
+
+def test_early_stopping_keeps_the_weights_of_the_best_epoch(signature, tmp_path):
+    # A learning rate this high overshoots, so eval loss soon stops improving.
+    config = settings.TrainConfig(epochs=8, batch_size=BATCH, learning_rate=0.5, early_stopping_patience=2)
+    model = model_lib.build_model()
+    result = train_loop.train(model, _dataset(), _dataset(1), signature, config, str(tmp_path))
+    best = min(result.history, key=lambda record: record["eval_loss"])
+    assert result.best_epoch == best["epoch"] < result.epochs_run
+    assert result.eval_loss == best["eval_loss"]
+    steps = train_loop.make_steps(model, train_loop.make_optimizer(model, config), signature)
+    for batch, labels in _dataset(1):
+        steps.eval_step(batch, labels)
+    assert float(steps.eval_loss.result()) == pytest.approx(best["eval_loss"], rel=1e-4)
+
+
+def _first_losses(config, model_config=model_lib.ModelConfig(), strategy=None, tmp_path=None):
+    tf.keras.utils.set_random_seed(7)
+    strategy = strategy or tf.distribute.get_strategy()
+    with strategy.scope():
+        model = model_lib.build_model(model_config)
+    result = train_loop.train(model, _dataset(), _dataset(1), train_loop.input_signature(_feature_spec()),
+                              config, str(tmp_path), strategy)
+    return model, result
+
+
+def test_mixed_precision_switch_trains_in_float16_with_float32_logits(tmp_path):
+    config = settings.TrainConfig(epochs=4, batch_size=BATCH, learning_rate=0.01, early_stopping_patience=0,
+                                  mixed_precision=True)
+    model, result = _first_losses(config, model_lib.ModelConfig(mixed_precision=True), tmp_path=tmp_path)
+    assert model.get_layer("hidden_0").compute_dtype == "float16"
+    assert model.get_layer("hidden_0").kernel.dtype == tf.float32
+    assert model.output.dtype == tf.float32
+    losses = [record["train_loss"] for record in result.history]
+    assert all(np.isfinite(losses)) and losses[-1] < losses[0]
+    assert result.trace_counts == {"train_step": 1, "eval_step": 1}
+
+
+def test_xla_switch_compiles_the_steps_and_still_traces_once(tmp_path):
+    config = settings.TrainConfig(epochs=3, batch_size=BATCH, learning_rate=0.01, early_stopping_patience=0,
+                                  jit_compile=True, log_every_steps=1)
+    _, result = _first_losses(config, tmp_path=tmp_path)
+    losses = [record["train_loss"] for record in result.history]
+    assert losses[-1] < losses[0]
+    assert result.trace_counts == {"train_step": 1, "eval_step": 1}
+
+
+def test_default_strategy_on_cpu():
+    assert train_loop.choose_strategy().num_replicas_in_sync == 1
+
+
+MIRRORED_CHECK = """
+import json, sys
+import components
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from tests.components.trainer import test_train_loop as t
+from components.trainer import model as model_lib, settings, train_loop
+config = settings.TrainConfig(epochs=2, batch_size=t.BATCH, early_stopping_patience=0, log_every_steps=0)
+losses = {}
+for name, strategy in (("default", tf.distribute.get_strategy()),
+                       ("mirrored", tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))):
+    tf.keras.utils.set_random_seed(3)
+    with strategy.scope():
+        model = model_lib.build_model()
+    result = train_loop.train(model, t._dataset(), t._dataset(1), train_loop.input_signature(t._feature_spec()),
+                              config, sys.argv[1] + "/" + name, strategy)
+    losses[name] = [result.history, result.trace_counts, strategy.num_replicas_in_sync]
+print(json.dumps(losses))
+"""
+
+
+def test_mirrored_strategy_averages_the_loss_over_the_global_batch(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", MIRRORED_CHECK, str(tmp_path)], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
+    assert done.returncode == 0, done.stderr[-3000:]
+    losses = json.loads(done.stdout.strip().splitlines()[-1])
+    default_history, _, one = losses["default"]
+    mirrored_history, mirrored_traces, two = losses["mirrored"]
+    assert (one, two) == (1, 2)
+    assert mirrored_traces == {"train_step": 1, "eval_step": 1}
+    for single, mirrored in zip(default_history, mirrored_history):
+        assert mirrored["train_loss"] == pytest.approx(single["train_loss"], rel=1e-3)
+        assert mirrored["eval_loss"] == pytest.approx(single["eval_loss"], rel=1e-3)

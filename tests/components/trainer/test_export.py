@@ -1,0 +1,129 @@
+"""The exported SavedModel: its three signatures, hermeticity, warmup file and bad input."""
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_transform as tft
+from tensorflow_serving.apis import prediction_log_pb2
+
+from components import features
+from components.trainer import export
+from components.trainer import model as model_lib
+from tests.components.conftest import to_example
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, transform_output_dir, rows):
+    """A model exported over a private copy of the Transform output, which is then deleted."""
+    copy = str(tmp_path_factory.mktemp("transform_copy") / "transform")
+    shutil.copytree(transform_output_dir, copy)
+    transform_graph = export.TransformGraph(tft.TFTransformOutput(copy))
+    export_dir = str(tmp_path_factory.mktemp("export") / "1")
+    model = model_lib.build_model()
+    export.export_serving_model(model, transform_graph, export_dir)
+    written = export.write_warmup_requests(export_dir, (to_example(r) for r in rows), "big_tip", limit=25)
+    shutil.rmtree(copy)  # the export must not need it any more
+    return export_dir, written
+
+
+@pytest.fixture(scope="module")
+def loaded(exported):
+    return tf.saved_model.load(exported[0])
+
+
+def _raw_inputs(rows):
+    inputs = {}
+    for feature in features.FEATURES:
+        missing = export.MISSING_VALUES[feature.dtype]
+        values = [row[feature.name][0] if row[feature.name] else missing for row in rows]
+        inputs[feature.name] = tf.constant(values, dtype=feature.dtype)
+    return inputs
+
+
+def test_serving_default_scores_examples_without_label_after_transform_output_is_gone(loaded, rows):
+    examples = tf.constant([to_example(r, include_label=False) for r in rows])
+    outputs = loaded.signatures[export.SERVING_SIGNATURE](examples=examples)
+    probability = outputs[export.PROBABILITY_KEY].numpy()
+    assert probability.shape == (len(rows),)
+    assert np.all((probability >= 0) & (probability <= 1))
+    np.testing.assert_array_equal(outputs[export.CLASS_KEY].numpy(), (probability > 0.5).astype(np.int64))
+
+
+def test_raw_signature_takes_one_typed_input_per_feature_and_agrees_with_serving_default(loaded, rows):
+    raw = loaded.signatures[export.RAW_SIGNATURE]
+    _, input_specs = raw.structured_input_signature
+    assert {name: spec.dtype for name, spec in input_specs.items()} == {f.name: f.dtype for f in features.FEATURES}
+    by_name = raw(**_raw_inputs(rows))[export.PROBABILITY_KEY].numpy()
+    examples = tf.constant([to_example(r, include_label=False) for r in rows])
+    by_example = loaded.signatures[export.SERVING_SIGNATURE](examples=examples)[export.PROBABILITY_KEY].numpy()
+    np.testing.assert_allclose(by_name, by_example, rtol=1e-5, atol=1e-6)
+
+
+def test_transform_features_signature_returns_the_model_features(loaded, rows):
+    examples = tf.constant([to_example(r) for r in rows[:3]])
+    outputs = loaded.signatures[export.TRANSFORM_SIGNATURE](examples=examples)
+    assert {f.transformed_name for f in features.FEATURES} <= set(outputs)
+
+
+def test_warmup_file_holds_serving_default_requests_without_label(exported, loaded):
+    export_dir, written = exported
+    records = list(tf.data.TFRecordDataset(os.path.join(export_dir, export.WARMUP_FILE)))
+    assert written == len(records) == 25
+    serve = loaded.signatures[export.SERVING_SIGNATURE]
+    for record in records[:5]:
+        log = prediction_log_pb2.PredictionLog.FromString(record.numpy())
+        request = log.predict_log.request
+        assert request.model_spec.signature_name == export.SERVING_SIGNATURE
+        examples = tf.make_ndarray(request.inputs[export.EXAMPLES_INPUT])
+        parsed = tf.train.Example.FromString(examples[0])
+        assert features.LABEL_KEY not in parsed.features.feature
+        assert serve(examples=tf.constant(examples))[export.PROBABILITY_KEY].shape == (1,)
+
+
+def test_warmup_is_capped_at_what_tf_serving_reads(tmp_path, rows):
+    many = [to_example(rows[0])] * (export.MAX_WARMUP_RECORDS + 5)
+    assert export.write_warmup_requests(str(tmp_path), many, "big_tip") == export.MAX_WARMUP_RECORDS
+    assert export.write_warmup_requests(str(tmp_path / "none"), many, "big_tip", limit=0) == 0
+    assert not (tmp_path / "none").exists()
+
+
+def test_saved_model_cli_lists_the_three_signatures(exported):
+    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    shown = subprocess.run([cli, "show", "--dir", exported[0], "--all"], capture_output=True, text=True, check=True)
+    for name in (export.SERVING_SIGNATURE, export.RAW_SIGNATURE, export.TRANSFORM_SIGNATURE):
+        assert f"signature_def['{name}']" in shown.stdout
+
+
+def test_malformed_bytes_give_a_clear_error_and_the_model_keeps_serving(loaded, rows):
+    serve = loaded.signatures[export.SERVING_SIGNATURE]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Could not parse example"):
+        serve(examples=tf.constant([b"\x00not a tf.Example\xff"]))
+    good = serve(examples=tf.constant([to_example(rows[0], include_label=False)]))
+    assert math.isfinite(float(good[export.PROBABILITY_KEY][0]))
+
+
+def test_missing_required_feature_is_an_error_naming_it(loaded, rows):
+    row = dict(rows[0], fare=[])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="fare"):
+        loaded.signatures[export.SERVING_SIGNATURE](examples=tf.constant([to_example(row, include_label=False)]))
+
+
+def test_missing_optional_features_get_the_documented_missing_ids(loaded, rows):
+    required_only = {name: values for name, values in rows[0].items()
+                     if name == features.LABEL_KEY or features.FEATURES_BY_NAME[name].required}
+    with_label = tf.constant([to_example(required_only)])
+    transformed = loaded.signatures[export.TRANSFORM_SIGNATURE](examples=with_label)
+    company = features.FEATURES_BY_NAME["company"]
+    latitude = features.FEATURES_BY_NAME["pickup_latitude"]
+    assert int(transformed["company_xf"][0]) == company.size + 1
+    assert int(transformed["pickup_latitude_xf"][0]) == latitude.size
+    assert float(transformed["trip_seconds_xf"][0]) == 0.0
+    example = tf.constant([to_example(required_only, include_label=False)])
+    probability = loaded.signatures[export.SERVING_SIGNATURE](examples=example)[export.PROBABILITY_KEY]
+    assert 0.0 <= float(probability[0]) <= 1.0
