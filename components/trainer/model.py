@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Mapping, Tuple
+from typing import Dict, Mapping, Optional, Tuple
 
 import tensorflow as tf
 
@@ -23,43 +23,60 @@ def model_inputs(transformed: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
     return {f.transformed_name: tf.reshape(transformed[f.transformed_name], [-1]) for f in features.FEATURES}
 
 
+class _Columns(tf.keras.layers.Layer):
+    """Stacks `[batch]` inputs into one `[batch, n]` tensor. With `offsets`, shifts each
+    column of ids into its own range of one shared table, so that every feature is
+    looked up in a single gather."""
+
+    def __init__(self, offsets: Optional[Tuple[int, ...]] = None, **kwargs):
+        super().__init__(**kwargs)
+        self._offsets = tuple(offsets) if offsets is not None else None
+
+    def call(self, columns):
+        stacked = tf.stack(columns, axis=1)
+        if self._offsets is None:
+            return stacked
+        return stacked + tf.constant(self._offsets, dtype=stacked.dtype)
+
+    def get_config(self):
+        return {**super().get_config(), "offsets": self._offsets}
+
+
 def build_model(config: ModelConfig = ModelConfig()) -> tf.keras.Model:
     """A wide-and-deep binary classifier that returns one logit per example.
 
-    Inputs are the transformed features, each a `[batch]` tensor. Categorical and
-    bucket ids feed small embeddings (deep part) and one-hot vectors (wide part);
-    z-scored numbers feed both parts directly.
+    Inputs are the transformed features, each a `[batch]` tensor. The ids of every
+    bucketized and categorical feature index one shared table (each feature owns a
+    range of it): an embedding per id for the deep part, a scalar weight per id for the
+    wide part (the same as a linear layer over one-hot vectors). z-scored numbers feed
+    both parts directly.
     """
     dtype = tf.keras.mixed_precision.Policy("mixed_float16" if config.mixed_precision else "float32")
     inputs: Dict[str, tf.keras.Input] = {}
-    deep, wide = [], []
+    numeric, ids, offsets, table_size = [], [], [], 0
     for feature in features.FEATURES:
         name = feature.transformed_name
         if feature.kind is features.Kind.NUMERIC:
             inputs[name] = tf.keras.Input(shape=(), name=name, dtype=tf.float32)
-            value = tf.keras.layers.Reshape((1,), name=f"{feature.name}_column", dtype=dtype)(inputs[name])
-            deep.append(value)
-            wide.append(value)
+            numeric.append(inputs[name])
             continue
         inputs[name] = tf.keras.Input(shape=(), name=name, dtype=tf.int64)
-        ids = tf.keras.layers.Reshape((1,), name=f"{feature.name}_ids", dtype=dtype)(inputs[name])
-        embedded = tf.keras.layers.Embedding(
-            feature.cardinality, config.embedding_dim, name=f"{feature.name}_embedding", dtype=dtype
-        )(ids)
-        deep.append(tf.keras.layers.Flatten(name=f"{feature.name}_flat", dtype=dtype)(embedded))
-        wide.append(
-            tf.keras.layers.CategoryEncoding(
-                num_tokens=feature.cardinality, output_mode="one_hot", name=f"{feature.name}_one_hot",
-                # No float16 kernel for its op; the mixed-precision Concatenate casts after.
-                dtype="float32",
-            )(ids)
-        )
+        ids.append(inputs[name])
+        offsets.append(table_size)
+        table_size += feature.cardinality
 
-    x = tf.keras.layers.Concatenate(name="deep_inputs", dtype=dtype)(deep)
+    numbers = _Columns(name="numbers")(numeric)
+    table_ids = _Columns(tuple(offsets), name="table_ids")(ids)
+    embedded = tf.keras.layers.Embedding(table_size, config.embedding_dim, name="embeddings", dtype=dtype)(table_ids)
+    wide_weights = tf.keras.layers.Embedding(table_size, 1, name="wide_weights", dtype=dtype)(table_ids)
+
+    x = tf.keras.layers.Concatenate(name="deep_inputs", dtype=dtype)(
+        [numbers, tf.keras.layers.Flatten(name="embeddings_flat", dtype=dtype)(embedded)]
+    )
     for i, units in enumerate(config.hidden_units):
         x = tf.keras.layers.Dense(units, activation="relu", name=f"hidden_{i}", dtype=dtype)(x)
-    wide_x = tf.keras.layers.Concatenate(name="wide_inputs", dtype=dtype)(wide)
-    combined = tf.keras.layers.Concatenate(name="wide_and_deep", dtype=dtype)([x, wide_x])
+    wide = tf.keras.layers.Flatten(name="wide_flat", dtype=dtype)(wide_weights)
+    combined = tf.keras.layers.Concatenate(name="wide_and_deep", dtype=dtype)([x, wide, numbers])
     logits = tf.keras.layers.Dense(1, name="logit", dtype="float32")(combined)
     logits = tf.keras.layers.Reshape((), name="logits", dtype="float32")(logits)
     return tf.keras.Model(inputs=inputs, outputs=logits, name="big_tip")

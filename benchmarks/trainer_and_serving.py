@@ -1,0 +1,173 @@
+"""Training-loop and serving speed, on the outputs of a finished `taxi-pipeline run`.
+
+    python benchmarks/trainer_and_serving.py [--output-root tfx_pipeline_output]
+        [--serving-dir serving_model] [--batch-size 1024] [--epochs 3]
+
+Training (same model, data and batch size; the Transform graph applied once, cached):
+- the custom `tf.function` loop of `components.trainer.train_loop`;
+- Keras `model.fit` on the same datasets;
+- the custom loop with `tf.config.run_functions_eagerly(True)` (one epoch).
+Each is timed after a warm-up epoch, so tracing and the dataset cache are excluded.
+
+Serving, through the pushed model's `serving_default` on serialized eval examples:
+latency p50/p99 of one example, and throughput on batches of 1000.
+
+Also printed: the trace count of each step and the eval AUC of the pushed model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import time
+from typing import Callable, Dict, List
+
+import components  # noqa: F401  (the Keras switch, before TensorFlow loads)
+import numpy as np
+import tensorflow as tf
+import tensorflow_transform as tft
+
+from components import features
+from components.trainer import export, model as model_lib, train_loop
+from components.trainer.settings import TrainConfig
+
+
+def _latest(pattern: str) -> str:
+    found = sorted(glob.glob(pattern), key=lambda path: int(os.path.basename(path.rstrip("/"))))
+    if not found:
+        raise SystemExit(f"nothing matches {pattern}; run `make run` first")
+    return found[-1]
+
+
+def _examples_per_second(run_epoch: Callable[[], int], epochs: int) -> float:
+    run_epoch()  # warm-up: tracing, dataset cache
+    started, examples = time.perf_counter(), 0
+    for _ in range(epochs):
+        examples += run_epoch()
+    return examples / (time.perf_counter() - started)
+
+
+def _custom_loop_epoch(steps: train_loop.Steps, dataset: tf.data.Dataset) -> Callable[[], int]:
+    def run() -> int:
+        count = 0
+        for batch, labels in dataset:
+            steps.train_step(batch, labels)
+            count += int(labels.shape[0])
+        return count
+
+    return run
+
+
+def benchmark_training(pipeline_root: str, config: TrainConfig, epochs: int) -> Dict[str, float]:
+    transform_dir = _latest(os.path.join(pipeline_root, "Transform", "transform_graph", "*"))
+    examples_dir = _latest(os.path.join(pipeline_root, "ImportExampleGen", "examples", "*"))
+    tf_transform_output = tft.TFTransformOutput(transform_dir)
+    transform_graph = export.TransformGraph(tf_transform_output)
+    signature = train_loop.input_signature(tf_transform_output.transformed_feature_spec())
+    dataset = train_loop.make_dataset(
+        [os.path.join(examples_dir, "Split-train", "*")], transform_graph, config.batch_size, shuffle_seed=1
+    )
+    results: Dict[str, float] = {}
+
+    model = model_lib.build_model()
+    steps = train_loop.make_steps(
+        model, train_loop.make_optimizer(model, config), signature, jit_compile=config.jit_compile
+    )
+    results["custom loop"] = _examples_per_second(_custom_loop_epoch(steps, dataset), epochs)
+    results["traces train_step"] = steps.train_step.experimental_get_tracing_count()
+
+    keras_model = model_lib.build_model()
+    keras_model.compile(
+        optimizer=tf.keras.optimizers.Adam(config.learning_rate, jit_compile=False),
+        loss=tf.keras.losses.BinaryCrossentropy(from_logits=True),
+    )
+
+    keras_model.fit(dataset, epochs=1, verbose=0)  # warm-up
+    count = sum(int(labels.shape[0]) for _, labels in dataset)
+    started = time.perf_counter()
+    keras_model.fit(dataset, epochs=epochs, verbose=0)
+    results["keras fit"] = count * epochs / (time.perf_counter() - started)
+
+    eager_model = model_lib.build_model()
+    eager_steps = train_loop.make_steps(eager_model, train_loop.make_optimizer(eager_model, config), signature)
+    tf.config.run_functions_eagerly(True)
+    try:
+        results["eager loop"] = _examples_per_second(_custom_loop_epoch(eager_steps, dataset), 1)
+    finally:
+        tf.config.run_functions_eagerly(False)
+    return results
+
+
+def _eval_examples(pipeline_root: str, limit: int) -> List[bytes]:
+    examples_dir = _latest(os.path.join(pipeline_root, "ImportExampleGen", "examples", "*"))
+    files = sorted(glob.glob(os.path.join(examples_dir, "Split-eval", "*")))
+    return [record.numpy() for record in tf.data.TFRecordDataset(files, compression_type="GZIP").take(limit)]
+
+
+def benchmark_serving(model_dir: str, pipeline_root: str) -> Dict[str, float]:
+    serve = tf.saved_model.load(model_dir).signatures[export.SERVING_SIGNATURE]
+    eval_examples = _eval_examples(pipeline_root, limit=100_000)
+    labels = np.array([
+        tf.train.Example.FromString(e).features.feature[features.LABEL_KEY].int64_list.value[0] for e in eval_examples
+    ])
+    unlabeled = [export.strip_label(e) for e in eval_examples]
+
+    probabilities = serve(examples=tf.constant(unlabeled))[export.PROBABILITY_KEY].numpy()
+    auc = tf.keras.metrics.AUC(num_thresholds=10_000)
+    auc.update_state(labels, probabilities)
+
+    singles = [tf.constant([e]) for e in unlabeled[:1000]]
+    for single in singles[:50]:
+        serve(examples=single)
+    latencies = []
+    for single in singles:
+        started = time.perf_counter()
+        serve(examples=single)
+        latencies.append(time.perf_counter() - started)
+
+    batch = tf.constant((unlabeled * (1000 // len(unlabeled) + 1))[:1000])
+    serve(examples=batch)
+    rounds = 50
+    started = time.perf_counter()
+    for _ in range(rounds):
+        serve(examples=batch)
+    throughput = rounds * 1000 / (time.perf_counter() - started)
+    return {
+        "eval AUC": float(auc.result()),
+        "eval examples": float(len(labels)),
+        "p50 ms (1 example)": float(np.percentile(latencies, 50) * 1000),
+        "p99 ms (1 example)": float(np.percentile(latencies, 99) * 1000),
+        "examples/s (batches of 1000)": throughput,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output-root", default="tfx_pipeline_output")
+    parser.add_argument("--serving-dir", default="serving_model")
+    parser.add_argument("--model-name", default="big_tip")
+    parser.add_argument("--batch-size", type=int, default=TrainConfig().batch_size)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--jit-compile", action="store_true", help="the custom loop's steps with XLA")
+    args = parser.parse_args()
+    pipeline_root = os.path.join(args.output_root, "pipeline_root")
+
+    config = TrainConfig(batch_size=args.batch_size, jit_compile=args.jit_compile)
+    training = benchmark_training(pipeline_root, config, args.epochs)
+    print(f"training, batch {args.batch_size}, XLA {args.jit_compile} (examples/s after a warm-up epoch):")
+    for name in ("custom loop", "keras fit", "eager loop"):
+        print(f"  {name:12s} {training[name]:10,.0f}")
+    print(f"  custom loop / fit   {training['custom loop'] / training['keras fit']:.2f}x")
+    print(f"  custom loop / eager {training['custom loop'] / training['eager loop']:.1f}x")
+    print(f"  train_step traces   {training['traces train_step']:.0f}")
+
+    model_dir = _latest(os.path.join(args.serving_dir, args.model_name, "*"))
+    serving = benchmark_serving(model_dir, pipeline_root)
+    print(f"serving {model_dir} (serving_default, serialized tf.Examples):")
+    for name, value in serving.items():
+        print(f"  {name:30s} {value:,.4f}" if value < 100 else f"  {name:30s} {value:,.0f}")
+
+
+if __name__ == "__main__":
+    main()
