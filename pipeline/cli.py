@@ -122,6 +122,7 @@ def _print_report(report, log_path: str) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
     if not args.verbose:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     # Logging first: importing TensorFlow, TFX and their dependencies already logs and warns.
@@ -149,6 +150,7 @@ def _run(args: argparse.Namespace) -> int:
         from pipeline import local_runner
 
         report = local_runner.run(run_config, force=args.force, plan=plan)
+    report.seconds = time.perf_counter() - started
     _print_report(report, log_path)
     return report.outcome.exit_code
 

@@ -1,5 +1,6 @@
 """The whole DAG with LocalDagRunner on a small slice of data/, then an unchanged re-run."""
 
+import json
 import os
 import shutil
 
@@ -82,7 +83,20 @@ def test_pushed_model_scores_examples_without_label(workspace, first_run):
     assert probability.shape == (len(examples),)
     assert np.all((probability >= 0.0) & (probability <= 1.0))
     assert set(np.unique(outputs["class_id"].numpy())) <= {0, 1}
-    assert "transform_features" in loaded.signatures
+    assert set(loaded.signatures) == {"serving_default", "serving_raw", "transform_features"}
+
+
+def test_pushed_model_carries_the_warmup_requests_and_the_training_summary(workspace, first_run):
+    (version,) = os.listdir(workspace / "serving" / "big_tip")
+    warmup = workspace / "serving" / "big_tip" / version / "assets.extra" / "tf_serving_warmup_requests"
+    records = list(tf.data.TFRecordDataset(str(warmup)))
+    assert 0 < len(records) <= 1000
+    (summary_path,) = tf.io.gfile.glob(str(workspace / "out" / "pipeline_root" / "Trainer" / "model_run" / "*"
+                                           / "training_summary.json"))
+    with open(summary_path) as handle:
+        summary = json.load(handle)
+    assert summary["trace_counts"] == {"train_step": 1, "eval_step": 1}
+    assert summary["eval_auc"] > 0.8
 
 
 def test_unchanged_rerun_executes_nothing_and_pushes_nothing(workspace, first_run, capsys):
