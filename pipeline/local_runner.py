@@ -18,6 +18,7 @@ from tfx import v1 as tfx
 from tfx.orchestration import metadata
 from tfx.types import artifact_utils
 
+from components import drift
 from components.trainer.settings import ExportConfig
 from pipeline import config as config_lib
 from pipeline import pipeline as pipeline_lib
@@ -147,6 +148,11 @@ def _report_from_mlmd(store, pipeline_name: str, watermark: int) -> RunReport:
             report.outcome = Outcome.DATA_REJECTED
             report.anomalies = _describe_anomalies(anomalies.uri)
             return report
+    drift_check = first("SpanDriftValidator", "ExampleAnomalies")
+    if drift_check is not None and drift_check.get_int_custom_property(drift.BLESSED_PROPERTY) != 1:
+        report.outcome = Outcome.DATA_REJECTED
+        report.anomalies = drift_check.get_string_custom_property(drift.REPORT_PROPERTY).splitlines()
+        return report
     evaluation = first("Evaluator", "ModelEvaluation")
     if evaluation is not None:
         report.eval_metrics = _eval_metrics(evaluation.uri)

@@ -11,7 +11,7 @@ import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 from tfx.dsl.placeholder import placeholder as ph
 
-from components import features
+from components import drift, features
 from components.trainer import export
 from pipeline.config import ALL_SPANS_PATTERN, EvaluationConfig
 
@@ -116,10 +116,16 @@ def create_pipeline(
     example_validator = tfx.components.ExampleValidator(
         statistics=statistics_gen.outputs["statistics"], schema=schema.outputs["schema"]
     )
-    nodes = [example_gen, statistics_gen, inferred_schema, schema, example_validator]
+    span_drift = drift.SpanDriftValidator(
+        examples=example_gen.outputs["examples"], schema=schema.outputs["schema"], data_root=data_root
+    )
+    nodes = [example_gen, statistics_gen, inferred_schema, schema, example_validator, span_drift]
 
     blessed = example_validator.outputs["anomalies"].future()[0].custom_property("blessed")
-    data_is_valid = ph.logical_and(blessed[TRAIN_SPLIT] == 1, blessed[EVAL_SPLIT] == 1)
+    no_drift = span_drift.outputs["drift"].future()[0].custom_property(drift.BLESSED_PROPERTY) == 1
+    data_is_valid = ph.logical_and(
+        ph.logical_and(blessed[TRAIN_SPLIT] == 1, blessed[EVAL_SPLIT] == 1), no_drift
+    )
     with tfx.dsl.Cond(data_is_valid):
         transform = tfx.components.Transform(
             examples=example_gen.outputs["examples"],
