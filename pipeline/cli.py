@@ -141,15 +141,19 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         plan = run_record.plan(run_config)
+        if plan.previous is not None and not args.force:
+            report = plan.previous  # decided without importing TensorFlow or TFX
+        else:
+            from pipeline import local_runner
+
+            report = local_runner.run(run_config, force=args.force, plan=plan)
     except run_record.DataRootError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
-    if plan.previous is not None and not args.force:
-        report = plan.previous  # decided without importing TensorFlow or TFX
-    else:
-        from pipeline import local_runner
-
-        report = local_runner.run(run_config, force=args.force, plan=plan)
+    except run_record.BadDataError as err:
+        print(f"error: data rejected: {err}", file=sys.stderr)
+        print("Data rejected; nothing was trained or pushed.")
+        return run_record.Outcome.DATA_REJECTED.exit_code
     report.seconds = time.perf_counter() - started
     _print_report(report, log_path)
     return report.outcome.exit_code

@@ -64,6 +64,7 @@ def run(
     plan = plan or run_record.plan(run_config)
     if plan.previous is not None and not force:
         return plan.previous
+    run_record.check_records(plan.files)
     pipeline = build_pipeline(run_config)
     tf.io.gfile.makedirs(run_config.output_root)
     connection = tfx.orchestration.metadata.sqlite_metadata_connection_config(run_config.metadata_path)

@@ -37,7 +37,12 @@ _RUNTIME_DISTRIBUTIONS = (
 
 
 class DataRootError(ValueError):
-    """The data root is missing or holds no span files."""
+    """The data root is missing or holds no span files (exit 1)."""
+
+
+class BadDataError(ValueError):
+    """A span or file that cannot be ingested: empty, truncated, corrupt or not a
+    TFRecord of tf.Example (exit 4, like data the schema rejects)."""
 
 
 class Outcome(enum.Enum):
@@ -105,8 +110,45 @@ def span_files(data_root: str) -> List[str]:
         )
     empty = [path for path in files if sizes[path] == 0]
     if empty:
-        raise DataRootError(f"empty data files: {', '.join(empty)}")
+        raise BadDataError(f"empty data files: {', '.join(empty)}")
+    span_dirs = {os.path.dirname(path) for path in files}
+    all_spans = (
+        [p for p in glob.glob(os.path.join(data_root, "span-*")) if os.path.isdir(p)]
+        if not _is_remote(data_root) else sorted(span_dirs)
+    )
+    empty_spans = sorted(set(all_spans) - span_dirs)
+    if empty_spans:
+        raise BadDataError(f"span folders without files: {', '.join(empty_spans)}")
     return files
+
+
+def check_records(files: List[str]) -> int:
+    """Reads every file through: each must be a GZIP TFRecord of tf.Example.
+
+    Returns the number of examples; raises BadDataError naming the first bad file. Run
+    before the pipeline, so bad input stops the run before anything is written to MLMD.
+    """
+    import tensorflow as tf
+    from google.protobuf.message import DecodeError
+
+    total = 0
+    for path in files:
+        count = 0
+        try:
+            for record in tf.data.TFRecordDataset(path, compression_type="GZIP").as_numpy_iterator():
+                tf.train.Example.FromString(record)
+                count += 1
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as err:
+            raise BadDataError(
+                f"{path} is not a readable GZIP TFRecord file (truncated or corrupt after {count} records): "
+                f"{err.message.splitlines()[0]}"
+            ) from err
+        except DecodeError as err:
+            raise BadDataError(f"{path}: record {count + 1} is not a serialized tf.Example ({err})") from err
+        if count == 0:
+            raise BadDataError(f"{path} holds no records")
+        total += count
+    return total
 
 
 def _file_stamp(path: str) -> str:

@@ -131,3 +131,97 @@ def test_data_breaking_the_schema_is_rejected_with_exit_4(tmp_path, capsys):
     assert status == 4
     assert "trip_start_hour" in out
     assert not (tmp_path / "serving").exists()
+
+
+def _bad_data_root(workspace, name):
+    """A copy of the workspace's data with one more span, span-17, to be spoiled."""
+    root = workspace / f"bad-{name}"
+    shutil.copytree(workspace / "data", root)
+    (root / "span-17").mkdir()
+    return root
+
+
+def _gzip_records(path, records):
+    with tf.io.TFRecordWriter(str(path), tf.io.TFRecordOptions(compression_type="GZIP")) as writer:
+        for record in records:
+            writer.write(record)
+
+
+def _real_file():
+    return sorted(tf.io.gfile.glob(os.path.join(REPO, "data", "span-16", "*")))[0]
+
+
+def _truncated(span):
+    data = open(_real_file(), "rb").read()
+    (span / "trips.tfrecord.gz").write_bytes(data[: len(data) // 2])
+
+
+def _corrupted(span):
+    data = bytearray(open(_real_file(), "rb").read())
+    for i in range(len(data) // 3, len(data) // 3 + 64):
+        data[i] ^= 0xFF
+    (span / "trips.tfrecord.gz").write_bytes(bytes(data))
+
+
+def _not_a_tfrecord(span):
+    (span / "notes.txt").write_text("trip_id,fare\n1,12.5\n")
+
+
+def _uncompressed(span):
+    records = [r.numpy() for r in tf.data.TFRecordDataset(_real_file(), compression_type="GZIP").take(10)]
+    with tf.io.TFRecordWriter(str(span / "trips.tfrecord")) as writer:
+        for record in records:
+            writer.write(record)
+
+
+def _not_examples(span):
+    _gzip_records(span / "trips.tfrecord.gz", [b"\xff\xfe garbage", b"\x08\x96\x01 more"])
+
+
+def _empty_span(span):
+    pass
+
+
+BAD_FILES = {
+    "truncated": (_truncated, "trips.tfrecord.gz"),
+    "corrupted": (_corrupted, "trips.tfrecord.gz"),
+    "not_a_tfrecord": (_not_a_tfrecord, "notes.txt"),
+    "uncompressed": (_uncompressed, "trips.tfrecord"),
+    "not_examples": (_not_examples, "trips.tfrecord.gz"),
+    "empty_span": (_empty_span, "span-17"),
+}
+
+
+def _state(workspace):
+    return _executions(workspace / "out" / "metadata.sqlite"), sorted(os.listdir(workspace / "serving" / "big_tip"))
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_unreadable_input_is_rejected_naming_the_file_and_nothing_changes(workspace, first_run, case, capsys):
+    spoil, named = BAD_FILES[case]
+    root = _bad_data_root(workspace, case)
+    spoil(root / "span-17")
+    before = _state(workspace)
+    status = cli.main(["run", "--data-root", str(root), "--output-root", str(workspace / "out"),
+                       "--serving-dir", str(workspace / "serving")])
+    captured = capsys.readouterr()
+    assert status == 4, captured
+    assert named in captured.err
+    assert _state(workspace) == before
+
+
+def test_examples_missing_a_required_feature_are_rejected_naming_it(workspace, first_run, capsys):
+    root = _bad_data_root(workspace, "missing_fare")
+    records = []
+    for record in tf.data.TFRecordDataset(_real_file(), compression_type="GZIP"):
+        example = tf.train.Example.FromString(record.numpy())
+        del example.features.feature["fare"]
+        records.append(example.SerializeToString())
+    _gzip_records(root / "span-17" / "trips.tfrecord.gz", records)
+    serving_before = _state(workspace)[1]
+    status = cli.main(["run", "--data-root", str(root), "--output-root", str(workspace / "out"),
+                       "--serving-dir", str(workspace / "serving")])
+    out = capsys.readouterr().out
+    assert status == 4
+    assert "'fare'" in out
+    assert _state(workspace)[1] == serving_before

@@ -20,9 +20,9 @@ def test_data_root_without_spans_exits_1(tmp_path, capsys):
     assert "holds no span files" in capsys.readouterr().err
 
 
-def test_empty_span_file_exits_1_naming_the_file(tmp_path, capsys):
+def test_empty_span_file_is_rejected_with_exit_4_naming_the_file(tmp_path, capsys):
     span = tmp_path / "data" / "span-1"
     span.mkdir(parents=True)
     (span / "trips.tfrecord.gz").write_bytes(b"")
-    assert _run(tmp_path, tmp_path / "data") == 1
+    assert _run(tmp_path, tmp_path / "data") == 4
     assert "trips.tfrecord.gz" in capsys.readouterr().err
