@@ -78,6 +78,13 @@ def _configure_logging(log_dir: str, verbose: bool) -> str:
     return log_path
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="taxi-pipeline", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -86,6 +93,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--data-root", default=defaults.DATA_ROOT, help="folder of span-<N>/ TFRecord folders")
     run.add_argument("--output-root", default=defaults.OUTPUT_ROOT, help="pipeline root, MLMD and logs")
     run.add_argument("--serving-dir", default=defaults.SERVING_DIR, help="where blessed models are pushed")
+    run.add_argument("--keep-versions", type=_positive, default=3,
+                     help="pushed versions kept in the serving folder; older ones are deleted")
     run.add_argument("--force", action="store_true", help="run even when nothing changed since the last run")
     run.add_argument("--verbose", action="store_true", help="full TensorFlow/Beam/TFX logs on the console")
     run.add_argument("--run-eagerly", action="store_true",
@@ -135,6 +144,7 @@ def _run(args: argparse.Namespace) -> int:
         data_root=args.data_root,
         output_root=args.output_root,
         serving_dir=args.serving_dir,
+        keep_versions=args.keep_versions,
         beam_args=config_lib.local_beam_args() + tuple(args.beam_args),
         train=TrainConfig(run_eagerly=args.run_eagerly),
     ).resolved()

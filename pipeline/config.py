@@ -86,6 +86,8 @@ class RunConfig:
     beam_args: Tuple[str, ...] = DEFAULT_BEAM_ARGS
     pipeline_name: str = PIPELINE_NAME
     model_name: str = MODEL_NAME
+    # Pushed versions kept in the serving folder (the newest always among them).
+    keep_versions: int = 3
     train: TrainConfig = TrainConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
 

@@ -37,6 +37,7 @@ def build_pipeline(run_config: config_lib.RunConfig) -> tfx.dsl.Pipeline:
         export_config=dataclasses.asdict(ExportConfig(model_name=run_config.model_name)),
         evaluation=run_config.evaluation,
         code_version=config_lib.code_version(),
+        keep_versions=run_config.keep_versions,
         beam_pipeline_args=run_config.beam_args,
         metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
             run_config.metadata_path

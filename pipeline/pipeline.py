@@ -12,6 +12,7 @@ from tfx import v1 as tfx
 from tfx.dsl.placeholder import placeholder as ph
 
 from components import drift, features
+from components import pusher as staged_pusher
 from components.trainer import export
 from pipeline.config import ALL_SPANS_PATTERN, EvaluationConfig
 
@@ -75,6 +76,7 @@ def create_pipeline(
     export_config: Dict[str, Any],
     evaluation: EvaluationConfig,
     code_version: str,
+    keep_versions: int = staged_pusher.DEFAULT_KEEP_VERSIONS,
     beam_pipeline_args: Sequence[str] = (),
     metadata_connection_config: Optional[Any] = None,
     enable_cache: bool = True,
@@ -92,6 +94,7 @@ def create_pipeline(
       evaluation: Blessing thresholds and the train/eval split.
       code_version: Fingerprint of the user code; a change re-runs Transform and Trainer,
         which are referred to by dotted path and otherwise could not see it.
+      keep_versions: Pushed versions kept in `serving_model_dir`; older ones are deleted.
       beam_pipeline_args: Beam options for the Beam-based components.
       metadata_connection_config: MLMD connection; None lets the orchestrator choose.
       enable_cache: Reuse outputs of executions whose inputs did not change.
@@ -161,13 +164,14 @@ def create_pipeline(
             baseline_model=baseline.outputs["model"],
             eval_config=_eval_config(evaluation),
         )
-        pusher = tfx.components.Pusher(
+        pusher = staged_pusher.StagedPusher(
             model=trainer.outputs["model"],
             model_blessing=evaluator.outputs["blessing"],
             push_destination=tfx.proto.PushDestination(
                 filesystem=tfx.proto.PushDestination.Filesystem(base_directory=serving_model_dir)
             ),
-        )
+            custom_config={staged_pusher.KEEP_VERSIONS_KEY: keep_versions},
+        ).with_id("Pusher")
     nodes += [transform, trainer, baseline, evaluator, pusher]
 
     return tfx.dsl.Pipeline(

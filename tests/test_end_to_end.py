@@ -225,3 +225,23 @@ def test_examples_missing_a_required_feature_are_rejected_naming_it(workspace, f
     assert status == 4
     assert "'fare'" in out
     assert _state(workspace)[1] == serving_before
+
+
+def test_a_model_trained_on_corrupted_labels_is_not_pushed_and_the_old_one_keeps_serving(workspace, first_run, capsys):
+    root = workspace / "random-labels"
+    rng = np.random.default_rng(0)
+    for span_dir in sorted((workspace / "data").iterdir()):
+        records = []
+        for record in tf.data.TFRecordDataset(str(next(span_dir.iterdir())), compression_type="GZIP"):
+            example = tf.train.Example.FromString(record.numpy())
+            example.features.feature[features.LABEL_KEY].int64_list.value[:] = [int(rng.integers(0, 2))]
+            records.append(example.SerializeToString())
+        (root / span_dir.name).mkdir(parents=True)
+        _gzip_records(root / span_dir.name / "trips.tfrecord.gz", records)
+    serving_before = _state(workspace)[1]
+    status = cli.main(["run", "--data-root", str(root), "--output-root", str(workspace / "out"),
+                       "--serving-dir", str(workspace / "serving")])
+    out = capsys.readouterr().out
+    assert status == 3, out
+    assert "NOT blessed" in out
+    assert _state(workspace)[1] == serving_before
