@@ -183,3 +183,17 @@ def test_mirrored_strategy_averages_the_loss_over_the_global_batch(tmp_path):
     for single, mirrored in zip(default_history, mirrored_history):
         assert mirrored["train_loss"] == pytest.approx(single["train_loss"], rel=1e-3)
         assert mirrored["eval_loss"] == pytest.approx(single["eval_loss"], rel=1e-3)
+
+
+def test_tensorboard_scalars_are_written_once_per_epoch(signature, tmp_path):
+    config = settings.TrainConfig(epochs=2, batch_size=BATCH, early_stopping_patience=0)
+    train_loop.train(model_lib.build_model(), _dataset(), _dataset(1), signature, config, str(tmp_path))
+    tags = {}
+    for path in tf.io.gfile.glob(str(tmp_path / "train" / "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                tags.setdefault(value.tag, []).append(float(tf.make_ndarray(value.tensor)))
+    assert set(tags) == {"loss/train", "loss/eval", "auc/eval", "learning_rate", "examples_per_second"}
+    assert all(len(values) == 2 for values in tags.values())
+    assert tags["learning_rate"] == pytest.approx([config.learning_rate] * 2)
+    assert all(value > 0 for value in tags["examples_per_second"])
