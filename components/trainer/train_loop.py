@@ -118,31 +118,6 @@ class Steps:
             "eval_step": self.eval_step.experimental_get_tracing_count(),
         }
 
-    def run_epoch(self, dataset: tf.data.Dataset, train: bool) -> int:
-        """One pass over `dataset`; returns the number of examples.
-
-        The batches are fed to the step inside one `Dataset.reduce`, in the TF runtime,
-        with no Python between steps. The step itself is the same traced function.
-        """
-        step = self.train_step if train else self.eval_step
-
-        def one_batch(count: tf.Tensor, batch: Batch) -> tf.Tensor:
-            batch_features, labels = batch
-            step(batch_features, labels)
-            return count + tf.shape(labels, out_type=tf.int64)[0]
-
-        return int(dataset.reduce(tf.constant(0, tf.int64), one_batch))
-
-    def run_epoch_in_python(self, dataset, train: bool, strategy: tf.distribute.Strategy) -> int:
-        """The same pass, one Python iteration per batch: for eager debugging and
-        distributed datasets."""
-        step = self.train_step if train else self.eval_step
-        count = 0
-        for batch_features, labels in dataset:
-            step(batch_features, labels)
-            count += sum(int(t.shape[0]) for t in strategy.experimental_local_results(labels))
-        return count
-
     def reset_metrics(self) -> None:
         for metric in (self.train_loss, self.eval_loss, self.eval_auc):
             metric.reset_state()
@@ -266,11 +241,6 @@ def train(
         # Per-replica specs; the batch dimension stays None.
         signature = train_dataset.element_spec
     steps = make_steps(model, optimizer, signature, config.log_every_steps, strategy, config.jit_compile)
-    if config.run_eagerly or strategy.num_replicas_in_sync > 1:
-        def run_epoch(dataset, train: bool) -> int:
-            return steps.run_epoch_in_python(dataset, train, strategy)
-    else:
-        run_epoch = steps.run_epoch
     epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=steps.step_counter, epoch=epoch)
     manager = tf.train.CheckpointManager(checkpoint, os.path.join(model_run_dir, "checkpoints"), max_to_keep=2)
@@ -288,7 +258,9 @@ def train(
         steps.reset_metrics()
         started = time.perf_counter()
         try:
-            examples += run_epoch(train_dataset, True)
+            for batch_features, labels in train_dataset:
+                steps.train_step(batch_features, labels)
+                examples += sum(int(t.shape[0]) for t in strategy.experimental_local_results(labels))
         except tf.errors.InvalidArgumentError as err:
             if "training loss" in str(err):
                 raise TrainingDivergedError(
@@ -296,7 +268,8 @@ def train(
                 ) from err
             raise
         train_seconds += time.perf_counter() - started
-        run_epoch(eval_dataset, False)
+        for batch_features, labels in eval_dataset:
+            steps.eval_step(batch_features, labels)
         epoch.assign_add(1)
         record = {
             "epoch": int(epoch),
