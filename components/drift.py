@@ -1,4 +1,4 @@
-"""The drift gate: the newest span against the one before it, with TFDV's comparators.
+"""The data gate: schema anomalies, and the newest span's drift from the one before it.
 
 The thresholds are the curated schema's `drift_comparator`s (L-infinity for categorical
 features, Jensen-Shannon divergence for numeric ones). ExampleValidator checks all the
@@ -88,26 +88,32 @@ def describe(drift: anomalies_pb2.Anomalies, newest: int, previous: int) -> List
 
 
 @tfx.dsl.components.component
-def SpanDriftValidator(  # pylint: disable=invalid-name
+def DataGate(  # pylint: disable=invalid-name
     examples: tfx.dsl.components.InputArtifact[standard_artifacts.Examples],
     schema: tfx.dsl.components.InputArtifact[standard_artifacts.Schema],
-    drift: tfx.dsl.components.OutputArtifact[standard_artifacts.ExampleAnomalies],
+    anomalies: tfx.dsl.components.InputArtifact[standard_artifacts.ExampleAnomalies],
+    verdict: tfx.dsl.components.OutputArtifact[standard_artifacts.ExampleAnomalies],
     data_root: tfx.dsl.components.Parameter[str],
 ) -> None:
-    """Blesses the data unless the newest span drifted past the schema's thresholds.
+    """One verdict on the data: ExampleValidator found no anomaly in any split, and the
+    newest span did not drift past the schema's thresholds from the previous one.
 
-    `examples` is not read: it ties this component to ExampleGen's run, so that new
-    data re-runs it instead of reusing a cached verdict.
+    The verdict is one integer property, `blessed`, for `tfx.dsl.Cond`. (Conditions on
+    ExampleValidator's own per-split dict compile wrongly for KFP v2 in TFX 1.16: the
+    split keys become list indexes.) `examples` is not read: it ties this component to
+    ExampleGen's run, so that new data re-runs it instead of reusing a cached verdict.
     """
     del examples
+    split_blessings = anomalies.get_json_value_custom_property(BLESSED_PROPERTY) or {}
+    schema_ok = bool(split_blessings) and all(int(value) == 1 for value in split_blessings.values())
     loaded_schema = tfdv.load_schema_text(os.path.join(schema.uri, "schema.pbtxt"))
     spans = newest_spans(data_root)
     lines: List[str] = []
     if len(spans) == 2:
         (previous, previous_dir), (newest, newest_dir) = spans
         found = drift_anomalies(span_statistics(newest_dir), span_statistics(previous_dir), loaded_schema)
-        with tf.io.gfile.GFile(os.path.join(drift.uri, ANOMALIES_FILE), "wb") as handle:
+        with tf.io.gfile.GFile(os.path.join(verdict.uri, ANOMALIES_FILE), "wb") as handle:
             handle.write(found.SerializeToString())
         lines = describe(found, newest, previous)
-    drift.set_int_custom_property(BLESSED_PROPERTY, 0 if lines else 1)
-    drift.set_string_custom_property(REPORT_PROPERTY, "\n".join(lines))
+    verdict.set_int_custom_property(BLESSED_PROPERTY, 1 if schema_ok and not lines else 0)
+    verdict.set_string_custom_property(REPORT_PROPERTY, "\n".join(lines))

@@ -101,6 +101,16 @@ def _parser() -> argparse.ArgumentParser:
                      help="run the Trainer's tf.functions eagerly (debugging; much slower)")
     run.add_argument("beam_args", nargs="*", metavar="BEAM_ARG", help="extra Beam options, after `--`")
 
+    kfp = commands.add_parser("compile", help="write the pipeline JSON for Kubeflow Pipelines v2 / Vertex AI")
+    kfp.add_argument("--image", required=True, help="the pipeline image (see Dockerfile)")
+    kfp.add_argument("--pipeline-root", required=True, help="gs:// root for component outputs")
+    kfp.add_argument("--data-root", required=True, help="gs:// folder of span-<N>/ folders")
+    kfp.add_argument("--serving-dir", required=True, help="gs:// folder blessed models are pushed to")
+    kfp.add_argument("--keep-versions", type=_positive, default=3, help="pushed versions kept")
+    kfp.add_argument("--output", default="pipeline.json", help="where to write the PipelineJob JSON")
+    kfp.add_argument("beam_args", nargs="*", metavar="BEAM_ARG",
+                     help="Beam options for the Beam components (e.g. Dataflow's), after `--`")
+
     data = commands.add_parser("make-data", help="rebuild data/ from the CSV shipped in the tfx wheel")
     data.add_argument("--csv", default=None, help="source CSV (default: the one in the tfx wheel)")
     data.add_argument("--out", default=defaults.DATA_ROOT, help="output folder")
@@ -169,6 +179,23 @@ def _run(args: argparse.Namespace) -> int:
     return report.outcome.exit_code
 
 
+def _compile(args: argparse.Namespace) -> int:
+    from pipeline import kubeflow
+
+    kfp_config = kubeflow.KubeflowConfig(
+        image=args.image,
+        pipeline_root=args.pipeline_root,
+        data_root=args.data_root,
+        serving_dir=args.serving_dir,
+        keep_versions=args.keep_versions,
+        beam_args=kubeflow.DEFAULT_VERTEX_BEAM_ARGS + tuple(args.beam_args),
+    )
+    spec = kubeflow.compile_pipeline(kfp_config, args.output)
+    tasks = spec["pipelineSpec"]["root"]["dag"]["tasks"]
+    print(f"Wrote {args.output}: {len(tasks)} tasks, image {args.image}")
+    return 0
+
+
 def _make_data(args: argparse.Namespace) -> int:
     from pipeline import dataset
 
@@ -182,7 +209,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
+        if args.command == "compile":
+            return _compile(args)
         return _make_data(args)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_ERROR
     except Exception as err:  # the last line of defence: a clear message and exit 1
         logging.exception("run failed")
         print(f"error: {type(err).__name__}: {err}", file=sys.stderr)

@@ -29,7 +29,7 @@ class EvaluationConfig:
     eval_buckets: int = 1
 
 
-PIPELINE_NAME = "taxi_big_tip"
+PIPELINE_NAME = "taxi-big-tip"  # KFP v2 allows [a-z0-9-] only
 MODEL_NAME = "big_tip"
 # The Beam DirectRunner in one process: for data of this size, worker processes cost
 # more to start and feed than they save.

@@ -150,7 +150,7 @@ def _report_from_mlmd(store, pipeline_name: str, watermark: int) -> RunReport:
             report.outcome = Outcome.DATA_REJECTED
             report.anomalies = _describe_anomalies(anomalies.uri)
             return report
-    drift_check = first("SpanDriftValidator", "ExampleAnomalies")
+    drift_check = first("DataGate", "ExampleAnomalies")
     if drift_check is not None and drift_check.get_int_custom_property(drift.BLESSED_PROPERTY) != 1:
         report.outcome = Outcome.DATA_REJECTED
         report.anomalies = drift_check.get_string_custom_property(drift.REPORT_PROPERTY).splitlines()

@@ -9,7 +9,6 @@ from typing import Any, Dict, Optional, Sequence
 
 import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
-from tfx.dsl.placeholder import placeholder as ph
 
 from components import drift, features
 from components import pusher as staged_pusher
@@ -119,16 +118,15 @@ def create_pipeline(
     example_validator = tfx.components.ExampleValidator(
         statistics=statistics_gen.outputs["statistics"], schema=schema.outputs["schema"]
     )
-    span_drift = drift.SpanDriftValidator(
-        examples=example_gen.outputs["examples"], schema=schema.outputs["schema"], data_root=data_root
+    data_gate = drift.DataGate(
+        examples=example_gen.outputs["examples"],
+        schema=schema.outputs["schema"],
+        anomalies=example_validator.outputs["anomalies"],
+        data_root=data_root,
     )
-    nodes = [example_gen, statistics_gen, inferred_schema, schema, example_validator, span_drift]
+    nodes = [example_gen, statistics_gen, inferred_schema, schema, example_validator, data_gate]
 
-    blessed = example_validator.outputs["anomalies"].future()[0].custom_property("blessed")
-    no_drift = span_drift.outputs["drift"].future()[0].custom_property(drift.BLESSED_PROPERTY) == 1
-    data_is_valid = ph.logical_and(
-        ph.logical_and(blessed[TRAIN_SPLIT] == 1, blessed[EVAL_SPLIT] == 1), no_drift
-    )
+    data_is_valid = data_gate.outputs["verdict"].future()[0].custom_property(drift.BLESSED_PROPERTY) == 1
     with tfx.dsl.Cond(data_is_valid):
         transform = tfx.components.Transform(
             examples=example_gen.outputs["examples"],

@@ -17,7 +17,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SLICE_SPANS = (12, 13, 14, 15, 16)
 NODES = {
     "ImportExampleGen", "StatisticsGen", "InferredSchemaGen", "ImportSchemaGen", "ExampleValidator",
-    "SpanDriftValidator", "Transform", "Trainer", "LatestBlessedModelResolver", "Evaluator", "Pusher",
+    "DataGate", "Transform", "Trainer", "LatestBlessedModelResolver", "Evaluator", "Pusher",
 }
 
 pytestmark = pytest.mark.slow
