@@ -56,7 +56,7 @@ def _configure_logging(log_dir: str, verbose: bool) -> str:
     from absl import logging as absl_logging
 
     os.makedirs(log_dir, exist_ok=True)
-    log_path = os.path.join(log_dir, f"run-{datetime.datetime.now():%Y%m%d-%H%M%S}.log")
+    log_path = os.path.join(log_dir, f"run-{datetime.datetime.now():%Y%m%d-%H%M%S}-{os.getpid()}.log")
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
@@ -85,21 +85,31 @@ def _positive(text: str) -> int:
     return value
 
 
+def _add_local_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--data-root", default=defaults.DATA_ROOT, help="folder of span-<N>/ TFRecord folders")
+    command.add_argument("--output-root", default=defaults.OUTPUT_ROOT, help="pipeline root, MLMD and logs")
+    command.add_argument("--serving-dir", default=defaults.SERVING_DIR, help="where blessed models are pushed")
+    command.add_argument("--keep-versions", type=_positive, default=3,
+                         help="pushed versions kept in the serving folder; older ones are deleted")
+    command.add_argument("--force", action="store_true", help="run even when nothing changed since the last run")
+    command.add_argument("--verbose", action="store_true", help="full TensorFlow/Beam/TFX logs on the console")
+    command.add_argument("--run-eagerly", action="store_true",
+                         help="run the Trainer's tf.functions eagerly (debugging; much slower)")
+    command.add_argument("beam_args", nargs="*", metavar="BEAM_ARG", help="extra Beam options, after `--`")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="taxi-pipeline", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="run the pipeline end to end with LocalDagRunner")
-    run.add_argument("--data-root", default=defaults.DATA_ROOT, help="folder of span-<N>/ TFRecord folders")
-    run.add_argument("--output-root", default=defaults.OUTPUT_ROOT, help="pipeline root, MLMD and logs")
-    run.add_argument("--serving-dir", default=defaults.SERVING_DIR, help="where blessed models are pushed")
-    run.add_argument("--keep-versions", type=_positive, default=3,
-                     help="pushed versions kept in the serving folder; older ones are deleted")
-    run.add_argument("--force", action="store_true", help="run even when nothing changed since the last run")
-    run.add_argument("--verbose", action="store_true", help="full TensorFlow/Beam/TFX logs on the console")
-    run.add_argument("--run-eagerly", action="store_true",
-                     help="run the Trainer's tf.functions eagerly (debugging; much slower)")
-    run.add_argument("beam_args", nargs="*", metavar="BEAM_ARG", help="extra Beam options, after `--`")
+    _add_local_options(run)
+    retrain = commands.add_parser(
+        "retrain", help="for schedulers: train on the newest spans if a new span landed, else do nothing"
+    )
+    retrain.add_argument("--window", type=_positive, default=4,
+                         help="spans in the rolling window: the newest is evaluated on, the others trained on")
+    _add_local_options(retrain)
 
     kfp = commands.add_parser("compile", help="write the pipeline JSON for Kubeflow Pipelines v2 / Vertex AI")
     kfp.add_argument("--image", required=True, help="the pipeline image (see Dockerfile)")
@@ -121,8 +131,15 @@ def _print_report(report, log_path: str) -> None:
     from pipeline.run_record import Outcome
 
     lines = []
-    if report.reused_previous_run:
+    if report.note:
+        lines.append(report.note)
+    elif report.reused_previous_run:
         lines.append("Nothing changed since the last run (same data, code and settings); nothing was run.")
+    if report.spans:
+        *train, newest = report.spans
+        lines.append(f"Spans: trained on {', '.join(map(str, train))}; evaluated on {newest}")
+    if report.warm_start:
+        lines.append(f"Warm start: {report.warm_start}")
     if report.anomalies:
         lines.append("Data rejected by the schema contract:")
         lines += [f"  {line}" for line in report.anomalies]
@@ -141,6 +158,7 @@ def _print_report(report, log_path: str) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    """`run` and `retrain`: resolve the config, run, report; exit status by outcome."""
     started = time.perf_counter()
     if not args.verbose:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -148,7 +166,7 @@ def _run(args: argparse.Namespace) -> int:
     log_path = _configure_logging(os.path.join(args.output_root, "logs"), args.verbose)
     from components.trainer.settings import TrainConfig
     from pipeline import config as config_lib
-    from pipeline import run_record
+    from pipeline import retrain, run_record
 
     run_config = config_lib.RunConfig(
         data_root=args.data_root,
@@ -160,13 +178,16 @@ def _run(args: argparse.Namespace) -> int:
     ).resolved()
 
     try:
-        plan = run_record.plan(run_config)
-        if plan.previous is not None and not args.force:
-            report = plan.previous  # decided without importing TensorFlow or TFX
+        if args.command == "retrain":
+            report = retrain.retrain(run_config, args.window, force=args.force)
         else:
-            from pipeline import local_runner
+            plan = run_record.plan(run_config)
+            if plan.previous is not None and not args.force:
+                report = plan.previous  # decided without importing TensorFlow or TFX
+            else:
+                from pipeline import local_runner
 
-            report = local_runner.run(run_config, force=args.force, plan=plan)
+                report = local_runner.run(run_config, force=args.force, plan=plan)
     except run_record.DataRootError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
@@ -174,6 +195,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"error: data rejected: {err}", file=sys.stderr)
         print("Data rejected; nothing was trained or pushed.")
         return run_record.Outcome.DATA_REJECTED.exit_code
+    except retrain.LockHeld as err:
+        print(f"error: {err}", file=sys.stderr)
+        return retrain.EXIT_LOCKED
     report.seconds = time.perf_counter() - started
     _print_report(report, log_path)
     return report.outcome.exit_code
@@ -207,7 +231,7 @@ def _make_data(args: argparse.Namespace) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        if args.command == "run":
+        if args.command in ("run", "retrain"):
             return _run(args)
         if args.command == "compile":
             return _compile(args)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-from typing import Tuple
+from typing import Optional, Tuple
 
 import components
 from components.trainer.settings import TrainConfig
@@ -88,6 +88,10 @@ class RunConfig:
     model_name: str = MODEL_NAME
     # Pushed versions kept in the serving folder (the newest always among them).
     keep_versions: int = 3
+    # Span numbers to use (newest = eval split); None: all spans, hash-split.
+    window: Optional[Tuple[int, ...]] = None
+    # Start training from the latest blessed model when compatible.
+    warm_start: bool = True
     train: TrainConfig = TrainConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
 

@@ -7,6 +7,7 @@ Whether a run is needed at all is decided first, without TensorFlow, by
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from typing import Dict, List, Optional
@@ -38,6 +39,8 @@ def build_pipeline(run_config: config_lib.RunConfig) -> tfx.dsl.Pipeline:
         evaluation=run_config.evaluation,
         code_version=config_lib.code_version(),
         keep_versions=run_config.keep_versions,
+        window=run_config.window,
+        warm_start=run_config.warm_start,
         beam_pipeline_args=run_config.beam_args,
         metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
             run_config.metadata_path
@@ -76,6 +79,7 @@ def run(
     with metadata.Metadata(connection) as store:
         report = _report_from_mlmd(store.store, run_config.pipeline_name, watermark)
     report.seconds = time.perf_counter() - started
+    report.spans = list(run_config.window or [])
     run_record.save_last_run(run_config.output_root, plan.fingerprint, report)
     return report
 
@@ -119,6 +123,17 @@ def _eval_metrics(evaluation_uri: str) -> Dict[str, float]:
     return values
 
 
+def _warm_start(model_run_uri: str) -> str:
+    from components.trainer.run import TRAINING_SUMMARY_FILE
+
+    path = os.path.join(model_run_uri, TRAINING_SUMMARY_FILE)
+    if not tf.io.gfile.exists(path):
+        return ""
+    with tf.io.gfile.GFile(path) as handle:
+        started = json.load(handle).get("warm_start", {})
+    return f"{'yes' if started.get('used') else 'no'}: {started.get('reason', '')}"
+
+
 def _report_from_mlmd(store, pipeline_name: str, watermark: int) -> RunReport:
     nodes: List[NodeRun] = []
     outputs: Dict[str, List] = {}
@@ -155,6 +170,9 @@ def _report_from_mlmd(store, pipeline_name: str, watermark: int) -> RunReport:
         report.outcome = Outcome.DATA_REJECTED
         report.anomalies = drift_check.get_string_custom_property(drift.REPORT_PROPERTY).splitlines()
         return report
+    model_run = first("Trainer", "ModelRun")
+    if model_run is not None:
+        report.warm_start = _warm_start(model_run.uri)
     evaluation = first("Evaluator", "ModelEvaluation")
     if evaluation is not None:
         report.eval_metrics = _eval_metrics(evaluation.uri)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from typing import Any, Dict, Optional, Sequence
+import dataclasses
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
@@ -64,6 +65,47 @@ def _eval_config(evaluation: EvaluationConfig) -> tfma.EvalConfig:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class Splits:
+    """Which ExampleGen splits are trained on and which one is evaluated on."""
+
+    train: Tuple[str, ...]
+    eval: str
+    # span number per split, window mode only
+    spans: Tuple[Tuple[str, int], ...] = ()
+
+
+def window_splits(window: Optional[Sequence[int]]) -> Splits:
+    if window is None:
+        return Splits(train=(TRAIN_SPLIT,), eval=EVAL_SPLIT)
+    spans = sorted(set(window))
+    if len(spans) < 2:
+        raise ValueError(f"a window needs at least two spans (train on older, evaluate on the newest), got {window}")
+    named = tuple((f"span_{span}", span) for span in spans)
+    return Splits(train=tuple(name for name, _ in named[:-1]), eval=named[-1][0], spans=named)
+
+
+def _example_gen_config(splits: Splits, evaluation: EvaluationConfig) -> Dict[str, Any]:
+    if not splits.spans:
+        return {
+            "input_config": tfx.proto.Input(splits=[tfx.proto.Input.Split(name="all", pattern=ALL_SPANS_PATTERN)]),
+            "output_config": tfx.proto.Output(
+                split_config=tfx.proto.SplitConfig(
+                    splits=[
+                        tfx.proto.SplitConfig.Split(name=TRAIN_SPLIT, hash_buckets=evaluation.train_buckets),
+                        tfx.proto.SplitConfig.Split(name=EVAL_SPLIT, hash_buckets=evaluation.eval_buckets),
+                    ]
+                )
+            ),
+        }
+    # One input split per span of the window; ExampleGen keeps input splits as they are.
+    return {
+        "input_config": tfx.proto.Input(
+            splits=[tfx.proto.Input.Split(name=name, pattern=f"span-{span}/*") for name, span in splits.spans]
+        )
+    }
+
+
 def create_pipeline(
     *,
     pipeline_name: str,
@@ -76,6 +118,8 @@ def create_pipeline(
     evaluation: EvaluationConfig,
     code_version: str,
     keep_versions: int = staged_pusher.DEFAULT_KEEP_VERSIONS,
+    window: Optional[Sequence[int]] = None,
+    warm_start: bool = True,
     beam_pipeline_args: Sequence[str] = (),
     metadata_connection_config: Optional[Any] = None,
     enable_cache: bool = True,
@@ -94,22 +138,17 @@ def create_pipeline(
       code_version: Fingerprint of the user code; a change re-runs Transform and Trainer,
         which are referred to by dotted path and otherwise could not see it.
       keep_versions: Pushed versions kept in `serving_model_dir`; older ones are deleted.
+      window: Span numbers to use, oldest first (at least two). The newest is the eval
+        split; the others are trained on, each span its own ExampleGen split. None: every
+        span, split train:eval by a deterministic hash of each example.
+      warm_start: Give the Trainer the latest blessed model as `base_model`; it starts
+        from those weights when the feature set and shapes still match.
       beam_pipeline_args: Beam options for the Beam-based components.
       metadata_connection_config: MLMD connection; None lets the orchestrator choose.
       enable_cache: Reuse outputs of executions whose inputs did not change.
     """
-    example_gen = tfx.components.ImportExampleGen(
-        input_base=data_root,
-        input_config=tfx.proto.Input(splits=[tfx.proto.Input.Split(name="all", pattern=ALL_SPANS_PATTERN)]),
-        output_config=tfx.proto.Output(
-            split_config=tfx.proto.SplitConfig(
-                splits=[
-                    tfx.proto.SplitConfig.Split(name=TRAIN_SPLIT, hash_buckets=evaluation.train_buckets),
-                    tfx.proto.SplitConfig.Split(name=EVAL_SPLIT, hash_buckets=evaluation.eval_buckets),
-                ]
-            )
-        ),
-    )
+    splits = window_splits(window)
+    example_gen = tfx.components.ImportExampleGen(input_base=data_root, **_example_gen_config(splits, evaluation))
     statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
     inferred_schema = tfx.components.SchemaGen(
         statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True
@@ -140,26 +179,31 @@ def create_pipeline(
             # The Trainer applies the Transform graph to raw examples itself (once,
             # then cached): writing a transformed copy of the data would cost more.
             materialize=False,
+            splits_config=tfx.proto.SplitsConfig(
+                analyze=list(splits.train), transform=list(splits.train) + [splits.eval]
+            ),
             custom_config={"code_version": code_version},
-        )
-        trainer = tfx.components.Trainer(
-            run_fn=RUN_FN,
-            examples=example_gen.outputs["examples"],
-            transform_graph=transform.outputs["transform_graph"],
-            schema=schema.outputs["schema"],
-            train_args=tfx.proto.TrainArgs(),
-            eval_args=tfx.proto.EvalArgs(),
-            custom_config={"train": train_config, "export": export_config, "code_version": code_version},
         )
         baseline = tfx.dsl.Resolver(
             strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
             model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
             model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
         ).with_id("LatestBlessedModelResolver")
+        trainer = tfx.components.Trainer(
+            run_fn=RUN_FN,
+            examples=example_gen.outputs["examples"],
+            transform_graph=transform.outputs["transform_graph"],
+            schema=schema.outputs["schema"],
+            base_model=baseline.outputs["model"] if warm_start else None,
+            train_args=tfx.proto.TrainArgs(splits=list(splits.train)),
+            eval_args=tfx.proto.EvalArgs(splits=[splits.eval]),
+            custom_config={"train": train_config, "export": export_config, "code_version": code_version},
+        )
         evaluator = tfx.components.Evaluator(
             examples=example_gen.outputs["examples"],
             model=trainer.outputs["model"],
             baseline_model=baseline.outputs["model"],
+            example_splits=[splits.eval],
             eval_config=_eval_config(evaluation),
         )
         pusher = staged_pusher.StagedPusher(
@@ -170,7 +214,7 @@ def create_pipeline(
             ),
             custom_config={staged_pusher.KEEP_VERSIONS_KEY: keep_versions},
         ).with_id("Pusher")
-    nodes += [transform, trainer, baseline, evaluator, pusher]
+    nodes += [transform, baseline, trainer, evaluator, pusher]
 
     return tfx.dsl.Pipeline(
         pipeline_name=pipeline_name,

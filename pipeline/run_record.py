@@ -72,6 +72,12 @@ class RunReport:
     nodes: List[NodeRun] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
     reused_previous_run: bool = False
+    # Window mode: the spans used (the newest is the eval split).
+    spans: List[int] = dataclasses.field(default_factory=list)
+    # The Trainer's warm-start decision and its reason, when it trained.
+    warm_start: str = ""
+    # Why nothing was run, when nothing was.
+    note: str = ""
 
     def to_json(self) -> Dict[str, object]:
         record = dataclasses.asdict(self)

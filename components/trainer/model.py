@@ -23,6 +23,16 @@ def model_inputs(transformed: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
     return {f.transformed_name: tf.reshape(transformed[f.transformed_name], [-1]) for f in features.FEATURES}
 
 
+def table_offsets() -> Dict[str, int]:
+    """First row of each id feature in the shared embedding table, in input order."""
+    offsets, row = {}, 0
+    for feature in features.FEATURES:
+        if feature.kind is not features.Kind.NUMERIC:
+            offsets[feature.name] = row
+            row += feature.cardinality
+    return offsets
+
+
 class _Columns(tf.keras.layers.Layer):
     """Stacks `[batch]` inputs into one `[batch, n]` tensor. With `offsets`, shifts each
     column of ids into its own range of one shared table, so that every feature is
@@ -53,7 +63,8 @@ def build_model(config: ModelConfig = ModelConfig()) -> tf.keras.Model:
     """
     dtype = tf.keras.mixed_precision.Policy("mixed_float16" if config.mixed_precision else "float32")
     inputs: Dict[str, tf.keras.Input] = {}
-    numeric, ids, offsets, table_size = [], [], [], 0
+    numeric, ids = [], []
+    offsets = table_offsets()
     for feature in features.FEATURES:
         name = feature.transformed_name
         if feature.kind is features.Kind.NUMERIC:
@@ -62,11 +73,10 @@ def build_model(config: ModelConfig = ModelConfig()) -> tf.keras.Model:
             continue
         inputs[name] = tf.keras.Input(shape=(), name=name, dtype=tf.int64)
         ids.append(inputs[name])
-        offsets.append(table_size)
-        table_size += feature.cardinality
+    table_size = sum(f.cardinality for f in features.FEATURES)
 
     numbers = _Columns(name="numbers")(numeric)
-    table_ids = _Columns(tuple(offsets), name="table_ids")(ids)
+    table_ids = _Columns(tuple(offsets.values()), name="table_ids")(ids)
     embedded = tf.keras.layers.Embedding(table_size, config.embedding_dim, name="embeddings", dtype=dtype)(table_ids)
     wide_weights = tf.keras.layers.Embedding(table_size, 1, name="wide_weights", dtype=dtype)(table_ids)
 

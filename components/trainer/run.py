@@ -12,7 +12,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 from tfx import v1 as tfx
 
-from components.trainer import export, model, settings, train_loop
+from components.trainer import export, model, settings, train_loop, warm_start
 
 TRAINING_SUMMARY_FILE = "training_summary.json"
 
@@ -42,11 +42,21 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
     strategy = train_loop.choose_strategy()
     with strategy.scope():
         keras_model = model.build_model(model.ModelConfig(mixed_precision=config.mixed_precision))
+        started = (
+            warm_start.warm_start(keras_model, fn_args.base_model, tf_transform_output)
+            if fn_args.base_model
+            else warm_start.WarmStart(False, "no blessed model yet")
+        )
+    logging.info("warm start: %s: %s", "yes" if started.used else "no, training from scratch", started.reason)
     result = train_loop.train(
         keras_model, train_dataset, eval_dataset, signature, config, fn_args.model_run_dir, strategy
     )
     with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, TRAINING_SUMMARY_FILE), "w") as handle:
-        json.dump({"config": dataclasses.asdict(config), **dataclasses.asdict(result)}, handle, indent=2)
+        json.dump(
+            {"config": dataclasses.asdict(config), "warm_start": dataclasses.asdict(started),
+             **dataclasses.asdict(result)},
+            handle, indent=2,
+        )
     logging.info(
         "trained %d epochs, %d steps on %d replica(s): eval AUC %.4f, %.0f examples/s, traces %s",
         result.epochs_run, result.steps, strategy.num_replicas_in_sync, result.eval_auc,
