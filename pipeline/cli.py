@@ -121,6 +121,14 @@ def _parser() -> argparse.ArgumentParser:
     kfp.add_argument("beam_args", nargs="*", metavar="BEAM_ARG",
                      help="Beam options for the Beam components (e.g. Dataflow's), after `--`")
 
+    schedule = commands.add_parser("schedule", help="create a Vertex AI schedule running the compiled pipeline")
+    schedule.add_argument("--pipeline-json", default="pipeline.json", help="written by `taxi-pipeline compile`")
+    schedule.add_argument("--cron", required=True, help='when to run, e.g. "0 3 * * *" (UTC)')
+    schedule.add_argument("--project", required=True, help="Google Cloud project")
+    schedule.add_argument("--region", required=True, help="Vertex AI region, e.g. europe-west4")
+    schedule.add_argument("--service-account", default=None, help="service account the runs use")
+    schedule.add_argument("--dry-run", action="store_true", help="print the CreateScheduleRequest, send nothing")
+
     data = commands.add_parser("make-data", help="rebuild data/ from the CSV shipped in the tfx wheel")
     data.add_argument("--csv", default=None, help="source CSV (default: the one in the tfx wheel)")
     data.add_argument("--out", default=defaults.DATA_ROOT, help="output folder")
@@ -220,6 +228,26 @@ def _compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _schedule(args: argparse.Namespace) -> int:
+    from pipeline import vertex_schedule
+
+    config = vertex_schedule.ScheduleConfig(
+        pipeline_json=args.pipeline_json, cron=args.cron, project=args.project, region=args.region,
+        service_account=args.service_account,
+    )
+    request = vertex_schedule.build_request(config)
+    if args.dry_run:
+        print(vertex_schedule.as_json(request))
+        return 0
+    try:
+        name = vertex_schedule.submit(config, request)
+    except vertex_schedule.NoCredentialsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    print(f"Created schedule {name} ({args.cron})")
+    return 0
+
+
 def _make_data(args: argparse.Namespace) -> int:
     from pipeline import dataset
 
@@ -235,6 +263,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _run(args)
         if args.command == "compile":
             return _compile(args)
+        if args.command == "schedule":
+            return _schedule(args)
         return _make_data(args)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
