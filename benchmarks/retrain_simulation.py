@@ -43,7 +43,7 @@ def _retrain(data_root: str, work: str, window: int) -> dict:
         "why": _field(r"^Warm start: (?:yes|no): (.*)$", out),
         "auc": _field(r"auc=([0-9.]+)", out, "-"),
         "outcome": outcome,
-        "version": os.path.basename(_field(r"^(?:Pushed a new model version|Up to date; serving): (\S+)", out, "-")),
+        "version": os.path.basename(_field(r"^(?:Pushed a new model version:|Up to date; serving) (\S+)", out, "-")),
         "seconds": seconds,
         "stderr": done.stderr[-500:],
     }

@@ -29,6 +29,8 @@ import pipeline as pipeline_package
 from pipeline import config as config_lib
 
 LAST_RUN_FILE = "last_run.json"
+# Records decoded at a time when the data is checked before a run.
+_CHECK_BATCH = 10_000
 # Distributions whose version changes what a run computes.
 _RUNTIME_DISTRIBUTIONS = (
     "tfx", "tensorflow", "tensorflow-transform", "tensorflow-model-analysis",
@@ -135,22 +137,27 @@ def check_records(files: List[str]) -> int:
     before the pipeline, so bad input stops the run before anything is written to MLMD.
     """
     import tensorflow as tf
-    from google.protobuf.message import DecodeError
+    from tfx_bsl.coders import example_coder
 
+    decoder = example_coder.ExamplesToRecordBatchDecoder()
     total = 0
     for path in files:
         count = 0
         try:
-            for record in tf.data.TFRecordDataset(path, compression_type="GZIP").as_numpy_iterator():
-                tf.train.Example.FromString(record)
-                count += 1
+            batches = tf.data.TFRecordDataset(path, compression_type="GZIP").batch(_CHECK_BATCH)
+            for batch in batches.as_numpy_iterator():
+                try:
+                    decoder.DecodeBatch(list(batch))
+                except RuntimeError as err:
+                    raise BadDataError(
+                        f"{path}: a record among {count + 1}-{count + len(batch)} is not a serialized tf.Example ({err})"
+                    ) from err
+                count += len(batch)
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as err:
             raise BadDataError(
                 f"{path} is not a readable GZIP TFRecord file (truncated or corrupt after {count} records): "
                 f"{err.message.splitlines()[0]}"
             ) from err
-        except DecodeError as err:
-            raise BadDataError(f"{path}: record {count + 1} is not a serialized tf.Example ({err})") from err
         if count == 0:
             raise BadDataError(f"{path} holds no records")
         total += count
