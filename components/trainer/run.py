@@ -34,6 +34,12 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
     tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
     transform_graph = export.TransformGraph(tf_transform_output)
     signature = train_loop.input_signature(tf_transform_output.transformed_feature_spec())
+    train_examples = train_loop.count_examples(fn_args.train_files)
+    batch_size = train_loop.effective_batch_size(config, train_examples)
+    if batch_size != config.batch_size:
+        logging.info("%d training examples: batches of %d instead of %d, for %d steps an epoch",
+                     train_examples, batch_size, config.batch_size, config.min_steps_per_epoch)
+        config = dataclasses.replace(config, batch_size=batch_size)
     train_dataset = train_loop.make_dataset(
         fn_args.train_files, transform_graph, config.batch_size, shuffle_seed=config.shuffle_seed
     )

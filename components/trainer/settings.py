@@ -21,6 +21,9 @@ class TrainConfig:
     log_every_steps: int = 100
     run_eagerly: bool = False
     shuffle_seed: int = 42
+    # A training set too small for this many batches of `batch_size` per epoch is cut
+    # into smaller batches (at least 32 examples): a short window must still get steps.
+    min_steps_per_epoch: int = 10
     # float16 compute with dynamic loss scaling (pays off on GPUs; runs on CPU).
     mixed_precision: bool = False
     # Compile each replica's step with XLA (the in-graph progress print stays outside).

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -58,6 +59,19 @@ def input_signature(transformed_feature_spec: Mapping[str, tf.io.FixedLenFeature
     }
     label_spec = tf.TensorSpec([None], transformed_feature_spec[label_key].dtype, name=label_key)
     return (feature_specs, label_spec)
+
+
+def count_examples(file_patterns: Sequence[str]) -> int:
+    files = sorted(path for pattern in file_patterns for path in tf.io.gfile.glob(pattern))
+    return int(tf.data.TFRecordDataset(files, compression_type="GZIP").reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
+
+
+def effective_batch_size(config: TrainConfig, train_examples: int) -> int:
+    """`config.batch_size`, or smaller when the data would give too few steps per epoch."""
+    if config.min_steps_per_epoch <= 0:
+        return config.batch_size
+    fitting = max(32, math.ceil(train_examples / config.min_steps_per_epoch))
+    return min(config.batch_size, fitting)
 
 
 def make_dataset(

@@ -197,3 +197,11 @@ def test_tensorboard_scalars_are_written_once_per_epoch(signature, tmp_path):
     assert all(len(values) == 2 for values in tags.values())
     assert tags["learning_rate"] == pytest.approx([config.learning_rate] * 2)
     assert all(value > 0 for value in tags["examples_per_second"])
+
+
+def test_small_training_sets_get_smaller_batches_not_fewer_steps():
+    config = settings.TrainConfig(batch_size=1024, min_steps_per_epoch=10)
+    assert train_loop.effective_batch_size(config, 12_000) == 1024
+    assert train_loop.effective_batch_size(config, 430) == 43
+    assert train_loop.effective_batch_size(config, 100) == 32
+    assert train_loop.effective_batch_size(settings.TrainConfig(min_steps_per_epoch=0), 100) == 1024
