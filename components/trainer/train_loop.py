@@ -125,12 +125,64 @@ class Steps:
     train_loss: tf.keras.metrics.Mean
     eval_loss: tf.keras.metrics.Mean
     eval_auc: tf.keras.metrics.AUC
+    # Examples through either step, counted in the graph.
+    examples_seen: tf.Variable = dataclasses.field(
+        default_factory=lambda: tf.Variable(0, dtype=tf.int64, trainable=False, name="examples_seen")
+    )
+    next_batch_steps: Dict[Tuple[str, str], Callable] = dataclasses.field(default_factory=dict)
 
     def trace_counts(self) -> Dict[str, int]:
-        return {
+        counts = {
             "train_step": self.train_step.experimental_get_tracing_count(),
             "eval_step": self.eval_step.experimental_get_tracing_count(),
         }
+        for (name, _), function in sorted(self.next_batch_steps.items()):
+            counts[f"next_batch_{name}"] = counts.get(f"next_batch_{name}", 0) + function.experimental_get_tracing_count()
+        return counts
+
+    def run_epoch(self, dataset, train: bool, strategy: tf.distribute.Strategy) -> int:
+        """One pass over `dataset`; returns the number of examples seen.
+
+        On one replica each step takes the next batch from the iterator inside the
+        graph (`next_batch_step`, as Keras' `fit` does): no tensors cross into Python
+        between steps. Distributed datasets are iterated in Python.
+        """
+        step = self.train_step if train else self.eval_step
+        if strategy.num_replicas_in_sync > 1:
+            count = 0
+            for batch_features, labels in dataset:
+                step(batch_features, labels)
+                count += sum(int(t.shape[0]) for t in strategy.experimental_local_results(labels))
+            return count
+        next_batch_step = self._next_batch_step(step, dataset.element_spec)
+        before = int(self.examples_seen)
+        iterator = iter(dataset)
+        while bool(next_batch_step(iterator)):
+            pass
+        return int(self.examples_seen) - before
+
+    def _next_batch_step(self, step: Callable, element_spec) -> Callable:
+        """`step` on the next batch of an iterator: one traced function per step, its
+        signature the dataset's fixed element spec (batch dimension None)."""
+        key = (step.__name__, repr(element_spec))
+        if key not in self.next_batch_steps:
+            examples_seen = self.examples_seen
+
+            @tf.function(input_signature=[tf.data.IteratorSpec(element_spec)], autograph=False)
+            def next_batch(iterator) -> tf.Tensor:
+                """Runs the step on the next batch; False (and nothing run) at the end."""
+                batch = iterator.get_next_as_optional()
+
+                def run_step() -> tf.Tensor:
+                    batch_features, labels = batch.get_value()
+                    step(batch_features, labels)
+                    examples_seen.assign_add(tf.shape(labels, out_type=tf.int64)[0])
+                    return tf.constant(True)
+
+                return tf.cond(batch.has_value(), run_step, lambda: tf.constant(False))
+
+            self.next_batch_steps[key] = next_batch
+        return self.next_batch_steps[key]
 
     def reset_metrics(self) -> None:
         for metric in (self.train_loss, self.eval_loss, self.eval_auc):
@@ -272,9 +324,7 @@ def train(
         steps.reset_metrics()
         started = time.perf_counter()
         try:
-            for batch_features, labels in train_dataset:
-                steps.train_step(batch_features, labels)
-                examples += sum(int(t.shape[0]) for t in strategy.experimental_local_results(labels))
+            examples += steps.run_epoch(train_dataset, True, strategy)
         except tf.errors.InvalidArgumentError as err:
             if "training loss" in str(err):
                 raise TrainingDivergedError(
@@ -282,8 +332,7 @@ def train(
                 ) from err
             raise
         train_seconds += time.perf_counter() - started
-        for batch_features, labels in eval_dataset:
-            steps.eval_step(batch_features, labels)
+        steps.run_epoch(eval_dataset, False, strategy)
         epoch.assign_add(1)
         record = {
             "epoch": int(epoch),

@@ -11,6 +11,7 @@ from components.trainer import model as model_lib
 from components.trainer import settings, train_loop
 
 N_EXAMPLES, BATCH = 50, 16  # the last batch of each epoch holds 2 examples
+TRACED_ONCE = {"train_step": 1, "eval_step": 1, "next_batch_train_step": 1, "next_batch_eval_step": 1}
 
 
 def _feature_spec():
@@ -72,7 +73,7 @@ def test_one_trace_per_function_over_epochs_with_a_partial_last_batch(signature,
     result = train_loop.train(model_lib.build_model(), _dataset(), _dataset(1), signature, config, str(tmp_path))
     assert result.epochs_run == 3
     assert result.steps == 3 * 4
-    assert result.trace_counts == {"train_step": 1, "eval_step": 1}
+    assert result.trace_counts == TRACED_ONCE
 
 
 def test_restart_resumes_from_the_last_epoch_checkpoint(signature, tmp_path):
@@ -129,7 +130,7 @@ def test_mixed_precision_switch_trains_in_float16_with_float32_logits(tmp_path):
     assert model.output.dtype == tf.float32
     losses = [record["train_loss"] for record in result.history]
     assert all(np.isfinite(losses)) and losses[-1] < losses[0]
-    assert result.trace_counts == {"train_step": 1, "eval_step": 1}
+    assert result.trace_counts == TRACED_ONCE
 
 
 def test_xla_switch_compiles_the_steps_and_still_traces_once(tmp_path):
@@ -138,7 +139,7 @@ def test_xla_switch_compiles_the_steps_and_still_traces_once(tmp_path):
     _, result = _first_losses(config, tmp_path=tmp_path)
     losses = [record["train_loss"] for record in result.history]
     assert losses[-1] < losses[0]
-    assert result.trace_counts == {"train_step": 1, "eval_step": 1}
+    assert result.trace_counts == TRACED_ONCE
 
 
 def test_default_strategy_on_cpu():
