@@ -39,6 +39,7 @@ DECISION_THRESHOLD = 0.5
 MISSING_VALUES: Dict[tf.dtypes.DType, object] = {tf.float32: float("nan"), tf.int64: -1, tf.string: ""}
 
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
+TFLITE_FILE = os.path.join("assets.extra", "model.tflite")
 
 
 class TransformGraph(tf.Module):
@@ -133,6 +134,62 @@ def _with_keyword_inputs(raw_function: tf.types.experimental.ConcreteFunction):
         return raw_function(inputs)
 
     return by_name.get_concrete_function(**specs)
+
+
+class TFLiteModule(tf.Module):
+    """The raw-feature model in a form TFLite can hold.
+
+    TFLite cannot initialize Transform's vocabulary tables from asset files, so the
+    vocabulary features are looked up in constant tables built from the same
+    vocabularies (same ids: line order, OOV = vocabulary size, missing = size + 1); every
+    other feature goes through the Transform graph, pruned to what needs no table.
+    """
+
+    def __init__(self, model: tf.keras.Model, transform_graph: TransformGraph,
+                 tf_transform_output: tft.TFTransformOutput):
+        super().__init__(name="big_tip_tflite")
+        self.model_variables = list(model.variables)
+        self.transform_graph = transform_graph
+        self.tables = {}
+        for feature in features.FEATURES:
+            if feature.kind is features.Kind.CATEGORICAL:
+                tokens = tf_transform_output.vocabulary_by_name(f"vocab_{feature.name}")
+                keys = tf.constant(tokens) if feature.dtype == tf.string else tf.constant(
+                    [int(token) for token in tokens], tf.int64)
+                self.tables[feature.name] = tf.lookup.StaticHashTable(
+                    tf.lookup.KeyValueTensorInitializer(keys, tf.range(len(tokens), dtype=tf.int64)),
+                    default_value=len(tokens),
+                )
+        raw_specs = {f.name: tf.TensorSpec([None], f.dtype, name=f.name) for f in features.FEATURES}
+
+        @tf.function(input_signature=[raw_specs], autograph=False)
+        def predict(inputs: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+            transformed = dict(transform_graph({
+                f.name: _as_transform_input(f, inputs[f.name])
+                for f in features.FEATURES if f.kind is not features.Kind.CATEGORICAL
+            }))
+            for f, table in ((features.FEATURES_BY_NAME[name], table) for name, table in self.tables.items()):
+                values = inputs[f.name]
+                missing = tf.equal(values, MISSING_VALUES[f.dtype])
+                transformed[f.transformed_name] = tf.where(
+                    missing, tf.constant(f.size + 1, tf.int64), table.lookup(values))
+            probability = tf.sigmoid(tf.cast(model(model_lib.model_inputs(transformed), training=False), tf.float32))
+            return {PROBABILITY_KEY: probability}
+
+        self.predict = predict
+
+
+def write_tflite(model: tf.keras.Model, transform_graph: TransformGraph,
+                 tf_transform_output: tft.TFTransformOutput, export_dir: str) -> str:
+    """Converts the raw-feature model to `assets.extra/model.tflite` (TF ops via Flex)."""
+    module = TFLiteModule(model, transform_graph, tf_transform_output)
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([module.predict.get_concrete_function()], module)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]
+    path = os.path.join(export_dir, TFLITE_FILE)
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    with tf.io.gfile.GFile(path, "wb") as handle:
+        handle.write(converter.convert())
+    return path
 
 
 def strip_label(serialized: bytes) -> bytes:

@@ -69,6 +69,9 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
         result.examples_per_second, result.trace_counts,
     )
     export.export_serving_model(keras_model, transform_graph, fn_args.serving_model_dir)
+    if export_config.tflite:
+        logging.info("TFLite model written to %s",
+                     export.write_tflite(keras_model, transform_graph, tf_transform_output, fn_args.serving_model_dir))
     export.write_warmup_requests(
         fn_args.serving_model_dir,
         _serialized_examples(fn_args.eval_files),

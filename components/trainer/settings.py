@@ -53,6 +53,8 @@ class ExportConfig:
     model_name: str = "big_tip"
     # Warmup requests written from real eval examples (0 writes no warmup file).
     warmup_requests: int = 100
+    # Also write the raw-feature model as TFLite (assets.extra/model.tflite).
+    tflite: bool = False
 
     @classmethod
     def from_custom_config(cls, custom_config: Optional[Mapping[str, object]]) -> "ExportConfig":

@@ -127,3 +127,22 @@ def test_missing_optional_features_get_the_documented_missing_ids(loaded, rows):
     example = tf.constant([to_example(required_only, include_label=False)])
     probability = loaded.signatures[export.SERVING_SIGNATURE](examples=example)[export.PROBABILITY_KEY]
     assert 0.0 <= float(probability[0]) <= 1.0
+
+
+def test_tflite_model_matches_the_saved_model_on_raw_features(tmp_path, transform_output, rows):
+    transform_graph = export.TransformGraph(transform_output)
+    model = model_lib.build_model()
+    export_dir = str(tmp_path / "1")
+    export.export_serving_model(model, transform_graph, export_dir)
+    path = export.write_tflite(model, transform_graph, transform_output, export_dir)
+    assert path.endswith(os.path.join("assets.extra", "model.tflite"))
+    raw = _raw_inputs(rows)
+    companies = raw["company"].numpy()
+    companies[0] = b"a company never seen"  # out of vocabulary
+    raw["company"] = tf.constant(companies)
+    inputs = {name: tensor.numpy() for name, tensor in raw.items()}
+    saved = tf.saved_model.load(export_dir).signatures[export.RAW_SIGNATURE](**raw)
+    runner = tf.lite.Interpreter(model_path=path).get_signature_runner()
+    lite = runner(**inputs)[export.PROBABILITY_KEY]
+    assert lite.shape == (len(rows),)
+    np.testing.assert_allclose(lite, saved[export.PROBABILITY_KEY].numpy(), atol=1e-5)
