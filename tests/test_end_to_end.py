@@ -246,3 +246,23 @@ def test_a_model_trained_on_corrupted_labels_is_not_pushed_and_the_old_one_keeps
     assert status == 3, out
     assert "NOT blessed" in out
     assert _state(workspace)[1] == serving_before
+
+
+def test_a_candidate_worse_than_the_blessed_baseline_is_not_pushed(workspace, first_run):
+    """Only the change threshold applies here (min_auc 0): an all but untrained candidate
+    is far below the serving model on the same eval data."""
+    from components.trainer.settings import TrainConfig
+    from pipeline import config as config_lib, local_runner
+    from pipeline.run_record import Outcome
+
+    serving_before = _state(workspace)[1]
+    run_config = config_lib.RunConfig(
+        data_root=str(workspace / "data"), output_root=str(workspace / "out"), serving_dir=str(workspace / "serving"),
+        beam_args=config_lib.local_beam_args(), warm_start=False,
+        train=TrainConfig(epochs=1, learning_rate=1e-7),
+        evaluation=config_lib.EvaluationConfig(min_auc=0.0),
+    ).resolved()
+    report = local_runner.run(run_config, force=True)
+    assert report.outcome is Outcome.NOT_BLESSED, report
+    assert report.eval_metrics["auc"] < 0.9
+    assert _state(workspace)[1] == serving_before
