@@ -55,14 +55,8 @@ def _examples_per_second(run_epoch: Callable[[], int], epochs: int, rounds: int 
 
 
 def _custom_loop_epoch(steps: train_loop.Steps, dataset: tf.data.Dataset) -> Callable[[], int]:
-    def run() -> int:
-        count = 0
-        for batch, labels in dataset:
-            steps.train_step(batch, labels)
-            count += int(labels.shape[0])
-        return count
-
-    return run
+    """One epoch exactly as the Trainer runs it (`Steps.run_epoch`)."""
+    return lambda: steps.run_epoch(dataset, True, tf.distribute.get_strategy())
 
 
 def benchmark_training(pipeline_root: str, config: TrainConfig, epochs: int) -> Dict[str, float]:
