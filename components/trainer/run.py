@@ -18,8 +18,7 @@ TRAINING_SUMMARY_FILE = "training_summary.json"
 
 
 def _serialized_examples(file_patterns: Sequence[str]) -> Iterator[bytes]:
-    files = sorted(path for pattern in file_patterns for path in tf.io.gfile.glob(pattern))
-    for record in tf.data.TFRecordDataset(files, compression_type="GZIP"):
+    for record in tf.data.TFRecordDataset(train_loop.list_files(file_patterns), compression_type="GZIP"):
         yield record.numpy()
 
 
@@ -34,15 +33,14 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
     tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
     transform_graph = export.TransformGraph(tf_transform_output)
     signature = train_loop.input_signature(tf_transform_output.transformed_feature_spec())
-    train_examples = train_loop.count_examples(fn_args.train_files)
+    train_rows = train_loop.transformed_rows(fn_args.train_files, transform_graph)
+    train_examples = train_loop.count_rows(train_rows)  # also fills the rows' cache
     batch_size = train_loop.effective_batch_size(config, train_examples)
     if batch_size != config.batch_size:
         logging.info("%d training examples: batches of %d instead of %d, for %d steps an epoch",
                      train_examples, batch_size, config.batch_size, config.min_steps_per_epoch)
         config = dataclasses.replace(config, batch_size=batch_size)
-    train_dataset = train_loop.make_dataset(
-        fn_args.train_files, transform_graph, config.batch_size, shuffle_seed=config.shuffle_seed
-    )
+    train_dataset = train_loop.batched(train_rows, config.batch_size, shuffle_seed=config.shuffle_seed)
     eval_dataset = train_loop.make_dataset(fn_args.eval_files, transform_graph, config.batch_size)
 
     strategy = train_loop.choose_strategy()

@@ -61,9 +61,11 @@ def input_signature(transformed_feature_spec: Mapping[str, tf.io.FixedLenFeature
     return (feature_specs, label_spec)
 
 
-def count_examples(file_patterns: Sequence[str]) -> int:
+def list_files(file_patterns: Sequence[str]) -> List[str]:
     files = sorted(path for pattern in file_patterns for path in tf.io.gfile.glob(pattern))
-    return int(tf.data.TFRecordDataset(files, compression_type="GZIP").reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
+    if not files:
+        raise FileNotFoundError(f"no examples match {list(file_patterns)}")
+    return files
 
 
 def effective_batch_size(config: TrainConfig, train_examples: int) -> int:
@@ -74,20 +76,15 @@ def effective_batch_size(config: TrainConfig, train_examples: int) -> int:
     return min(config.batch_size, fitting)
 
 
-def make_dataset(
-    file_patterns: Sequence[str],
-    transform: Callable[[Dict[str, object]], Dict[str, tf.Tensor]],
-    batch_size: int,
-    shuffle_seed: Optional[int] = None,
+def transformed_rows(
+    file_patterns: Sequence[str], transform: Callable[[Dict[str, object]], Dict[str, tf.Tensor]]
 ) -> tf.data.Dataset:
-    """Batches of `(features, label)` from raw GZIP TFRecords of `tf.Example`.
+    """Unbatched `(features, label)` rows from raw GZIP TFRecords of `tf.Example`.
 
     Raw examples are parsed by the feature spec, passed through the Transform graph
-    once, and the transformed rows cached in memory for the following epochs.
+    once, and the transformed rows cached in memory: the first full pass fills the
+    cache, every later pass (count or epoch) reads it.
     """
-    files = sorted(path for pattern in file_patterns for path in tf.io.gfile.glob(pattern))
-    if not files:
-        raise FileNotFoundError(f"no examples match {list(file_patterns)}")
     raw_spec = features.raw_feature_spec(include_label=True)
     label_key = features.transformed_label_key()
 
@@ -95,16 +92,33 @@ def make_dataset(
         transformed = transform(tf.io.parse_example(serialized, raw_spec))
         return model_lib.model_inputs(transformed), tf.reshape(transformed[label_key], [-1])
 
-    dataset = (
-        tf.data.TFRecordDataset(files, compression_type="GZIP")
+    return (
+        tf.data.TFRecordDataset(list_files(file_patterns), compression_type="GZIP")
         .batch(_TRANSFORM_BATCH)
         .map(parse_and_transform, num_parallel_calls=tf.data.AUTOTUNE)
         .unbatch()
         .cache()
     )
+
+
+def count_rows(rows: tf.data.Dataset) -> int:
+    return int(rows.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
+
+
+def batched(rows: tf.data.Dataset, batch_size: int, shuffle_seed: Optional[int] = None) -> tf.data.Dataset:
     if shuffle_seed is not None:
-        dataset = dataset.shuffle(10_000, seed=shuffle_seed, reshuffle_each_iteration=True)
-    return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+        rows = rows.shuffle(10_000, seed=shuffle_seed, reshuffle_each_iteration=True)
+    return rows.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+
+def make_dataset(
+    file_patterns: Sequence[str],
+    transform: Callable[[Dict[str, object]], Dict[str, tf.Tensor]],
+    batch_size: int,
+    shuffle_seed: Optional[int] = None,
+) -> tf.data.Dataset:
+    """Batches of `(features, label)`: `transformed_rows`, shuffled if a seed is given."""
+    return batched(transformed_rows(file_patterns, transform), batch_size, shuffle_seed)
 
 
 def choose_strategy() -> tf.distribute.Strategy:
