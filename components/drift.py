@@ -8,7 +8,6 @@ Statistics are computed in memory (spans are small; no Beam pipeline to start).
 
 # No `from __future__ import annotations`: TFX reads this component's type hints.
 import os
-import re
 from typing import List, Tuple
 
 import pyarrow as pa
@@ -20,21 +19,18 @@ from tfx import v1 as tfx
 from tfx.types import standard_artifacts
 from tfx_bsl.coders import example_coder
 
+from components import spans
+
 BLESSED_PROPERTY = "blessed"
 REPORT_PROPERTY = "report"
 ANOMALIES_FILE = "DriftAnomalies.pb"
-_SPAN_FOLDER = re.compile(r"^span-(\d+)$")
 _BATCH = 10_000
 
 
 def newest_spans(data_root: str, count: int = 2) -> List[Tuple[int, str]]:
     """The `count` newest `(span number, folder)` under `data_root`, oldest first."""
-    spans = []
-    for name in tf.io.gfile.listdir(data_root):
-        match = _SPAN_FOLDER.match(name.rstrip("/"))
-        if match:
-            spans.append((int(match.group(1)), os.path.join(data_root, name.rstrip("/"))))
-    return sorted(spans)[-count:]
+    found = spans.numbered(tf.io.gfile.listdir(data_root))[-count:]
+    return [(span, os.path.join(data_root, name)) for span, name in found]
 
 
 def span_statistics(folder: str) -> statistics_pb2.DatasetFeatureStatisticsList:
@@ -107,10 +103,10 @@ def DataGate(  # pylint: disable=invalid-name
     split_blessings = anomalies.get_json_value_custom_property(BLESSED_PROPERTY) or {}
     schema_ok = bool(split_blessings) and all(int(value) == 1 for value in split_blessings.values())
     loaded_schema = tfdv.load_schema_text(os.path.join(schema.uri, "schema.pbtxt"))
-    spans = newest_spans(data_root)
+    pair = newest_spans(data_root)
     lines: List[str] = []
-    if len(spans) == 2:
-        (previous, previous_dir), (newest, newest_dir) = spans
+    if len(pair) == 2:
+        (previous, previous_dir), (newest, newest_dir) = pair
         found = drift_anomalies(span_statistics(newest_dir), span_statistics(previous_dir), loaded_schema)
         with tf.io.gfile.GFile(os.path.join(verdict.uri, ANOMALIES_FILE), "wb") as handle:
             handle.write(found.SerializeToString())

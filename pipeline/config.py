@@ -8,12 +8,13 @@ import os
 from typing import Optional, Tuple
 
 import components
+from components import spans
 from components.trainer.settings import TrainConfig
 from pipeline import defaults
 
 # Every span folder's TFRecord files. ImportExampleGen fingerprints them, so a new or
 # changed span is ingested again and an unchanged data root is served from cache.
-ALL_SPANS_PATTERN = "span-*/*"
+ALL_SPANS_PATTERN = spans.ALL_SPANS_PATTERN
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Dict, Iterable, List, Mapping, Optional
 
 import tensorflow as tf
 
-from components import features
+from components import features, spans
 
 # Span 1 is the first quarter of this year; spans count quarters from there on.
 FIRST_SPAN_YEAR = 2013
@@ -145,7 +145,7 @@ def convert(csv_path: str, out_dir: str) -> ConversionReport:
     try:
         options = tf.io.TFRecordOptions(compression_type="GZIP")
         for span, records in sorted(by_span.items()):
-            span_dir = os.path.join(staging, f"span-{span}")
+            span_dir = os.path.join(staging, spans.folder(span))
             os.makedirs(span_dir)
             path = os.path.join(span_dir, f"trips-{span_label(span)}.tfrecord.gz")
             with tf.io.TFRecordWriter(path, options) as writer:
@@ -153,7 +153,7 @@ def convert(csv_path: str, out_dir: str) -> ConversionReport:
                     writer.write(record)
             report.examples_per_span[span] = len(records)
         for name in sorted(os.listdir(out_dir)):
-            if name.startswith("span-"):
+            if spans.number(name) is not None:
                 shutil.rmtree(os.path.join(out_dir, name))
         for name in sorted(os.listdir(staging)):
             os.replace(os.path.join(staging, name), os.path.join(out_dir, name))

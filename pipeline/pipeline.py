@@ -11,7 +11,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 
-from components import drift, features
+from components import drift, features, spans
 from components import pusher as staged_pusher
 from components.trainer import export
 from pipeline.config import ALL_SPANS_PATTERN, EvaluationConfig
@@ -78,10 +78,10 @@ class Splits:
 def window_splits(window: Optional[Sequence[int]]) -> Splits:
     if window is None:
         return Splits(train=(TRAIN_SPLIT,), eval=EVAL_SPLIT)
-    spans = sorted(set(window))
-    if len(spans) < 2:
+    numbers = sorted(set(window))
+    if len(numbers) < 2:
         raise ValueError(f"a window needs at least two spans (train on older, evaluate on the newest), got {window}")
-    named = tuple((f"span_{span}", span) for span in spans)
+    named = tuple((f"span_{span}", span) for span in numbers)
     return Splits(train=tuple(name for name, _ in named[:-1]), eval=named[-1][0], spans=named)
 
 
@@ -101,7 +101,7 @@ def _example_gen_config(splits: Splits, evaluation: EvaluationConfig) -> Dict[st
     # One input split per span of the window; ExampleGen keeps input splits as they are.
     return {
         "input_config": tfx.proto.Input(
-            splits=[tfx.proto.Input.Split(name=name, pattern=f"span-{span}/*") for name, span in splits.spans]
+            splits=[tfx.proto.Input.Split(name=name, pattern=spans.files_pattern(span)) for name, span in splits.spans]
         )
     }
 

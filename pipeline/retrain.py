@@ -11,11 +11,11 @@ import dataclasses
 import json
 import logging
 import os
-import re
 import socket
 import time
 from typing import Dict, List, Optional
 
+from components import spans
 from pipeline import config as config_lib
 from pipeline import run_record
 from pipeline.run_record import Outcome, RunReport
@@ -25,7 +25,6 @@ STATE_FILE = "retrain_state.json"
 # A lock held this long by a process we cannot check (another host) is taken as stale.
 STALE_LOCK_SECONDS = 12 * 3600
 EXIT_LOCKED = 5
-_SPAN_FOLDER = re.compile(r"^span-(\d+)$")
 
 
 class LockHeld(RuntimeError):
@@ -35,7 +34,7 @@ class LockHeld(RuntimeError):
 def span_numbers(data_root: str) -> List[int]:
     if not os.path.isdir(data_root):
         raise run_record.DataRootError(f"data root {data_root} does not exist or is not a folder")
-    return sorted(int(m.group(1)) for m in map(_SPAN_FOLDER.match, os.listdir(data_root)) if m)
+    return [span for span, _ in spans.numbered(os.listdir(data_root))]
 
 
 def _pid_alive(pid: int) -> bool:
@@ -117,10 +116,10 @@ def retrain(run_config: config_lib.RunConfig, window_size: int, force: bool = Fa
     """Runs the pipeline on the newest `window_size` spans, unless the newest was trained on."""
     if window_size < 2:
         raise ValueError(f"the window needs at least 2 spans (train on older, evaluate on the newest), got {window_size}")
-    spans = span_numbers(run_config.data_root)
-    if len(spans) < 2:
-        raise run_record.DataRootError(f"data root {run_config.data_root} needs at least two spans, has {spans}")
-    window = tuple(spans[-window_size:])
+    available = span_numbers(run_config.data_root)
+    if len(available) < 2:
+        raise run_record.DataRootError(f"data root {run_config.data_root} needs at least two spans, has {available}")
+    window = tuple(available[-window_size:])
     os.makedirs(run_config.output_root, exist_ok=True)
     with RunLock(run_config.output_root) as lock:
         state = _load_state(run_config.output_root)

@@ -25,6 +25,7 @@ from importlib import metadata as package_metadata
 from typing import Dict, List, Optional
 
 import components
+from components import spans
 import pipeline as pipeline_package
 from pipeline import config as config_lib
 
@@ -121,7 +122,8 @@ def span_files(data_root: str) -> List[str]:
         raise BadDataError(f"empty data files: {', '.join(empty)}")
     span_dirs = {os.path.dirname(path) for path in files}
     all_spans = (
-        [p for p in glob.glob(os.path.join(data_root, "span-*")) if os.path.isdir(p)]
+        [p for p in (os.path.join(data_root, name) for _, name in spans.numbered(os.listdir(data_root)))
+         if os.path.isdir(p)]
         if not _is_remote(data_root) else sorted(span_dirs)
     )
     empty_spans = sorted(set(all_spans) - span_dirs)
