@@ -87,6 +87,15 @@ class ServingModule(tf.Module):
         self.transform_graph = transform_graph
 
 
+def _raw_specs() -> Dict[str, tf.TensorSpec]:
+    """One named, typed `[batch]` input per raw feature."""
+    return {f.name: tf.TensorSpec([None], f.dtype, name=f.name) for f in features.FEATURES}
+
+
+def _probability(model: tf.keras.Model, transformed: Mapping[str, tf.Tensor]) -> tf.Tensor:
+    return tf.sigmoid(tf.cast(model(model_lib.model_inputs(transformed), training=False), tf.float32))
+
+
 def make_signatures(
     model: tf.keras.Model, transform_graph: TransformGraph
 ) -> Dict[str, tf.types.experimental.ConcreteFunction]:
@@ -95,8 +104,7 @@ def make_signatures(
     full_spec = features.raw_feature_spec(include_label=True)
 
     def predict(raw: Mapping[str, object]) -> Dict[str, tf.Tensor]:
-        logits = model(model_lib.model_inputs(transform_graph(raw)), training=False)
-        probability = tf.sigmoid(tf.cast(logits, tf.float32))
+        probability = _probability(model, transform_graph(raw))
         return {
             PROBABILITY_KEY: probability,
             CLASS_KEY: tf.cast(probability > DECISION_THRESHOLD, tf.int64),
@@ -108,9 +116,7 @@ def make_signatures(
     def serve_examples(examples: tf.Tensor) -> Dict[str, tf.Tensor]:
         return predict(tf.io.parse_example(examples, serving_spec))
 
-    raw_specs = {f.name: tf.TensorSpec([None], f.dtype, name=f.name) for f in features.FEATURES}
-
-    @tf.function(input_signature=[raw_specs], autograph=False)
+    @tf.function(input_signature=[_raw_specs()], autograph=False)
     def serve_raw(inputs: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
         return predict({f.name: _as_transform_input(f, inputs[f.name]) for f in features.FEATURES})
 
@@ -127,13 +133,11 @@ def make_signatures(
 
 
 def _with_keyword_inputs(raw_function: tf.types.experimental.ConcreteFunction):
-    specs = {f.name: tf.TensorSpec([None], f.dtype, name=f.name) for f in features.FEATURES}
-
     @tf.function(autograph=False)
     def by_name(**inputs: tf.Tensor) -> Dict[str, tf.Tensor]:
         return raw_function(inputs)
 
-    return by_name.get_concrete_function(**specs)
+    return by_name.get_concrete_function(**_raw_specs())
 
 
 class TFLiteModule(tf.Module):
@@ -160,9 +164,7 @@ class TFLiteModule(tf.Module):
                     tf.lookup.KeyValueTensorInitializer(keys, tf.range(len(tokens), dtype=tf.int64)),
                     default_value=len(tokens),
                 )
-        raw_specs = {f.name: tf.TensorSpec([None], f.dtype, name=f.name) for f in features.FEATURES}
-
-        @tf.function(input_signature=[raw_specs], autograph=False)
+        @tf.function(input_signature=[_raw_specs()], autograph=False)
         def predict(inputs: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
             transformed = dict(transform_graph({
                 f.name: _as_transform_input(f, inputs[f.name])
@@ -173,8 +175,7 @@ class TFLiteModule(tf.Module):
                 missing = tf.equal(values, MISSING_VALUES[f.dtype])
                 transformed[f.transformed_name] = tf.where(
                     missing, tf.constant(f.size + 1, tf.int64), table.lookup(values))
-            probability = tf.sigmoid(tf.cast(model(model_lib.model_inputs(transformed), training=False), tf.float32))
-            return {PROBABILITY_KEY: probability}
+            return {PROBABILITY_KEY: _probability(model, transformed)}
 
         self.predict = predict
 
