@@ -72,7 +72,11 @@ def benchmark_training(pipeline_root: str, config: TrainConfig, epochs: int) -> 
 
     model = model_lib.build_model()
     steps = train_loop.make_steps(
-        model, train_loop.make_optimizer(model, config), signature, jit_compile=config.jit_compile
+        model,
+        train_loop.make_optimizer(model, config),
+        signature,
+        jit_compile=config.jit_compile,
+        steps_per_call=config.steps_per_call,
     )
     results["custom loop"] = _examples_per_second(_custom_loop_epoch(steps, dataset), epochs)
     results["traces train_step"] = steps.train_step.experimental_get_tracing_count()
@@ -92,7 +96,9 @@ def benchmark_training(pipeline_root: str, config: TrainConfig, epochs: int) -> 
     results["keras fit"] = _examples_per_second(fit_epoch, epochs)
 
     eager_model = model_lib.build_model()
-    eager_steps = train_loop.make_steps(eager_model, train_loop.make_optimizer(eager_model, config), signature)
+    eager_steps = train_loop.make_steps(
+        eager_model, train_loop.make_optimizer(eager_model, config), signature, steps_per_call=config.steps_per_call
+    )
     tf.config.run_functions_eagerly(True)
     try:
         results["eager loop"] = _examples_per_second(_custom_loop_epoch(eager_steps, dataset), 1, rounds=2)

@@ -34,7 +34,7 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
     transform_graph = export.TransformGraph(tf_transform_output)
     signature = train_loop.input_signature(tf_transform_output.transformed_feature_spec())
     train_rows = train_loop.transformed_rows(fn_args.train_files, transform_graph)
-    train_examples = train_loop.count_rows(train_rows)  # also fills the rows' cache
+    train_examples = train_loop.count_rows(train_rows)
     batch_size = train_loop.effective_batch_size(config, train_examples)
     if batch_size != config.batch_size:
         logging.info("%d training examples: batches of %d instead of %d, for %d steps an epoch",

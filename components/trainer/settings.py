@@ -28,6 +28,9 @@ class TrainConfig:
     mixed_precision: bool = False
     # Compile each replica's step with XLA (the in-graph progress print stays outside).
     jit_compile: bool = False
+    # Steps run inside the graph per call of the epoch loop: fewer Python round trips.
+    # NaN detection and in-graph logging still act on every step.
+    steps_per_call: int = 50
 
     @classmethod
     def from_custom_config(cls, custom_config: Optional[Mapping[str, object]]) -> "TrainConfig":

@@ -78,12 +78,12 @@ def effective_batch_size(config: TrainConfig, train_examples: int) -> int:
 
 def transformed_rows(
     file_patterns: Sequence[str], transform: Callable[[Dict[str, object]], Dict[str, tf.Tensor]]
-) -> tf.data.Dataset:
-    """Unbatched `(features, label)` rows from raw GZIP TFRecords of `tf.Example`.
+) -> Batch:
+    """All `(features, label)` rows of raw GZIP TFRecords of `tf.Example`, as in-memory
+    columns: one tensor per feature, the rows along the first dimension.
 
-    Raw examples are parsed by the feature spec, passed through the Transform graph
-    once, and the transformed rows cached in memory: the first full pass fills the
-    cache, every later pass (count or epoch) reads it.
+    Raw examples are parsed by the feature spec and passed through the Transform graph
+    once, in batches; every epoch then reads the columns (see `batched`).
     """
     raw_spec = features.raw_feature_spec(include_label=True)
     label_key = features.transformed_label_key()
@@ -92,23 +92,38 @@ def transformed_rows(
         transformed = transform(tf.io.parse_example(serialized, raw_spec))
         return model_lib.model_inputs(transformed), tf.reshape(transformed[label_key], [-1])
 
-    return (
+    chunks = list(
         tf.data.TFRecordDataset(list_files(file_patterns), compression_type="GZIP")
         .batch(_TRANSFORM_BATCH)
         .map(parse_and_transform, num_parallel_calls=tf.data.AUTOTUNE)
-        .unbatch()
-        .cache()
     )
+    if not chunks:
+        raise ValueError(f"no examples in {list(file_patterns)}")
+    return tf.nest.map_structure(lambda *parts: tf.concat(parts, axis=0), *chunks)
 
 
-def count_rows(rows: tf.data.Dataset) -> int:
-    return int(rows.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
+def count_rows(rows: Batch) -> int:
+    return int(tf.shape(rows[1])[0])
 
 
-def batched(rows: tf.data.Dataset, batch_size: int, shuffle_seed: Optional[int] = None) -> tf.data.Dataset:
-    if shuffle_seed is not None:
-        rows = rows.shuffle(10_000, seed=shuffle_seed, reshuffle_each_iteration=True)
-    return rows.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+def batched(rows: Batch, batch_size: int, shuffle_seed: Optional[int] = None) -> tf.data.Dataset:
+    """Batches of `rows`, in order, or, given a seed, in a new permutation each epoch
+    (each new iterator), reproducible from the seed.
+
+    Batches are sliced or gathered from the columns: tf.data never handles a row of
+    16 tensors on its own, which cost more than the training step itself.
+    """
+    total = count_rows(rows)
+    if shuffle_seed is None:
+        starts = tf.data.Dataset.range(0, total, batch_size)
+        return starts.map(lambda start: tf.nest.map_structure(lambda column: column[start : start + batch_size], rows))
+    # A full shuffle of row numbers (8 bytes a row), then one gather per batch and column.
+    indices = tf.data.Dataset.range(total).shuffle(total, seed=shuffle_seed, reshuffle_each_iteration=True)
+    return (
+        indices.batch(batch_size)
+        .map(lambda batch: tf.nest.map_structure(lambda column: tf.gather(column, batch), rows))
+        .prefetch(tf.data.AUTOTUNE)
+    )
 
 
 def make_dataset(
@@ -143,23 +158,26 @@ class Steps:
     examples_seen: tf.Variable = dataclasses.field(
         default_factory=lambda: tf.Variable(0, dtype=tf.int64, trainable=False, name="examples_seen")
     )
-    next_batch_steps: Dict[Tuple[str, str], Callable] = dataclasses.field(default_factory=dict)
+    # Steps run per call of the traced epoch loop (see `run_epoch`).
+    steps_per_call: int = 1
+    steps_loops: Dict[Tuple[str, str], Callable] = dataclasses.field(default_factory=dict)
 
     def trace_counts(self) -> Dict[str, int]:
         counts = {
             "train_step": self.train_step.experimental_get_tracing_count(),
             "eval_step": self.eval_step.experimental_get_tracing_count(),
         }
-        for (name, _), function in sorted(self.next_batch_steps.items()):
-            counts[f"next_batch_{name}"] = counts.get(f"next_batch_{name}", 0) + function.experimental_get_tracing_count()
+        for (name, _), function in sorted(self.steps_loops.items()):
+            counts[f"loop_{name}"] = counts.get(f"loop_{name}", 0) + function.experimental_get_tracing_count()
         return counts
 
     def run_epoch(self, dataset, train: bool, strategy: tf.distribute.Strategy) -> int:
         """One pass over `dataset`; returns the number of examples seen.
 
-        On one replica each step takes the next batch from the iterator inside the
-        graph (`next_batch_step`, as Keras' `fit` does): no tensors cross into Python
-        between steps. Distributed datasets are iterated in Python.
+        On one replica the batches are taken from the iterator inside the graph, up to
+        `steps_per_call` steps per call of one traced loop (as Keras' `steps_per_execution`
+        does): no tensors cross into Python between those steps. Distributed datasets are
+        iterated in Python, one step per call.
         """
         step = self.train_step if train else self.eval_step
         if strategy.num_replicas_in_sync > 1:
@@ -168,35 +186,45 @@ class Steps:
                 step(batch_features, labels)
                 count += sum(int(t.shape[0]) for t in strategy.experimental_local_results(labels))
             return count
-        next_batch_step = self._next_batch_step(step, dataset.element_spec)
+        steps_loop = self._steps_loop(step, dataset.element_spec)
         before = int(self.examples_seen)
         iterator = iter(dataset)
-        while bool(next_batch_step(iterator)):
+        while bool(steps_loop(iterator)):
             pass
         return int(self.examples_seen) - before
 
-    def _next_batch_step(self, step: Callable, element_spec) -> Callable:
-        """`step` on the next batch of an iterator: one traced function per step, its
-        signature the dataset's fixed element spec (batch dimension None)."""
+    def _steps_loop(self, step: Callable, element_spec) -> Callable:
+        """`step` on the next batches of an iterator, at most `steps_per_call` of them,
+        in one traced `tf.while_loop`; its signature is the dataset's fixed element spec
+        (batch dimension None)."""
         key = (step.__name__, repr(element_spec))
-        if key not in self.next_batch_steps:
-            examples_seen = self.examples_seen
+        if key not in self.steps_loops:
+            examples_seen, steps_per_call = self.examples_seen, max(1, self.steps_per_call)
 
             @tf.function(input_signature=[tf.data.IteratorSpec(element_spec)], autograph=False)
-            def next_batch(iterator) -> tf.Tensor:
-                """Runs the step on the next batch; False (and nothing run) at the end."""
-                batch = iterator.get_next_as_optional()
+            def steps_loop(iterator) -> tf.Tensor:
+                """Runs steps until `steps_per_call` ran or the data ended; False at the end."""
 
-                def run_step() -> tf.Tensor:
-                    batch_features, labels = batch.get_value()
-                    step(batch_features, labels)
-                    examples_seen.assign_add(tf.shape(labels, out_type=tf.int64)[0])
-                    return tf.constant(True)
+                def next_step(done: tf.Tensor, more: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+                    batch = iterator.get_next_as_optional()
 
-                return tf.cond(batch.has_value(), run_step, lambda: tf.constant(False))
+                    def run_step() -> tf.Tensor:
+                        batch_features, labels = batch.get_value()
+                        step(batch_features, labels)
+                        examples_seen.assign_add(tf.shape(labels, out_type=tf.int64)[0])
+                        return tf.constant(True)
 
-            self.next_batch_steps[key] = next_batch
-        return self.next_batch_steps[key]
+                    return done + 1, tf.cond(batch.has_value(), run_step, lambda: tf.constant(False))
+
+                _, more = tf.while_loop(
+                    lambda done, more: tf.logical_and(more, done < steps_per_call),
+                    next_step,
+                    (tf.constant(0), tf.constant(True)),
+                )
+                return more
+
+            self.steps_loops[key] = steps_loop
+        return self.steps_loops[key]
 
     def reset_metrics(self) -> None:
         for metric in (self.train_loss, self.eval_loss, self.eval_auc):
@@ -210,6 +238,7 @@ def make_steps(
     log_every_steps: int = 0,
     strategy: Optional[tf.distribute.Strategy] = None,
     jit_compile: bool = False,
+    steps_per_call: int = 1,
 ) -> Steps:
     """Builds the train and eval `tf.function`s over `model` with a fixed signature.
 
@@ -279,7 +308,7 @@ def make_steps(
         eval_loss.update_state(loss)
         return loss
 
-    return Steps(train_step, eval_step, step_counter, train_loss, eval_loss, eval_auc)
+    return Steps(train_step, eval_step, step_counter, train_loss, eval_loss, eval_auc, steps_per_call=steps_per_call)
 
 
 def make_optimizer(model: tf.keras.Model, config: TrainConfig) -> tf.keras.optimizers.Optimizer:
@@ -320,7 +349,9 @@ def train(
         eval_dataset = strategy.experimental_distribute_dataset(eval_dataset)
         # Per-replica specs; the batch dimension stays None.
         signature = train_dataset.element_spec
-    steps = make_steps(model, optimizer, signature, config.log_every_steps, strategy, config.jit_compile)
+    steps = make_steps(
+        model, optimizer, signature, config.log_every_steps, strategy, config.jit_compile, config.steps_per_call
+    )
     epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=steps.step_counter, epoch=epoch)
     manager = tf.train.CheckpointManager(checkpoint, os.path.join(model_run_dir, "checkpoints"), max_to_keep=2)

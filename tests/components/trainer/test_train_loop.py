@@ -11,7 +11,7 @@ from components.trainer import model as model_lib
 from components.trainer import settings, train_loop
 
 N_EXAMPLES, BATCH = 50, 16  # the last batch of each epoch holds 2 examples
-TRACED_ONCE = {"train_step": 1, "eval_step": 1, "next_batch_train_step": 1, "next_batch_eval_step": 1}
+TRACED_ONCE = {"train_step": 1, "eval_step": 1, "loop_train_step": 1, "loop_eval_step": 1}
 
 
 def _feature_spec():
@@ -74,6 +74,46 @@ def test_one_trace_per_function_over_epochs_with_a_partial_last_batch(signature,
     assert result.epochs_run == 3
     assert result.steps == 3 * 4
     assert result.trace_counts == TRACED_ONCE
+
+
+@pytest.mark.parametrize("steps_per_call", [1, 3, 50])
+def test_steps_per_call_runs_every_batch_once_and_traces_once(signature, steps_per_call):
+    model = model_lib.build_model()
+    steps = train_loop.make_steps(
+        model, train_loop.make_optimizer(model, settings.TrainConfig()), signature, steps_per_call=steps_per_call
+    )
+    strategy = tf.distribute.get_strategy()
+    for epoch in range(1, 4):
+        assert steps.run_epoch(_dataset(), True, strategy) == N_EXAMPLES
+        assert int(steps.step_counter) == epoch * 4
+    assert steps.run_epoch(_dataset(1), False, strategy) == N_EXAMPLES
+    assert steps.trace_counts() == TRACED_ONCE
+
+
+def _rows(count):
+    columns = {"x": tf.range(count, dtype=tf.float32), "y": tf.range(count, dtype=tf.int64) * 10}
+    return columns, tf.range(count, dtype=tf.int64)
+
+
+def test_batched_rows_keep_features_and_labels_together_in_order_without_a_seed():
+    batches = list(train_loop.batched(_rows(10), 4))
+    assert [int(labels.shape[0]) for _, labels in batches] == [4, 4, 2]
+    assert np.concatenate([labels for _, labels in batches]).tolist() == list(range(10))
+    for batch_features, labels in batches:
+        assert (batch_features["x"].numpy() == labels.numpy()).all()
+        assert (batch_features["y"].numpy() == labels.numpy() * 10).all()
+
+
+def test_shuffled_batches_are_a_new_permutation_each_epoch_and_reproducible():
+    def epochs(dataset, count):
+        return [np.concatenate([labels for _, labels in dataset]).tolist() for _ in range(count)]
+
+    first, second = epochs(train_loop.batched(_rows(100), 16, shuffle_seed=3), 2)
+    assert sorted(first) == sorted(second) == list(range(100))
+    assert first != second and first != list(range(100))
+    for batch_features, labels in train_loop.batched(_rows(100), 16, shuffle_seed=3):
+        assert (batch_features["y"].numpy() == labels.numpy() * 10).all()
+    assert epochs(train_loop.batched(_rows(100), 16, shuffle_seed=3), 2) == [first, second]
 
 
 def test_restart_resumes_from_the_last_epoch_checkpoint(signature, tmp_path):
