@@ -1,7 +1,7 @@
 """Training-loop and serving speed, on the outputs of a finished `taxi-pipeline run`.
 
     python benchmarks/trainer_and_serving.py [--output-root tfx_pipeline_output]
-        [--serving-dir serving_model] [--batch-size 1024] [--epochs 3]
+        [--serving-dir serving_model] [--batch-size 256] [--epochs 3]
 
 Training (same model, data and batch size; the Transform graph applied once, cached):
 - the custom `tf.function` loop of `components.trainer.train_loop`;
@@ -11,7 +11,8 @@ Each is timed after a warm-up epoch, so tracing and the dataset cache are exclud
 the best of several rounds is reported.
 
 Serving, through the pushed model's `serving_default` on serialized eval examples:
-latency p50/p99 of one example, and throughput on batches of 1000.
+latency p50/p99 of one example, and throughput on batches of 1000; for scale, the p50
+of an empty signature (the fixed cost of any call from Python on this machine).
 
 Also printed: the trace count of each step and the eval AUC of the pushed model.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import tempfile
 import time
 from typing import Callable, Dict, List
 
@@ -113,6 +115,35 @@ def _eval_examples(pipeline_root: str, limit: int) -> List[bytes]:
     return [record.numpy() for record in tf.data.TFRecordDataset(files, compression_type="GZIP").take(limit)]
 
 
+class _EmptySignature(tf.Module):
+    """Does no work: its latency is what any call of a signature costs from Python here."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+    def serve(self, examples: tf.Tensor) -> Dict[str, tf.Tensor]:
+        return {"length": tf.strings.length(examples)}
+
+
+def _p50_ms(call: Callable[[], object], rounds: int = 1000) -> float:
+    for _ in range(50):
+        call()
+    latencies = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        call()
+        latencies.append(time.perf_counter() - started)
+    return float(np.percentile(latencies, 50) * 1000)
+
+
+def call_floor_ms() -> float:
+    """p50 of one call of an empty SavedModel signature: the machine's fixed cost."""
+    module = _EmptySignature()
+    with tempfile.TemporaryDirectory() as work_dir:
+        tf.saved_model.save(module, work_dir, signatures={"serving_default": module.serve})
+        empty = tf.saved_model.load(work_dir).signatures["serving_default"]
+    one = tf.constant([b"x"])
+    return _p50_ms(lambda: empty(examples=one))
+
+
 def benchmark_serving(model_dir: str, pipeline_root: str) -> Dict[str, float]:
     serve = tf.saved_model.load(model_dir).signatures[export.SERVING_SIGNATURE]
     eval_examples = _eval_examples(pipeline_root, limit=100_000)
@@ -125,10 +156,20 @@ def benchmark_serving(model_dir: str, pipeline_root: str) -> Dict[str, float]:
     auc = tf.keras.metrics.AUC(num_thresholds=10_000)
     auc.update_state(labels, probabilities)
 
+    return {
+        "eval AUC": float(auc.result()),
+        "eval examples": float(len(labels)),
+        **serving_speed(serve, unlabeled),
+        "p50 ms of an empty signature": call_floor_ms(),
+    }
+
+
+def serving_speed(serve: Callable[..., object], unlabeled: List[bytes]) -> Dict[str, float]:
+    """Latency of single serialized examples and throughput on batches of 1000."""
     singles = [tf.constant([e]) for e in unlabeled[:1000]]
     for single in singles[:50]:
         serve(examples=single)
-    latencies = []
+    latencies: List[float] = []
     for single in singles:
         started = time.perf_counter()
         serve(examples=single)
@@ -140,14 +181,43 @@ def benchmark_serving(model_dir: str, pipeline_root: str) -> Dict[str, float]:
     started = time.perf_counter()
     for _ in range(rounds):
         serve(examples=batch)
-    throughput = rounds * 1000 / (time.perf_counter() - started)
     return {
-        "eval AUC": float(auc.result()),
-        "eval examples": float(len(labels)),
         "p50 ms (1 example)": float(np.percentile(latencies, 50) * 1000),
         "p99 ms (1 example)": float(np.percentile(latencies, 99) * 1000),
-        "examples/s (batches of 1000)": throughput,
+        "examples/s (batches of 1000)": rounds * 1000 / (time.perf_counter() - started),
     }
+
+
+def compare_serving(
+    model_dir: str, pipeline_root: str, baseline_dir: str, baseline_examples: str, baseline_label: str, rounds: int = 3
+) -> Dict[str, List[Dict[str, float]]]:
+    """This model and another exported model (e.g. TFX's taxi example), measured in
+    alternating rounds in one process, each on its own eval examples without the label."""
+
+    def without(record: bytes, label: str) -> bytes:
+        example = tf.train.Example.FromString(record)
+        del example.features.feature[label]
+        return example.SerializeToString()
+
+    files = sorted(glob.glob(baseline_examples))
+    if not files:
+        raise SystemExit(f"nothing matches {baseline_examples}")
+    contenders = {
+        "this model": (
+            tf.saved_model.load(model_dir).signatures[export.SERVING_SIGNATURE],
+            [export.strip_label(e) for e in _eval_examples(pipeline_root, limit=1000)],
+        ),
+        "baseline": (
+            tf.saved_model.load(baseline_dir).signatures["serving_default"],
+            [without(r.numpy(), baseline_label)
+             for r in tf.data.TFRecordDataset(files, compression_type="GZIP").take(1000)],
+        ),
+    }
+    results: Dict[str, List[Dict[str, float]]] = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, (serve, examples) in contenders.items():
+            results[name].append(serving_speed(serve, examples))
+    return results
 
 
 def main() -> None:
@@ -158,6 +228,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=TrainConfig().batch_size)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--jit-compile", action="store_true", help="the custom loop's steps with XLA")
+    parser.add_argument("--baseline-model", help="another exported model to compare serving with")
+    parser.add_argument("--baseline-examples", help="glob of its GZIP eval TFRecords")
+    parser.add_argument("--baseline-label", default="tips", help="its label feature, removed before serving")
     args = parser.parse_args()
     pipeline_root = os.path.join(args.output_root, "pipeline_root")
 
@@ -175,6 +248,16 @@ def main() -> None:
     print(f"serving {model_dir} (serving_default, serialized tf.Examples):")
     for name, value in serving.items():
         print(f"  {name:30s} {value:,.4f}" if value < 100 else f"  {name:30s} {value:,.0f}")
+    if args.baseline_model:
+        print(f"serving, alternating rounds: this model vs {args.baseline_model}")
+        compared = compare_serving(
+            model_dir, pipeline_root, args.baseline_model, args.baseline_examples, args.baseline_label
+        )
+        for name, rounds in compared.items():
+            for measured in rounds:
+                print(f"  {name:10s} p50 {measured['p50 ms (1 example)']:.3f} ms, "
+                      f"p99 {measured['p99 ms (1 example)']:.3f} ms, "
+                      f"{measured['examples/s (batches of 1000)']:,.0f} ex/s in batches of 1000")
 
 
 if __name__ == "__main__":

@@ -107,7 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     retrain = commands.add_parser(
         "retrain", help="for schedulers: train on the newest spans if a new span landed, else do nothing"
     )
-    retrain.add_argument("--window", type=_positive, default=4,
+    retrain.add_argument("--window", type=_positive, default=defaults.WINDOW_SIZE,
                          help="spans in the rolling window: the newest is evaluated on, the others trained on")
     _add_local_options(retrain)
 
@@ -117,6 +117,9 @@ def _parser() -> argparse.ArgumentParser:
     kfp.add_argument("--data-root", required=True, help="gs:// folder of span-<N>/ folders")
     kfp.add_argument("--serving-dir", required=True, help="gs:// folder blessed models are pushed to")
     kfp.add_argument("--keep-versions", type=_positive, default=3, help="pushed versions kept")
+    kfp.add_argument("--window", type=int, default=defaults.WINDOW_SIZE,
+                     help="train on the newest N spans, chosen on each run (the newest is evaluated on); "
+                          "0: every span, hash-split")
     kfp.add_argument("--output", default="pipeline.json", help="where to write the PipelineJob JSON")
     kfp.add_argument("beam_args", nargs="*", metavar="BEAM_ARG",
                      help="Beam options for the Beam components (e.g. Dataflow's), after `--`")
@@ -220,6 +223,7 @@ def _compile(args: argparse.Namespace) -> int:
         data_root=args.data_root,
         serving_dir=args.serving_dir,
         keep_versions=args.keep_versions,
+        window_size=args.window or None,
         beam_args=kubeflow.DEFAULT_VERTEX_BEAM_ARGS + tuple(args.beam_args),
     )
     spec = kubeflow.compile_pipeline(kfp_config, args.output)

@@ -89,8 +89,9 @@ class RunConfig:
     model_name: str = MODEL_NAME
     # Pushed versions kept in the serving folder (the newest always among them).
     keep_versions: int = 3
-    # Span numbers to use (newest = eval split); None: all spans, hash-split.
-    window: Optional[Tuple[int, ...]] = None
+    # Train on the newest this many spans (the newest = eval split), chosen when the
+    # pipeline runs; None: all spans, hash-split.
+    window_size: Optional[int] = None
     # Start training from the latest blessed model when compatible.
     warm_start: bool = True
     train: TrainConfig = TrainConfig()

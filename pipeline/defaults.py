@@ -3,3 +3,5 @@
 DATA_ROOT = "data"
 OUTPUT_ROOT = "tfx_pipeline_output"
 SERVING_DIR = "serving_model"
+# Spans in the rolling window of `retrain` and of the compiled (scheduled) pipeline.
+WINDOW_SIZE = 4

@@ -16,10 +16,12 @@ import tensorflow as tf
 from ml_metadata.proto import metadata_store_pb2
 from tensorflow_metadata.proto.v0 import anomalies_pb2
 from tfx import v1 as tfx
+from tfx.dsl.compiler import compiler
 from tfx.orchestration import metadata
+from tfx.proto.orchestration import pipeline_pb2
 from tfx.types import artifact_utils
 
-from components import drift
+from components import drift, window
 from components.trainer.settings import ExportConfig
 from pipeline import config as config_lib
 from pipeline import pipeline as pipeline_lib
@@ -39,13 +41,23 @@ def build_pipeline(run_config: config_lib.RunConfig) -> tfx.dsl.Pipeline:
         evaluation=run_config.evaluation,
         code_version=config_lib.code_version(),
         keep_versions=run_config.keep_versions,
-        window=run_config.window,
+        window_size=run_config.window_size,
         warm_start=run_config.warm_start,
         beam_pipeline_args=run_config.beam_args,
         metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
             run_config.metadata_path
         ),
     )
+
+
+def compile_without_window_cache(pipeline: tfx.dsl.Pipeline) -> pipeline_pb2.Pipeline:
+    """The pipeline's IR, with the cache of the SpanWindow node off: it must look at the
+    data root on every run, and its parameters alone would make every run a cache hit."""
+    ir = compiler.Compiler().compile(pipeline)
+    for node in ir.nodes:
+        if node.pipeline_node.node_info.id == window.NODE_ID:
+            node.pipeline_node.execution_options.caching_options.enable_cache = False
+    return ir
 
 
 def _disable_in_memory_state_cache() -> None:
@@ -75,11 +87,10 @@ def run(
     with metadata.Metadata(connection) as store:
         watermark = max((e.id for e in store.store.get_executions()), default=0)
     _disable_in_memory_state_cache()
-    tfx.orchestration.LocalDagRunner().run(pipeline)
+    tfx.orchestration.LocalDagRunner().run_with_ir(compile_without_window_cache(pipeline))
     with metadata.Metadata(connection) as store:
         report = _report_from_mlmd(store.store, run_config.pipeline_name, watermark)
     report.seconds = time.perf_counter() - started
-    report.spans = list(run_config.window or [])
     run_record.save_last_run(run_config.output_root, plan.fingerprint, report)
     return report
 
@@ -158,6 +169,10 @@ def _report_from_mlmd(store, pipeline_name: str, watermark: int) -> RunReport:
         return next((a for a in outputs.get(node_id, []) if a.type_name == type_name), None)
 
     report = RunReport(outcome=Outcome.NOT_BLESSED, nodes=nodes)
+    # Output artifacts are written under <pipeline root>/<node>/<output key>/<id>.
+    spans_used = [a for a in outputs.get(window.NODE_ID, []) if f"/{window.SPANS_KEY}/" in a.uri]
+    if spans_used:
+        report.spans = [int(span) for span in spans_used[0].read().split(",")]
     anomalies = first("ExampleValidator", "ExampleAnomalies")
     if anomalies is not None:
         blessed = anomalies.get_json_value_custom_property("blessed") or {}

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 
 import dataclasses
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 
-from components import drift, features, spans
+from components import drift, features, spans, window
 from components import pusher as staged_pusher
 from components.trainer import export
 from pipeline.config import ALL_SPANS_PATTERN, EvaluationConfig
@@ -71,39 +71,41 @@ class Splits:
 
     train: Tuple[str, ...]
     eval: str
-    # span number per split, window mode only
-    spans: Tuple[Tuple[str, int], ...] = ()
 
 
-def window_splits(window: Optional[Sequence[int]]) -> Splits:
-    if window is None:
+def window_splits(window_size: Optional[int]) -> Splits:
+    if window_size is None:
         return Splits(train=(TRAIN_SPLIT,), eval=EVAL_SPLIT)
-    numbers = sorted(set(window))
-    if len(numbers) < 2:
-        raise ValueError(f"a window needs at least two spans (train on older, evaluate on the newest), got {window}")
-    named = tuple((f"span_{span}", span) for span in numbers)
-    return Splits(train=tuple(name for name, _ in named[:-1]), eval=named[-1][0], spans=named)
+    return Splits(train=tuple(spans.window_train_splits(window_size)), eval=spans.WINDOW_EVAL_SPLIT)
 
 
-def _example_gen_config(splits: Splits, evaluation: EvaluationConfig) -> Dict[str, Any]:
-    if not splits.spans:
-        return {
-            "input_config": tfx.proto.Input(splits=[tfx.proto.Input.Split(name="all", pattern=ALL_SPANS_PATTERN)]),
-            "output_config": tfx.proto.Output(
-                split_config=tfx.proto.SplitConfig(
-                    splits=[
-                        tfx.proto.SplitConfig.Split(name=TRAIN_SPLIT, hash_buckets=evaluation.train_buckets),
-                        tfx.proto.SplitConfig.Split(name=EVAL_SPLIT, hash_buckets=evaluation.eval_buckets),
-                    ]
-                )
-            ),
-        }
-    # One input split per span of the window; ExampleGen keeps input splits as they are.
-    return {
-        "input_config": tfx.proto.Input(
-            splits=[tfx.proto.Input.Split(name=name, pattern=spans.files_pattern(span)) for name, span in splits.spans]
-        )
-    }
+def _example_gen(data_root: str, window_size: Optional[int], evaluation: EvaluationConfig) -> List[Any]:
+    """ImportExampleGen, preceded by the SpanWindow that picks its spans in window mode."""
+    if window_size is None:
+        return [
+            tfx.components.ImportExampleGen(
+                input_base=data_root,
+                input_config=tfx.proto.Input(splits=[tfx.proto.Input.Split(name="all", pattern=ALL_SPANS_PATTERN)]),
+                output_config=tfx.proto.Output(
+                    split_config=tfx.proto.SplitConfig(
+                        splits=[
+                            tfx.proto.SplitConfig.Split(name=TRAIN_SPLIT, hash_buckets=evaluation.train_buckets),
+                            tfx.proto.SplitConfig.Split(name=EVAL_SPLIT, hash_buckets=evaluation.eval_buckets),
+                        ]
+                    )
+                ),
+            )
+        ]
+    span_window = window.SpanWindow(data_root=data_root, window_size=window_size).with_id(window.NODE_ID)
+    # One input split per span, chosen when the pipeline runs; ExampleGen keeps input
+    # splits as they are.
+    example_gen = tfx.components.ImportExampleGen(
+        input_base=data_root,
+        input_config=span_window.outputs[window.INPUT_CONFIG_KEY].future()[0].value,
+        # Empty: keep the input splits (ExampleGen cannot inspect a runtime input_config).
+        output_config=tfx.proto.Output(),
+    )
+    return [span_window, example_gen]
 
 
 def create_pipeline(
@@ -118,7 +120,7 @@ def create_pipeline(
     evaluation: EvaluationConfig,
     code_version: str,
     keep_versions: int = staged_pusher.DEFAULT_KEEP_VERSIONS,
-    window: Optional[Sequence[int]] = None,
+    window_size: Optional[int] = None,
     warm_start: bool = True,
     beam_pipeline_args: Sequence[str] = (),
     metadata_connection_config: Optional[Any] = None,
@@ -138,17 +140,18 @@ def create_pipeline(
       code_version: Fingerprint of the user code; a change re-runs Transform and Trainer,
         which are referred to by dotted path and otherwise could not see it.
       keep_versions: Pushed versions kept in `serving_model_dir`; older ones are deleted.
-      window: Span numbers to use, oldest first (at least two). The newest is the eval
-        split; the others are trained on, each span its own ExampleGen split. None: every
-        span, split train:eval by a deterministic hash of each example.
+      window_size: Train on a rolling window of this many newest spans (at least two),
+        chosen by the SpanWindow node each time the pipeline runs: the newest span is the
+        eval split, the others are trained on, each span its own ExampleGen split. None:
+        every span, split train:eval by a deterministic hash of each example.
       warm_start: Give the Trainer the latest blessed model as `base_model`; it starts
         from those weights when the feature set and shapes still match.
       beam_pipeline_args: Beam options for the Beam-based components.
       metadata_connection_config: MLMD connection; None lets the orchestrator choose.
       enable_cache: Reuse outputs of executions whose inputs did not change.
     """
-    splits = window_splits(window)
-    example_gen = tfx.components.ImportExampleGen(input_base=data_root, **_example_gen_config(splits, evaluation))
+    splits = window_splits(window_size)
+    *span_window, example_gen = _example_gen(data_root, window_size, evaluation)
     statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
     inferred_schema = tfx.components.SchemaGen(
         statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True
@@ -163,7 +166,7 @@ def create_pipeline(
         anomalies=example_validator.outputs["anomalies"],
         data_root=data_root,
     )
-    nodes = [example_gen, statistics_gen, inferred_schema, schema, example_validator, data_gate]
+    nodes = [*span_window, example_gen, statistics_gen, inferred_schema, schema, example_validator, data_gate]
 
     data_is_valid = data_gate.outputs["verdict"].future()[0].custom_property(drift.BLESSED_PROPERTY) == 1
     with tfx.dsl.Cond(data_is_valid):

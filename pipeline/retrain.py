@@ -114,12 +114,16 @@ def _save_state(output_root: str, state: Dict[str, object]) -> None:
 
 def retrain(run_config: config_lib.RunConfig, window_size: int, force: bool = False) -> RunReport:
     """Runs the pipeline on the newest `window_size` spans, unless the newest was trained on."""
-    if window_size < 2:
-        raise ValueError(f"the window needs at least 2 spans (train on older, evaluate on the newest), got {window_size}")
+    spans.window_train_splits(window_size)  # refuses a window of fewer than 2 spans
     available = span_numbers(run_config.data_root)
     if len(available) < 2:
         raise run_record.DataRootError(f"data root {run_config.data_root} needs at least two spans, has {available}")
-    window = tuple(available[-window_size:])
+    # Until enough spans have landed, the window is all of them. The SpanWindow node
+    # chooses the same spans again when the pipeline runs.
+    size = min(window_size, len(available))
+    if size < window_size:
+        logging.info("only %d spans so far: a window of %d instead of %d", size, size, window_size)
+    window = [span for _, span in spans.window(available, size)]
     os.makedirs(run_config.output_root, exist_ok=True)
     with RunLock(run_config.output_root) as lock:
         state = _load_state(run_config.output_root)
@@ -129,14 +133,14 @@ def retrain(run_config: config_lib.RunConfig, window_size: int, force: bool = Fa
             report.reused_previous_run = True
             report.note = f"span {window[-1]} was already trained on; nothing to do"
             return report
-        windowed = dataclasses.replace(run_config, window=window)
+        windowed = dataclasses.replace(run_config, window_size=size)
         plan = run_record.plan(windowed)
         from pipeline import local_runner
 
         report = local_runner.run(windowed, force=force, plan=plan)
-        report.spans = list(window)
         if lock.recovered_from is not None:
             report.note = f"recovered a stale lock left by {lock.recovered_from}"
         if report.outcome in (Outcome.PUSHED, Outcome.NOT_BLESSED, Outcome.UP_TO_DATE):
-            _save_state(run_config.output_root, {"trained_through_span": window[-1], "report": report.to_json()})
+            newest = report.spans[-1] if report.spans else window[-1]
+            _save_state(run_config.output_root, {"trained_through_span": newest, "report": report.to_json()})
         return report

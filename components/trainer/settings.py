@@ -13,7 +13,7 @@ MAX_WARMUP_RECORDS = 1000
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     epochs: int = 8
-    batch_size: int = 1024
+    batch_size: int = 256
     learning_rate: float = 0.01
     # Stop when eval loss has not improved for this many epochs (0 disables).
     early_stopping_patience: int = 2

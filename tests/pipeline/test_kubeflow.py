@@ -15,7 +15,7 @@ IMAGE = "europe-west4-docker.pkg.dev/project/repo/taxi-pipeline:1.0"
 TASKS = {
     "ImportExampleGen", "StatisticsGen", "InferredSchemaGen", "ImportSchemaGen", "ExampleValidator", "DataGate",
     "Transform", "Trainer", "LatestBlessedModelResolver-model-resolver",
-    "LatestBlessedModelResolver-model-blessing-resolver", "Evaluator", "Pusher",
+    "LatestBlessedModelResolver-model-blessing-resolver", "Evaluator", "Pusher", "SpanWindow",
 }
 
 
@@ -63,6 +63,47 @@ def test_the_gate_and_the_beam_args_are_compiled(compiled):
     condition = spec.root.dag.tasks["Transform"].trigger_policy.condition
     assert "_DataGate.verdict" in condition and "['blessed'] == 1" in condition
     assert "--runner=DataflowRunner" in text
+
+
+def test_the_window_is_chosen_on_each_run_and_feeds_example_gen(compiled):
+    _, spec = compiled
+    tasks = spec.root.dag.tasks
+    window = tasks["SpanWindow"]
+    assert window.inputs.parameters["window_size"].runtime_value.constant_value.int_value == 4
+    assert window.inputs.parameters["data_root"].runtime_value.constant_value.string_value == "gs://bucket/data"
+    # Same parameters every run: a cached SpanWindow would keep the first run's spans.
+    assert not window.caching_options.enable_cache
+    assert tasks["Transform"].caching_options.enable_cache
+    input_config = tasks["ImportExampleGen"].inputs.parameters["input_config"].task_output_parameter
+    assert (input_config.producer_task, input_config.output_parameter_key) == ("SpanWindow", "input_config")
+    assert "SpanWindow" in tasks["ImportExampleGen"].dependent_tasks
+    assert "input_config" in spec.components["SpanWindow"].output_definitions.parameters
+    trainer = tasks["Trainer"].inputs.parameters
+    train_args = json.loads(trainer["train_args"].runtime_value.constant_value.string_value)
+    eval_args = json.loads(trainer["eval_args"].runtime_value.constant_value.string_value)
+    assert (train_args["splits"], eval_args["splits"]) == (["train_3", "train_2", "train_1"], ["eval"])
+
+
+def test_every_task_input_names_an_existing_producer_task(compiled):
+    _, spec = compiled
+    tasks = spec.root.dag.tasks
+    for name, task in tasks.items():
+        for dependency in task.dependent_tasks:
+            assert dependency in tasks, (name, dependency)
+        for parameter in task.inputs.parameters.values():
+            if parameter.HasField("task_output_parameter"):
+                assert parameter.task_output_parameter.producer_task in tasks, name
+        for artifact in task.inputs.artifacts.values():
+            if artifact.HasField("task_output_artifact"):
+                assert artifact.task_output_artifact.producer_task in tasks, name
+
+
+def test_window_zero_compiles_the_all_spans_pipeline(tmp_path):
+    output = tmp_path / "p.json"
+    assert cli.main(["compile", "--image", IMAGE, "--pipeline-root", "gs://b/p", "--data-root", "gs://b/d",
+                     "--serving-dir", "gs://b/s", "--window", "0", "--output", str(output)]) == 0
+    tasks = json.loads(output.read_text())["pipelineSpec"]["root"]["dag"]["tasks"]
+    assert "SpanWindow" not in tasks and "ImportExampleGen" in tasks
 
 
 def test_local_paths_are_refused_for_a_remote_pipeline(tmp_path, capsys):

@@ -245,4 +245,4 @@ def test_small_training_sets_get_smaller_batches_not_fewer_steps():
     assert train_loop.effective_batch_size(config, 12_000) == 1024
     assert train_loop.effective_batch_size(config, 430) == 43
     assert train_loop.effective_batch_size(config, 100) == 32
-    assert train_loop.effective_batch_size(settings.TrainConfig(min_steps_per_epoch=0), 100) == 1024
+    assert train_loop.effective_batch_size(settings.TrainConfig(batch_size=1024, min_steps_per_epoch=0), 100) == 1024
