@@ -1,0 +1,45 @@
+"""The rolling window of spans: which spans, which split names, and the input_config."""
+
+import pytest
+
+from components import spans, window
+from pipeline import pipeline as pipeline_lib
+
+
+def test_the_newest_span_is_eval_and_the_older_ones_train_newest_first_numbered():
+    assert spans.window([3, 1, 4, 2, 5], 3) == [("train_2", 3), ("train_1", 4), ("eval", 5)]
+    assert spans.window([7, 9], 2) == [("train_1", 7), ("eval", 9)]
+
+
+def test_split_names_depend_only_on_the_window_size():
+    assert [name for name, _ in spans.window([10, 11, 12, 13], 4)] == [
+        name for name, _ in spans.window([1, 5, 9, 20], 4)
+    ] == spans.window_train_splits(4) + [spans.WINDOW_EVAL_SPLIT]
+
+
+def test_too_few_spans_or_too_small_a_window_is_refused():
+    with pytest.raises(spans.WindowError, match="a window of 4 spans needs 4 span folders; found 2"):
+        spans.window([1, 2], 4)
+    with pytest.raises(ValueError, match="at least 2 spans"):
+        spans.window([1, 2, 3], 1)
+
+
+def test_input_config_has_one_split_per_span_of_the_window(tmp_path):
+    for name in ("span-1", "span-2", "span-10", "span-3", "notes", "span-x"):
+        (tmp_path / name).mkdir()
+    config = window.window_input_config(str(tmp_path), 3)
+    assert [(split.name, split.pattern) for split in config.splits] == [
+        ("train_2", "span-2/*"), ("train_1", "span-3/*"), ("eval", "span-10/*"),
+    ]
+    assert window.chosen_spans(config) == "2,3,10"
+
+
+def test_a_missing_data_root_is_named(tmp_path):
+    with pytest.raises(spans.WindowError, match="does not exist"):
+        window.window_input_config(str(tmp_path / "missing"), 2)
+
+
+def test_transform_and_trainer_read_the_window_splits():
+    splits = pipeline_lib.window_splits(3)
+    assert splits.train == ("train_2", "train_1") and splits.eval == "eval"
+    assert pipeline_lib.window_splits(None).train == ("train",)
