@@ -111,3 +111,11 @@ def test_local_paths_are_refused_for_a_remote_pipeline(tmp_path, capsys):
                        "--serving-dir", "gs://b/s", "--output", str(tmp_path / "p.json")])
     assert status == 1
     assert "pipeline_root must be a remote URI" in capsys.readouterr().err
+
+
+def test_a_window_of_one_span_is_refused_when_compiling(tmp_path, capsys):
+    status = cli.main(["compile", "--image", IMAGE, "--pipeline-root", "gs://b/p", "--data-root", "gs://b/d",
+                       "--serving-dir", "gs://b/s", "--window", "1", "--output", str(tmp_path / "p.json")])
+    assert status == 1
+    assert "a window needs at least 2 spans" in capsys.readouterr().err
+    assert not (tmp_path / "p.json").exists()
