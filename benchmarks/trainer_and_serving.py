@@ -123,15 +123,16 @@ class _EmptySignature(tf.Module):
         return {"length": tf.strings.length(examples)}
 
 
-def _p50_ms(call: Callable[[], object], rounds: int = 1000) -> float:
-    for _ in range(50):
+def _latencies_ms(calls: List[Callable[[], object]], warmup: int = 50) -> np.ndarray:
+    """Milliseconds each call takes, after `warmup` of them ran once untimed."""
+    for call in calls[:warmup]:
         call()
     latencies = []
-    for _ in range(rounds):
+    for call in calls:
         started = time.perf_counter()
         call()
         latencies.append(time.perf_counter() - started)
-    return float(np.percentile(latencies, 50) * 1000)
+    return np.array(latencies) * 1000
 
 
 def call_floor_ms() -> float:
@@ -141,12 +142,10 @@ def call_floor_ms() -> float:
         tf.saved_model.save(module, work_dir, signatures={"serving_default": module.serve})
         empty = tf.saved_model.load(work_dir).signatures["serving_default"]
     one = tf.constant([b"x"])
-    return _p50_ms(lambda: empty(examples=one))
+    return float(np.percentile(_latencies_ms([lambda: empty(examples=one)] * 1000), 50))
 
 
-def benchmark_serving(model_dir: str, pipeline_root: str) -> Dict[str, float]:
-    serve = tf.saved_model.load(model_dir).signatures[export.SERVING_SIGNATURE]
-    eval_examples = _eval_examples(pipeline_root, limit=100_000)
+def benchmark_serving(serve: Callable[..., object], eval_examples: List[bytes]) -> Dict[str, float]:
     labels = np.array([
         tf.train.Example.FromString(e).features.feature[features.LABEL_KEY].int64_list.value[0] for e in eval_examples
     ])
@@ -167,13 +166,7 @@ def benchmark_serving(model_dir: str, pipeline_root: str) -> Dict[str, float]:
 def serving_speed(serve: Callable[..., object], unlabeled: List[bytes]) -> Dict[str, float]:
     """Latency of single serialized examples and throughput on batches of 1000."""
     singles = [tf.constant([e]) for e in unlabeled[:1000]]
-    for single in singles[:50]:
-        serve(examples=single)
-    latencies: List[float] = []
-    for single in singles:
-        started = time.perf_counter()
-        serve(examples=single)
-        latencies.append(time.perf_counter() - started)
+    latencies = _latencies_ms([lambda single=single: serve(examples=single) for single in singles])
 
     batch = tf.constant((unlabeled * (1000 // len(unlabeled) + 1))[:1000])
     serve(examples=batch)
@@ -182,34 +175,30 @@ def serving_speed(serve: Callable[..., object], unlabeled: List[bytes]) -> Dict[
     for _ in range(rounds):
         serve(examples=batch)
     return {
-        "p50 ms (1 example)": float(np.percentile(latencies, 50) * 1000),
-        "p99 ms (1 example)": float(np.percentile(latencies, 99) * 1000),
+        "p50 ms (1 example)": float(np.percentile(latencies, 50)),
+        "p99 ms (1 example)": float(np.percentile(latencies, 99)),
         "examples/s (batches of 1000)": rounds * 1000 / (time.perf_counter() - started),
     }
 
 
 def compare_serving(
-    model_dir: str, pipeline_root: str, baseline_dir: str, baseline_examples: str, baseline_label: str, rounds: int = 3
+    serve: Callable[..., object],
+    unlabeled: List[bytes],
+    baseline_dir: str,
+    baseline_examples: str,
+    baseline_label: str,
+    rounds: int = 3,
 ) -> Dict[str, List[Dict[str, float]]]:
     """This model and another exported model (e.g. TFX's taxi example), measured in
     alternating rounds in one process, each on its own eval examples without the label."""
-
-    def without(record: bytes, label: str) -> bytes:
-        example = tf.train.Example.FromString(record)
-        del example.features.feature[label]
-        return example.SerializeToString()
-
     files = sorted(glob.glob(baseline_examples))
     if not files:
         raise SystemExit(f"nothing matches {baseline_examples}")
     contenders = {
-        "this model": (
-            tf.saved_model.load(model_dir).signatures[export.SERVING_SIGNATURE],
-            [export.strip_label(e) for e in _eval_examples(pipeline_root, limit=1000)],
-        ),
+        "this model": (serve, unlabeled[:1000]),
         "baseline": (
             tf.saved_model.load(baseline_dir).signatures["serving_default"],
-            [without(r.numpy(), baseline_label)
+            [export.strip_label(r.numpy(), baseline_label)
              for r in tf.data.TFRecordDataset(files, compression_type="GZIP").take(1000)],
         ),
     }
@@ -244,14 +233,20 @@ def main() -> None:
     print(f"  train_step traces   {training['traces train_step']:.0f}")
 
     model_dir = _latest(os.path.join(args.serving_dir, args.model_name, "*"))
-    serving = benchmark_serving(model_dir, pipeline_root)
+    serve = tf.saved_model.load(model_dir).signatures[export.SERVING_SIGNATURE]
+    eval_examples = _eval_examples(pipeline_root, limit=100_000)
+    serving = benchmark_serving(serve, eval_examples)
     print(f"serving {model_dir} (serving_default, serialized tf.Examples):")
     for name, value in serving.items():
         print(f"  {name:30s} {value:,.4f}" if value < 100 else f"  {name:30s} {value:,.0f}")
     if args.baseline_model:
         print(f"serving, alternating rounds: this model vs {args.baseline_model}")
         compared = compare_serving(
-            model_dir, pipeline_root, args.baseline_model, args.baseline_examples, args.baseline_label
+            serve,
+            [export.strip_label(e) for e in eval_examples],
+            args.baseline_model,
+            args.baseline_examples,
+            args.baseline_label,
         )
         for name, rounds in compared.items():
             for measured in rounds:

@@ -22,6 +22,8 @@ from tfx_bsl.coders import example_coder
 from components import spans
 
 BLESSED_PROPERTY = "blessed"
+# The output artifact (the parameter name of `DataGate` below).
+VERDICT_KEY = "verdict"
 REPORT_PROPERTY = "report"
 ANOMALIES_FILE = "DriftAnomalies.pb"
 _BATCH = 10_000

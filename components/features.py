@@ -43,6 +43,11 @@ class Feature:
         return f"{self.name}_xf"
 
     @property
+    def vocabulary_name(self) -> str:
+        """Name of the Transform vocabulary of a CATEGORICAL feature (its asset file)."""
+        return f"vocab_{self.name}"
+
+    @property
     def cardinality(self) -> int:
         """Number of distinct ids the transformed feature can take (0 for NUMERIC)."""
         if self.kind is Kind.BUCKETIZED:

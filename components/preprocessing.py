@@ -55,7 +55,7 @@ def _transform_feature(feature: features.Feature, x: Tensor) -> tf.Tensor:
         x,
         top_k=feature.size,
         num_oov_buckets=1,
-        vocab_filename=f"vocab_{feature.name}",
+        vocab_filename=feature.vocabulary_name,
     )
     return _densify(ids, feature.size + 1)
 

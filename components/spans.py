@@ -11,6 +11,8 @@ import re
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 # Every file of every span folder (ExampleGen's pattern for the whole data root).
+# ImportExampleGen fingerprints the files, so a new or changed span is ingested again
+# and an unchanged data root is served from cache.
 ALL_SPANS_PATTERN = "span-*/*"
 _FOLDER = re.compile(r"^span-(\d+)/?$")
 # In a window, the newest span is the eval split; the older ones are train_1 (the next

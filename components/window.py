@@ -12,6 +12,8 @@ The component must run on every pipeline run (its parameters alone say nothing o
 data): the runners turn its cache off (`NODE_ID`).
 """
 
+from typing import List, Tuple
+
 from tfx import v1 as tfx
 from tfx.dsl.io import fileio
 from tfx.types import standard_artifacts
@@ -25,21 +27,19 @@ INPUT_CONFIG_KEY = "input_config"
 SPANS_KEY = "spans_used"
 
 
-def window_input_config(data_root: str, window_size: int) -> tfx.proto.Input:
-    """One ExampleGen input split per span of the newest `window_size` under `data_root`."""
+def current_window(data_root: str, window_size: int) -> List[Tuple[str, int]]:
+    """`(split name, span)` of the newest `window_size` spans under `data_root`."""
     if not fileio.isdir(data_root):
         raise spans.WindowError(f"data root {data_root} does not exist or is not a folder")
     available = [span for span, _ in spans.numbered(fileio.listdir(data_root))]
+    return spans.window(available, window_size)
+
+
+def window_input_config(chosen: List[Tuple[str, int]]) -> tfx.proto.Input:
+    """One ExampleGen input split per span of the window."""
     return tfx.proto.Input(
-        splits=[
-            tfx.proto.Input.Split(name=name, pattern=spans.files_pattern(span))
-            for name, span in spans.window(available, window_size)
-        ]
+        splits=[tfx.proto.Input.Split(name=name, pattern=spans.files_pattern(span)) for name, span in chosen]
     )
-
-
-def chosen_spans(input_config: tfx.proto.Input) -> str:
-    return ",".join(str(spans.number(split.pattern.split("/")[0])) for split in input_config.splits)
 
 
 @tfx.dsl.components.component
@@ -50,6 +50,6 @@ def SpanWindow(  # noqa: N802  (a component is named like a class)
     spans_used: tfx.dsl.components.OutputArtifact[standard_artifacts.String],
 ) -> None:
     """Writes ImportExampleGen's `input_config` for the newest `window_size` spans."""
-    config = window_input_config(data_root, window_size)
-    input_config.value = proto_utils.proto_to_json(config)
-    spans_used.value = chosen_spans(config)
+    chosen = current_window(data_root, window_size)
+    input_config.value = proto_utils.proto_to_json(window_input_config(chosen))
+    spans_used.value = ",".join(str(span) for _, span in chosen)

@@ -89,7 +89,7 @@ def _add_local_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--data-root", default=defaults.DATA_ROOT, help="folder of span-<N>/ TFRecord folders")
     command.add_argument("--output-root", default=defaults.OUTPUT_ROOT, help="pipeline root, MLMD and logs")
     command.add_argument("--serving-dir", default=defaults.SERVING_DIR, help="where blessed models are pushed")
-    command.add_argument("--keep-versions", type=_positive, default=3,
+    command.add_argument("--keep-versions", type=_positive, default=defaults.KEEP_VERSIONS,
                          help="pushed versions kept in the serving folder; older ones are deleted")
     command.add_argument("--force", action="store_true", help="run even when nothing changed since the last run")
     command.add_argument("--verbose", action="store_true", help="full TensorFlow/Beam/TFX logs on the console")
@@ -116,7 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     kfp.add_argument("--pipeline-root", required=True, help="gs:// root for component outputs")
     kfp.add_argument("--data-root", required=True, help="gs:// folder of span-<N>/ folders")
     kfp.add_argument("--serving-dir", required=True, help="gs:// folder blessed models are pushed to")
-    kfp.add_argument("--keep-versions", type=_positive, default=3, help="pushed versions kept")
+    kfp.add_argument("--keep-versions", type=_positive, default=defaults.KEEP_VERSIONS, help="pushed versions kept")
     kfp.add_argument("--window", type=int, default=defaults.WINDOW_SIZE,
                      help="train on the newest N spans, chosen on each run (the newest is evaluated on); "
                           "0: every span, hash-split")

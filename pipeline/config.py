@@ -8,13 +8,8 @@ import os
 from typing import Optional, Tuple
 
 import components
-from components import spans
 from components.trainer.settings import TrainConfig
 from pipeline import defaults
-
-# Every span folder's TFRecord files. ImportExampleGen fingerprints them, so a new or
-# changed span is ingested again and an unchanged data root is served from cache.
-ALL_SPANS_PATTERN = spans.ALL_SPANS_PATTERN
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +83,7 @@ class RunConfig:
     pipeline_name: str = PIPELINE_NAME
     model_name: str = MODEL_NAME
     # Pushed versions kept in the serving folder (the newest always among them).
-    keep_versions: int = 3
+    keep_versions: int = defaults.KEEP_VERSIONS
     # Train on the newest this many spans (the newest = eval split), chosen when the
     # pipeline runs; None: all spans, hash-split.
     window_size: Optional[int] = None

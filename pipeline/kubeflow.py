@@ -37,7 +37,7 @@ class KubeflowConfig:
     schema_dir: str = IMAGE_SCHEMA_DIR
     pipeline_name: str = config_lib.PIPELINE_NAME
     model_name: str = config_lib.MODEL_NAME
-    keep_versions: int = 3
+    keep_versions: int = defaults.KEEP_VERSIONS
     # Rolling window of the newest spans, chosen on each run; None: every span.
     window_size: Optional[int] = defaults.WINDOW_SIZE
     train: TrainConfig = TrainConfig()
@@ -59,8 +59,8 @@ def build_pipeline(kfp_config: KubeflowConfig) -> tfx.dsl.Pipeline:
         data_root=kfp_config.data_root,
         schema_path=kfp_config.schema_dir,
         serving_model_dir=f"{kfp_config.serving_dir.rstrip('/')}/{kfp_config.model_name}",
-        train_config=dataclasses.asdict(kfp_config.train),
-        export_config=dataclasses.asdict(ExportConfig(model_name=kfp_config.model_name)),
+        train=kfp_config.train,
+        export_settings=ExportConfig(model_name=kfp_config.model_name),
         evaluation=kfp_config.evaluation,
         code_version=config_lib.code_version(),
         keep_versions=kfp_config.keep_versions,

@@ -6,7 +6,6 @@ Whether a run is needed at all is decided first, without TensorFlow, by
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
@@ -19,7 +18,7 @@ from tfx import v1 as tfx
 from tfx.dsl.compiler import compiler
 from tfx.orchestration import metadata
 from tfx.proto.orchestration import pipeline_pb2
-from tfx.types import artifact_utils
+from tfx.types import artifact_utils, standard_component_specs
 
 from components import drift, window
 from components.trainer.settings import ExportConfig
@@ -36,8 +35,8 @@ def build_pipeline(run_config: config_lib.RunConfig) -> tfx.dsl.Pipeline:
         data_root=run_config.data_root,
         schema_path=config_lib.schema_dir(),
         serving_model_dir=run_config.model_serving_dir,
-        train_config=dataclasses.asdict(run_config.train),
-        export_config=dataclasses.asdict(ExportConfig(model_name=run_config.model_name)),
+        train=run_config.train,
+        export_settings=ExportConfig(model_name=run_config.model_name),
         evaluation=run_config.evaluation,
         code_version=config_lib.code_version(),
         keep_versions=run_config.keep_versions,
@@ -95,10 +94,17 @@ def run(
     return report
 
 
-def _outputs(store, execution_id: int) -> Dict[int, metadata_store_pb2.Artifact]:
-    events = store.get_events_by_execution_ids([execution_id])
-    ids = [e.artifact_id for e in events if e.type in (metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT)]
-    return {a.id: a for a in store.get_artifacts_by_id(ids)} if ids else {}
+def _outputs(store, execution_id: int) -> Dict[str, metadata_store_pb2.Artifact]:
+    """An execution's output artifacts by output key (the first artifact of each)."""
+    events = [
+        e for e in store.get_events_by_execution_ids([execution_id])
+        if e.type in (metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT) and e.path.steps
+    ]
+    artifacts = {a.id: a for a in store.get_artifacts_by_id([e.artifact_id for e in events])} if events else {}
+    keys: Dict[str, metadata_store_pb2.Artifact] = {}
+    for event in events:
+        keys.setdefault(event.path.steps[0].key, artifacts[event.artifact_id])
+    return keys
 
 
 def _typed(store, artifact: metadata_store_pb2.Artifact):
@@ -147,7 +153,7 @@ def _warm_start(model_run_uri: str) -> str:
 
 def _report_from_mlmd(store, pipeline_name: str, watermark: int) -> RunReport:
     nodes: List[NodeRun] = []
-    outputs: Dict[str, List] = {}
+    outputs: Dict[str, Dict[str, object]] = {}
     prefix = f"{pipeline_name}."
     for context in store.get_contexts_by_type("node"):
         if not context.name.startswith(prefix):
@@ -162,36 +168,35 @@ def _report_from_mlmd(store, pipeline_name: str, watermark: int) -> RunReport:
             }.get(execution.last_known_state, "failed")
             seconds = (execution.last_update_time_since_epoch - execution.create_time_since_epoch) / 1000
             nodes.append(NodeRun(node_id, state, seconds))
-            outputs[node_id] = [_typed(store, a) for a in _outputs(store, execution.id).values()]
+            outputs[node_id] = {key: _typed(store, a) for key, a in _outputs(store, execution.id).items()}
     nodes.sort(key=lambda n: n.node_id)
 
-    def first(node_id: str, type_name: str):
-        return next((a for a in outputs.get(node_id, []) if a.type_name == type_name), None)
+    def output(node_id: str, key: str):
+        return outputs.get(node_id, {}).get(key)
 
     report = RunReport(outcome=Outcome.NOT_BLESSED, nodes=nodes)
-    # Output artifacts are written under <pipeline root>/<node>/<output key>/<id>.
-    spans_used = [a for a in outputs.get(window.NODE_ID, []) if f"/{window.SPANS_KEY}/" in a.uri]
-    if spans_used:
-        report.spans = [int(span) for span in spans_used[0].read().split(",")]
-    anomalies = first("ExampleValidator", "ExampleAnomalies")
+    spans_used = output(window.NODE_ID, window.SPANS_KEY)
+    if spans_used is not None:
+        report.spans = [int(span) for span in spans_used.read().split(",")]
+    anomalies = output("ExampleValidator", standard_component_specs.ANOMALIES_KEY)
     if anomalies is not None:
         blessed = anomalies.get_json_value_custom_property("blessed") or {}
         if not all(int(v) == 1 for v in blessed.values()):
             report.outcome = Outcome.DATA_REJECTED
             report.anomalies = _describe_anomalies(anomalies.uri)
             return report
-    drift_check = first("DataGate", "ExampleAnomalies")
+    drift_check = output("DataGate", drift.VERDICT_KEY)
     if drift_check is not None and drift_check.get_int_custom_property(drift.BLESSED_PROPERTY) != 1:
         report.outcome = Outcome.DATA_REJECTED
         report.anomalies = drift_check.get_string_custom_property(drift.REPORT_PROPERTY).splitlines()
         return report
-    model_run = first("Trainer", "ModelRun")
+    model_run = output("Trainer", standard_component_specs.MODEL_RUN_KEY)
     if model_run is not None:
         report.warm_start = _warm_start(model_run.uri)
-    evaluation = first("Evaluator", "ModelEvaluation")
+    evaluation = output("Evaluator", standard_component_specs.EVALUATION_KEY)
     if evaluation is not None:
         report.eval_metrics = _eval_metrics(evaluation.uri)
-    pushed = first("Pusher", "PushedModel")
+    pushed = output("Pusher", standard_component_specs.PUSHED_MODEL_KEY)
     if pushed is not None and pushed.get_int_custom_property("pushed") == 1:
         report.outcome = Outcome.PUSHED
         report.pushed_version_dir = pushed.get_string_custom_property("pushed_destination")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import dataclasses
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
@@ -14,7 +14,8 @@ from tfx import v1 as tfx
 from components import drift, features, spans, window
 from components import pusher as staged_pusher
 from components.trainer import export
-from pipeline.config import ALL_SPANS_PATTERN, EvaluationConfig
+from components.trainer.settings import ExportConfig, TrainConfig
+from pipeline.config import EvaluationConfig
 
 PREPROCESSING_FN = "components.preprocessing.preprocessing_fn"
 RUN_FN = "components.trainer.run.run_fn"
@@ -85,7 +86,7 @@ def _example_gen(data_root: str, window_size: Optional[int], evaluation: Evaluat
         return [
             tfx.components.ImportExampleGen(
                 input_base=data_root,
-                input_config=tfx.proto.Input(splits=[tfx.proto.Input.Split(name="all", pattern=ALL_SPANS_PATTERN)]),
+                input_config=tfx.proto.Input(splits=[tfx.proto.Input.Split(name="all", pattern=spans.ALL_SPANS_PATTERN)]),
                 output_config=tfx.proto.Output(
                     split_config=tfx.proto.SplitConfig(
                         splits=[
@@ -115,8 +116,8 @@ def create_pipeline(
     data_root: str,
     schema_path: str,
     serving_model_dir: str,
-    train_config: Dict[str, Any],
-    export_config: Dict[str, Any],
+    train: TrainConfig,
+    export_settings: ExportConfig,
     evaluation: EvaluationConfig,
     code_version: str,
     keep_versions: int = staged_pusher.DEFAULT_KEEP_VERSIONS,
@@ -134,8 +135,8 @@ def create_pipeline(
       data_root: Folder of `span-<N>/` folders of GZIP TFRecords of tf.Example.
       schema_path: Folder holding the curated `schema.pbtxt` imported as the contract.
       serving_model_dir: Pusher's destination, `<serving>/<model name>`; versions go below.
-      train_config: The Trainer's `custom_config['train']` (see `TrainConfig`).
-      export_config: The Trainer's `custom_config['export']` (see `ExportConfig`).
+      train: The Trainer's training settings (its `custom_config['train']`).
+      export_settings: The Trainer's export settings (its `custom_config['export']`).
       evaluation: Blessing thresholds and the train/eval split.
       code_version: Fingerprint of the user code; a change re-runs Transform and Trainer,
         which are referred to by dotted path and otherwise could not see it.
@@ -168,7 +169,7 @@ def create_pipeline(
     )
     nodes = [*span_window, example_gen, statistics_gen, inferred_schema, schema, example_validator, data_gate]
 
-    data_is_valid = data_gate.outputs["verdict"].future()[0].custom_property(drift.BLESSED_PROPERTY) == 1
+    data_is_valid = data_gate.outputs[drift.VERDICT_KEY].future()[0].custom_property(drift.BLESSED_PROPERTY) == 1
     with tfx.dsl.Cond(data_is_valid):
         transform = tfx.components.Transform(
             examples=example_gen.outputs["examples"],
@@ -200,7 +201,11 @@ def create_pipeline(
             base_model=baseline.outputs["model"] if warm_start else None,
             train_args=tfx.proto.TrainArgs(splits=list(splits.train)),
             eval_args=tfx.proto.EvalArgs(splits=[splits.eval]),
-            custom_config={"train": train_config, "export": export_config, "code_version": code_version},
+            custom_config={
+                "train": dataclasses.asdict(train),
+                "export": dataclasses.asdict(export_settings),
+                "code_version": code_version,
+            },
         )
         evaluator = tfx.components.Evaluator(
             examples=example_gen.outputs["examples"],

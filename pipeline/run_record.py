@@ -101,7 +101,7 @@ def _is_remote(path: str) -> bool:
 
 def span_files(data_root: str) -> List[str]:
     """Every file the pipeline would ingest, or DataRootError naming the problem."""
-    pattern = os.path.join(data_root, config_lib.ALL_SPANS_PATTERN)
+    pattern = os.path.join(data_root, spans.ALL_SPANS_PATTERN)
     if _is_remote(data_root):
         import tensorflow as tf
 
@@ -114,7 +114,7 @@ def span_files(data_root: str) -> List[str]:
         raise DataRootError(f"data root {data_root} does not exist or is not a folder")
     if not files:
         raise DataRootError(
-            f"data root {data_root} holds no span files (expected {config_lib.ALL_SPANS_PATTERN}); "
+            f"data root {data_root} holds no span files (expected {spans.ALL_SPANS_PATTERN}); "
             "build them with `taxi-pipeline make-data`"
         )
     empty = [path for path in files if sizes[path] == 0]

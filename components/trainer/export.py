@@ -157,7 +157,7 @@ class TFLiteModule(tf.Module):
         self.tables = {}
         for feature in features.FEATURES:
             if feature.kind is features.Kind.CATEGORICAL:
-                tokens = tf_transform_output.vocabulary_by_name(f"vocab_{feature.name}")
+                tokens = tf_transform_output.vocabulary_by_name(feature.vocabulary_name)
                 keys = tf.constant(tokens) if feature.dtype == tf.string else tf.constant(
                     [int(token) for token in tokens], tf.int64)
                 self.tables[feature.name] = tf.lookup.StaticHashTable(
@@ -193,9 +193,9 @@ def write_tflite(model: tf.keras.Model, transform_graph: TransformGraph,
     return path
 
 
-def strip_label(serialized: bytes) -> bytes:
+def strip_label(serialized: bytes, label_key: str = features.LABEL_KEY) -> bytes:
     example = tf.train.Example.FromString(serialized)
-    example.features.feature.pop(features.LABEL_KEY, None)
+    example.features.feature.pop(label_key, None)
     return example.SerializeToString()
 
 

@@ -72,7 +72,7 @@ def warm_start(
     for feature in features.FEATURES:
         if feature.kind is not features.Kind.CATEGORICAL:
             continue
-        vocab_name = f"vocab_{feature.name}"
+        vocab_name = feature.vocabulary_name
         old = _vocabulary(os.path.join(base_model_dir, "assets", vocab_name))
         new_path = tf_transform_output.vocabulary_file_by_name(vocab_name)
         new = _vocabulary(new_path) if new_path else None

@@ -27,16 +27,17 @@ def test_too_few_spans_or_too_small_a_window_is_refused():
 def test_input_config_has_one_split_per_span_of_the_window(tmp_path):
     for name in ("span-1", "span-2", "span-10", "span-3", "notes", "span-x"):
         (tmp_path / name).mkdir()
-    config = window.window_input_config(str(tmp_path), 3)
+    chosen = window.current_window(str(tmp_path), 3)
+    assert chosen == [("train_2", 2), ("train_1", 3), ("eval", 10)]
+    config = window.window_input_config(chosen)
     assert [(split.name, split.pattern) for split in config.splits] == [
         ("train_2", "span-2/*"), ("train_1", "span-3/*"), ("eval", "span-10/*"),
     ]
-    assert window.chosen_spans(config) == "2,3,10"
 
 
 def test_a_missing_data_root_is_named(tmp_path):
     with pytest.raises(spans.WindowError, match="does not exist"):
-        window.window_input_config(str(tmp_path / "missing"), 2)
+        window.current_window(str(tmp_path / "missing"), 2)
 
 
 def test_transform_and_trainer_read_the_window_splits():
