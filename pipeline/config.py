@@ -37,6 +37,10 @@ DEFAULT_BEAM_ARGS: Tuple[str, ...] = (
     # pipelines with materialized side inputs is to turn the cache off
     # (https://github.com/apache/beam/issues/30360).
     "--max_cache_memory_usage_mb=0",
+    # Beam's other pickler: ~20% less time pickling and unpickling the pipeline's
+    # functions than dill, which also resets the logging cache of every logger on
+    # each call (~10,000 calls a run).
+    "--pickle_library=cloudpickle",
 )
 
 

@@ -22,6 +22,7 @@ from tfx.types import artifact_utils, standard_component_specs
 
 from components import drift, window
 from components.trainer.settings import ExportConfig
+from pipeline import beam_tuning
 from pipeline import config as config_lib
 from pipeline import pipeline as pipeline_lib
 from pipeline import run_record
@@ -59,18 +60,6 @@ def compile_without_window_cache(pipeline: tfx.dsl.Pipeline) -> pipeline_pb2.Pip
     return ir
 
 
-def _disable_in_memory_state_cache() -> None:
-    """Applies `--max_cache_memory_usage_mb=0` to the in-process DirectRunner too.
-
-    The in-memory worker ignores that option and always builds a 100 MB state cache
-    (`STATE_CACHE_SIZE_MB`); sizing each side input for it costs Transform and the
-    Evaluator ~10 s per run here (https://github.com/apache/beam/issues/30360).
-    """
-    from apache_beam.runners.portability.fn_api_runner import worker_handlers
-
-    worker_handlers.STATE_CACHE_SIZE_MB = 0
-
-
 def run(
     run_config: config_lib.RunConfig, force: bool = False, plan: Optional[run_record.RunPlan] = None
 ) -> RunReport:
@@ -85,7 +74,7 @@ def run(
     connection = tfx.orchestration.metadata.sqlite_metadata_connection_config(run_config.metadata_path)
     with metadata.Metadata(connection) as store:
         watermark = max((e.id for e in store.store.get_executions()), default=0)
-    _disable_in_memory_state_cache()
+    beam_tuning.apply()
     tfx.orchestration.LocalDagRunner().run_with_ir(compile_without_window_cache(pipeline))
     with metadata.Metadata(connection) as store:
         report = _report_from_mlmd(store.store, run_config.pipeline_name, watermark)

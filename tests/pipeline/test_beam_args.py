@@ -1,7 +1,7 @@
 """The documented Beam option sets parse into the options each runner reads."""
 
 from apache_beam.options.pipeline_options import (
-    FlinkRunnerOptions, GoogleCloudOptions, PipelineOptions, PortableOptions, StandardOptions, WorkerOptions)
+    FlinkRunnerOptions, GoogleCloudOptions, PipelineOptions, PortableOptions, SetupOptions, StandardOptions, WorkerOptions)
 
 from pipeline import beam_args, config
 
@@ -35,3 +35,4 @@ def test_local_default_options():
     options = PipelineOptions(list(config.DEFAULT_BEAM_ARGS))
     assert options.get_all_options()["direct_running_mode"] == "in_memory"
     assert options.view_as(WorkerOptions).max_cache_memory_usage_mb == 0
+    assert options.view_as(SetupOptions).pickle_library == "cloudpickle"
