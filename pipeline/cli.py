@@ -177,7 +177,7 @@ def _run(args: argparse.Namespace) -> int:
     log_path = _configure_logging(os.path.join(args.output_root, "logs"), args.verbose)
     from components.trainer.settings import TrainConfig
     from pipeline import config as config_lib
-    from pipeline import retrain, run_record
+    from pipeline import heavy_imports, retrain, run_record
 
     run_config = config_lib.RunConfig(
         data_root=args.data_root,
@@ -196,9 +196,7 @@ def _run(args: argparse.Namespace) -> int:
             if plan.previous is not None and not args.force:
                 report = plan.previous  # decided without importing TensorFlow or TFX
             else:
-                from pipeline import local_runner
-
-                report = local_runner.run(run_config, force=args.force, plan=plan)
+                report = heavy_imports.local_runner().run(run_config, force=args.force, plan=plan)
     except run_record.DataRootError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR

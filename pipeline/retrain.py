@@ -17,6 +17,7 @@ from typing import Dict, List, Optional
 
 from components import spans
 from pipeline import config as config_lib
+from pipeline import heavy_imports
 from pipeline import run_record
 from pipeline.run_record import Outcome, RunReport
 
@@ -135,9 +136,7 @@ def retrain(run_config: config_lib.RunConfig, window_size: int, force: bool = Fa
             return report
         windowed = dataclasses.replace(run_config, window_size=size)
         plan = run_record.plan(windowed)
-        from pipeline import local_runner
-
-        report = local_runner.run(windowed, force=force, plan=plan)
+        report = heavy_imports.local_runner().run(windowed, force=force, plan=plan)
         if lock.recovered_from is not None:
             report.note = f"recovered a stale lock left by {lock.recovered_from}"
         if report.outcome in (Outcome.PUSHED, Outcome.NOT_BLESSED, Outcome.UP_TO_DATE):
