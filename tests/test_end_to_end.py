@@ -95,7 +95,7 @@ def test_pushed_model_carries_the_warmup_requests_and_the_training_summary(works
                                            / "training_summary.json"))
     with open(summary_path) as handle:
         summary = json.load(handle)
-    assert summary["trace_counts"] == {"train_step": 1, "eval_step": 1, "loop_train_step": 1, "loop_eval_step": 1}
+    assert summary["trace_counts"] == {"train_step": 1, "eval_step": 1, "loop_train_step": 1, "loop_eval_step": 1, "metric_results": 1}
     assert summary["eval_auc"] > 0.8
 
 

@@ -76,6 +76,13 @@ def effective_batch_size(config: TrainConfig, train_examples: int) -> int:
     return min(config.batch_size, fitting)
 
 
+def _plain(fn: Callable) -> Callable:
+    """`fn` for `Dataset.map`, traced as written: tf.data runs AutoGraph on map functions by
+    default, and converting this one and the Transform graph loader it calls costs ~0.7 s
+    per Trainer run; none of them has data-dependent Python control flow."""
+    return tf.autograph.experimental.do_not_convert(fn)
+
+
 def transformed_rows(
     file_patterns: Sequence[str], transform: Callable[[Dict[str, object]], Dict[str, tf.Tensor]]
 ) -> Batch:
@@ -95,7 +102,7 @@ def transformed_rows(
     chunks = list(
         tf.data.TFRecordDataset(list_files(file_patterns), compression_type="GZIP")
         .batch(_TRANSFORM_BATCH)
-        .map(parse_and_transform, num_parallel_calls=tf.data.AUTOTUNE)
+        .map(_plain(parse_and_transform), num_parallel_calls=tf.data.AUTOTUNE)
     )
     if not chunks:
         raise ValueError(f"no examples in {list(file_patterns)}")
@@ -116,12 +123,14 @@ def batched(rows: Batch, batch_size: int, shuffle_seed: Optional[int] = None) ->
     total = count_rows(rows)
     if shuffle_seed is None:
         starts = tf.data.Dataset.range(0, total, batch_size)
-        return starts.map(lambda start: tf.nest.map_structure(lambda column: column[start : start + batch_size], rows))
+        return starts.map(
+            _plain(lambda start: tf.nest.map_structure(lambda column: column[start : start + batch_size], rows))
+        )
     # A full shuffle of row numbers (8 bytes a row), then one gather per batch and column.
     indices = tf.data.Dataset.range(total).shuffle(total, seed=shuffle_seed, reshuffle_each_iteration=True)
     return (
         indices.batch(batch_size)
-        .map(lambda batch: tf.nest.map_structure(lambda column: tf.gather(column, batch), rows))
+        .map(_plain(lambda batch: tf.nest.map_structure(lambda column: tf.gather(column, batch), rows)))
         .prefetch(tf.data.AUTOTUNE)
     )
 
@@ -161,11 +170,14 @@ class Steps:
     # Steps run per call of the traced epoch loop (see `run_epoch`).
     steps_per_call: int = 1
     steps_loops: Dict[Tuple[str, str], Callable] = dataclasses.field(default_factory=dict)
+    # The three metrics' values, read in one traced call (see `make_steps`).
+    metric_results: Optional[Callable[[], Dict[str, tf.Tensor]]] = None
 
     def trace_counts(self) -> Dict[str, int]:
         counts = {
             "train_step": self.train_step.experimental_get_tracing_count(),
             "eval_step": self.eval_step.experimental_get_tracing_count(),
+            "metric_results": self.metric_results.experimental_get_tracing_count(),
         }
         for (name, _), function in sorted(self.steps_loops.items()):
             counts[f"loop_{name}"] = counts.get(f"loop_{name}", 0) + function.experimental_get_tracing_count()
@@ -225,6 +237,10 @@ class Steps:
 
             self.steps_loops[key] = steps_loop
         return self.steps_loops[key]
+
+    def epoch_metrics(self) -> Dict[str, float]:
+        """The epoch's train loss, eval loss and eval AUC."""
+        return {name: float(value) for name, value in self.metric_results().items()}
 
     def reset_metrics(self) -> None:
         for metric in (self.train_loss, self.eval_loss, self.eval_auc):
@@ -308,7 +324,16 @@ def make_steps(
         eval_loss.update_state(loss)
         return loss
 
-    return Steps(train_step, eval_step, step_counter, train_loss, eval_loss, eval_auc, steps_per_call=steps_per_call)
+    # Keras runs AutoGraph on `Metric.result()` when called eagerly (~0.3 s for AUC's, once
+    # per run); inside a function traced without AutoGraph it does not.
+    @tf.function(autograph=False)
+    def metric_results() -> Dict[str, tf.Tensor]:
+        return {"train_loss": train_loss.result(), "eval_loss": eval_loss.result(), "eval_auc": eval_auc.result()}
+
+    return Steps(
+        train_step, eval_step, step_counter, train_loss, eval_loss, eval_auc,
+        steps_per_call=steps_per_call, metric_results=metric_results,
+    )
 
 
 def make_optimizer(model: tf.keras.Model, config: TrainConfig) -> tf.keras.optimizers.Optimizer:
@@ -379,12 +404,7 @@ def train(
         train_seconds += time.perf_counter() - started
         steps.run_epoch(eval_dataset, False, strategy)
         epoch.assign_add(1)
-        record = {
-            "epoch": int(epoch),
-            "train_loss": float(steps.train_loss.result()),
-            "eval_loss": float(steps.eval_loss.result()),
-            "eval_auc": float(steps.eval_auc.result()),
-        }
+        record = {"epoch": int(epoch), **steps.epoch_metrics()}
         history.append(record)
         with writer.as_default(step=int(steps.step_counter)):
             tf.summary.scalar("loss/train", record["train_loss"])

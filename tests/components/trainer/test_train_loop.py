@@ -11,7 +11,7 @@ from components.trainer import model as model_lib
 from components.trainer import settings, train_loop
 
 N_EXAMPLES, BATCH = 50, 16  # the last batch of each epoch holds 2 examples
-TRACED_ONCE = {"train_step": 1, "eval_step": 1, "loop_train_step": 1, "loop_eval_step": 1}
+TRACED_ONCE = {"train_step": 1, "eval_step": 1, "loop_train_step": 1, "loop_eval_step": 1, "metric_results": 1}
 
 
 def _feature_spec():
@@ -87,6 +87,10 @@ def test_steps_per_call_runs_every_batch_once_and_traces_once(signature, steps_p
         assert steps.run_epoch(_dataset(), True, strategy) == N_EXAMPLES
         assert int(steps.step_counter) == epoch * 4
     assert steps.run_epoch(_dataset(1), False, strategy) == N_EXAMPLES
+    for _ in range(2):
+        metrics = steps.epoch_metrics()
+        assert sorted(metrics) == ["eval_auc", "eval_loss", "train_loss"]
+        assert 0.0 <= metrics["eval_auc"] <= 1.0 and metrics["train_loss"] > 0.0 and metrics["eval_loss"] > 0.0
     assert steps.trace_counts() == TRACED_ONCE
 
 
@@ -220,7 +224,7 @@ def test_mirrored_strategy_averages_the_loss_over_the_global_batch(tmp_path):
     default_history, _, one = losses["default"]
     mirrored_history, mirrored_traces, two = losses["mirrored"]
     assert (one, two) == (1, 2)
-    assert mirrored_traces == {"train_step": 1, "eval_step": 1}
+    assert mirrored_traces == {"train_step": 1, "eval_step": 1, "metric_results": 1}
     for single, mirrored in zip(default_history, mirrored_history):
         assert mirrored["train_loss"] == pytest.approx(single["train_loss"], rel=1e-3)
         assert mirrored["eval_loss"] == pytest.approx(single["eval_loss"], rel=1e-3)
