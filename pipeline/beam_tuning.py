@@ -1,6 +1,6 @@
 """Tuning of the Beam SDK for the Beam components LocalDagRunner runs in this process.
 
-Both changes remove per-run Python overhead that does not depend on the data; the
+Each change removes per-run Python overhead that does not depend on the data; the
 results of every Beam pipeline stay the same. They are applied by `local_runner.run`
 only: components running in their own containers (Vertex AI, Dataflow workers) get
 the SDK as it is.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import weakref
-from typing import Callable, Tuple
+from typing import Callable
 
 
 def disable_in_memory_state_cache() -> None:
@@ -26,22 +26,22 @@ def disable_in_memory_state_cache() -> None:
 
 
 def _memoized(original: Callable) -> Callable:
-    """`original(dofn)` computed once per DoFn object (by identity, weakly held)."""
+    """`original(obj, *args)` computed once per `obj` (held weakly, compared by Python's
+    equality, which is identity for the DoFns and options objects this is used on) and `args`."""
     cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
     @functools.wraps(original)
-    def get_dofn_specs(dofn) -> Tuple[set, set]:
+    def memoized(obj, *args):
         try:
-            return cache[dofn]
-        except KeyError:
-            pass
+            results = cache.setdefault(obj, {})
         except TypeError:  # not weakly referenceable or not hashable: not cached
-            return original(dofn)
-        specs = original(dofn)
-        cache[dofn] = specs
-        return specs
+            return original(obj, *args)
+        if args not in results:
+            results[args] = original(obj, *args)
+        return results[args]
 
-    return get_dofn_specs
+    memoized.memoized = True
+    return memoized
 
 
 def memoize_dofn_specs() -> None:
@@ -55,10 +55,26 @@ def memoize_dofn_specs() -> None:
     """
     from apache_beam.transforms import userstate
 
-    if not hasattr(userstate.get_dofn_specs, "__wrapped__"):
+    if not getattr(userstate.get_dofn_specs, "memoized", False):
         userstate.get_dofn_specs = _memoized(userstate.get_dofn_specs)
+
+
+def memoize_option_views() -> None:
+    """Builds each view of a pipeline's options once instead of on every transform applied.
+
+    `PipelineOptions.view_as(cls)` builds an argument parser for `cls` and parses the
+    pipeline's flags again on every call; Beam calls it twice for each transform it
+    applies: ~3,000 times a run, ~1.5 s here. The views of one options object share
+    one store of values (`_all_options`), so handing out the same view again reads and
+    writes exactly what a new one would.
+    """
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    if not getattr(PipelineOptions.view_as, "memoized", False):
+        PipelineOptions.view_as = _memoized(PipelineOptions.view_as)
 
 
 def apply() -> None:
     disable_in_memory_state_cache()
     memoize_dofn_specs()
+    memoize_option_views()

@@ -1,8 +1,11 @@
 """The in-process Beam tuning keeps Beam's answers and pipeline results the same."""
 
+import functools
+
 import apache_beam as beam
 import pytest
 from apache_beam.coders import VarIntCoder
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import userstate
 
@@ -29,6 +32,7 @@ def memoized(monkeypatch):
     original = userstate.get_dofn_specs
     calls = []
 
+    @functools.wraps(original)  # another wrapper of Beam's function must not stop the memo
     def counted(dofn):
         calls.append(dofn)
         return original(dofn)
@@ -60,7 +64,27 @@ def test_applying_twice_wraps_once(memoized):
     assert userstate.get_dofn_specs is wrapped
 
 
-def test_stateful_pipeline_gives_the_same_results(memoized):
+@pytest.fixture
+def memoized_views(monkeypatch):
+    monkeypatch.setattr(PipelineOptions, "view_as", PipelineOptions.view_as)
+    beam_tuning.memoize_option_views()
+
+
+def test_option_views_are_built_once_and_share_the_values(memoized_views):
+    options = PipelineOptions(["--direct_num_workers=1", "--runner=DirectRunner"])
+    direct = options.view_as(DirectOptions)
+    assert options.view_as(DirectOptions) is direct and direct.direct_num_workers == 1
+    standard = options.view_as(StandardOptions)
+    assert standard is not direct and standard.runner == "DirectRunner"
+    direct.direct_num_workers = 3
+    standard.runner = "FlinkRunner"
+    assert options.get_all_options()["direct_num_workers"] == 3
+    assert options.view_as(StandardOptions).runner == "FlinkRunner"
+    other = PipelineOptions(["--direct_num_workers=2"])
+    assert other.view_as(DirectOptions) is not direct and other.view_as(DirectOptions).direct_num_workers == 2
+
+
+def test_stateful_pipeline_gives_the_same_results(memoized, memoized_views):
     with beam.Pipeline(argv=["--direct_running_mode=in_memory"]) as pipeline:
         counted = (
             pipeline
