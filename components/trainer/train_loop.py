@@ -163,6 +163,8 @@ class Steps:
     train_loss: tf.keras.metrics.Mean
     eval_loss: tf.keras.metrics.Mean
     eval_auc: tf.keras.metrics.AUC
+    # The three metrics' values, read in one traced call (see `make_steps`).
+    metric_results: Callable[[], Dict[str, tf.Tensor]]
     # Examples through either step, counted in the graph.
     examples_seen: tf.Variable = dataclasses.field(
         default_factory=lambda: tf.Variable(0, dtype=tf.int64, trainable=False, name="examples_seen")
@@ -170,8 +172,6 @@ class Steps:
     # Steps run per call of the traced epoch loop (see `run_epoch`).
     steps_per_call: int = 1
     steps_loops: Dict[Tuple[str, str], Callable] = dataclasses.field(default_factory=dict)
-    # The three metrics' values, read in one traced call (see `make_steps`).
-    metric_results: Optional[Callable[[], Dict[str, tf.Tensor]]] = None
 
     def trace_counts(self) -> Dict[str, int]:
         counts = {
@@ -331,8 +331,8 @@ def make_steps(
         return {"train_loss": train_loss.result(), "eval_loss": eval_loss.result(), "eval_auc": eval_auc.result()}
 
     return Steps(
-        train_step, eval_step, step_counter, train_loss, eval_loss, eval_auc,
-        steps_per_call=steps_per_call, metric_results=metric_results,
+        train_step, eval_step, step_counter, train_loss, eval_loss, eval_auc, metric_results,
+        steps_per_call=steps_per_call,
     )
 
 
