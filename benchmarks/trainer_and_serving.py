@@ -24,7 +24,7 @@ import glob
 import os
 import tempfile
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Sequence, Tuple
 
 import components  # noqa: F401  (the Keras switch, before TensorFlow loads)
 import numpy as np
@@ -109,10 +109,19 @@ def benchmark_training(pipeline_root: str, config: TrainConfig, epochs: int) -> 
     return results
 
 
-def _eval_examples(pipeline_root: str, limit: int) -> List[bytes]:
+def _records(files: Sequence[str], limit: int) -> List[bytes]:
+    """The first `limit` serialized records of GZIP TFRecord `files`."""
+    return [record.numpy() for record in tf.data.TFRecordDataset(list(files), compression_type="GZIP").take(limit)]
+
+
+def _eval_examples(pipeline_root: str, limit: int) -> Tuple[np.ndarray, List[bytes]]:
+    """Labels and label-free serialized examples of the eval split."""
     examples_dir = _latest(os.path.join(pipeline_root, "ImportExampleGen", "examples", "*"))
-    files = sorted(glob.glob(os.path.join(examples_dir, "Split-eval", "*")))
-    return [record.numpy() for record in tf.data.TFRecordDataset(files, compression_type="GZIP").take(limit)]
+    examples = _records(sorted(glob.glob(os.path.join(examples_dir, "Split-eval", "*"))), limit)
+    labels = np.array([
+        tf.train.Example.FromString(e).features.feature[features.LABEL_KEY].int64_list.value[0] for e in examples
+    ])
+    return labels, [export.strip_label(e) for e in examples]
 
 
 class _EmptySignature(tf.Module):
@@ -145,12 +154,7 @@ def call_floor_ms() -> float:
     return float(np.percentile(_latencies_ms([lambda: empty(examples=one)] * 1000), 50))
 
 
-def benchmark_serving(serve: Callable[..., object], eval_examples: List[bytes]) -> Dict[str, float]:
-    labels = np.array([
-        tf.train.Example.FromString(e).features.feature[features.LABEL_KEY].int64_list.value[0] for e in eval_examples
-    ])
-    unlabeled = [export.strip_label(e) for e in eval_examples]
-
+def benchmark_serving(serve: Callable[..., object], labels: np.ndarray, unlabeled: List[bytes]) -> Dict[str, float]:
     probabilities = serve(examples=tf.constant(unlabeled))[export.PROBABILITY_KEY].numpy()
     auc = tf.keras.metrics.AUC(num_thresholds=10_000)
     auc.update_state(labels, probabilities)
@@ -198,8 +202,7 @@ def compare_serving(
         "this model": (serve, unlabeled[:1000]),
         "baseline": (
             tf.saved_model.load(baseline_dir).signatures["serving_default"],
-            [export.strip_label(r.numpy(), baseline_label)
-             for r in tf.data.TFRecordDataset(files, compression_type="GZIP").take(1000)],
+            [export.strip_label(record, baseline_label) for record in _records(files, 1000)],
         ),
     }
     results: Dict[str, List[Dict[str, float]]] = {name: [] for name in contenders}
@@ -234,8 +237,8 @@ def main() -> None:
 
     model_dir = _latest(os.path.join(args.serving_dir, args.model_name, "*"))
     serve = tf.saved_model.load(model_dir).signatures[export.SERVING_SIGNATURE]
-    eval_examples = _eval_examples(pipeline_root, limit=100_000)
-    serving = benchmark_serving(serve, eval_examples)
+    labels, unlabeled = _eval_examples(pipeline_root, limit=100_000)
+    serving = benchmark_serving(serve, labels, unlabeled)
     print(f"serving {model_dir} (serving_default, serialized tf.Examples):")
     for name, value in serving.items():
         print(f"  {name:30s} {value:,.4f}" if value < 100 else f"  {name:30s} {value:,.0f}")
@@ -243,7 +246,7 @@ def main() -> None:
         print(f"serving, alternating rounds: this model vs {args.baseline_model}")
         compared = compare_serving(
             serve,
-            [export.strip_label(e) for e in eval_examples],
+            unlabeled,
             args.baseline_model,
             args.baseline_examples,
             args.baseline_label,

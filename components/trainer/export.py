@@ -164,13 +164,15 @@ class TFLiteModule(tf.Module):
                     tf.lookup.KeyValueTensorInitializer(keys, tf.range(len(tokens), dtype=tf.int64)),
                     default_value=len(tokens),
                 )
+        looked_up = [(features.FEATURES_BY_NAME[name], table) for name, table in self.tables.items()]
+
         @tf.function(input_signature=[_raw_specs()], autograph=False)
         def predict(inputs: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
             transformed = dict(transform_graph({
                 f.name: _as_transform_input(f, inputs[f.name])
                 for f in features.FEATURES if f.kind is not features.Kind.CATEGORICAL
             }))
-            for f, table in ((features.FEATURES_BY_NAME[name], table) for name, table in self.tables.items()):
+            for f, table in looked_up:
                 values = inputs[f.name]
                 missing = tf.equal(values, MISSING_VALUES[f.dtype])
                 transformed[f.transformed_name] = tf.where(
