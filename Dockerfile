@@ -8,7 +8,7 @@ FROM gcr.io/tfx-oss-public/tfx:1.16.0
 
 ENV TF_USE_LEGACY_KERAS=1
 WORKDIR /pipeline
-COPY constraints.txt setup.py ./
+COPY constraints.txt setup.py pyproject.toml ./
 COPY components ./components
 COPY pipeline ./pipeline
 RUN python -m pip install --no-cache-dir -c constraints.txt . \

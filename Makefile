@@ -7,11 +7,11 @@ STAMP       := $(VENV)/.installed
 PIP_TOOLS   := pip==24.2 setuptools==84.2.1 wheel==0.48.0
 PYTEST_ARGS ?=
 
-.PHONY: run test test-fast data benchmark lock clean venv
+.PHONY: run test test-fast lint data benchmark lock clean venv
 
 venv: $(STAMP)
 
-$(STAMP): setup.py constraints.txt
+$(STAMP): setup.py pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $$(scripts/find-python3.10) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(PIP_TOOLS)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test]"
@@ -20,11 +20,14 @@ $(STAMP): setup.py constraints.txt
 run: $(STAMP)
 	$(BIN)/taxi-pipeline run
 
-test: $(STAMP)
+test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test-fast: $(STAMP)
+test-fast: lint
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check pipeline components tests benchmarks setup.py
 
 data: $(STAMP)
 	$(BIN)/taxi-pipeline make-data

@@ -10,6 +10,6 @@ setuptools.setup(
     packages=setuptools.find_packages(include=["pipeline", "pipeline.*", "components", "components.*"]),
     package_data={"components": ["schema/*.pbtxt"]},
     install_requires=["tfx[kfp]==1.16.0"],
-    extras_require={"test": ["pytest"]},
+    extras_require={"test": ["pytest", "pytest-timeout", "pytest-randomly", "ruff"]},
     entry_points={"console_scripts": ["taxi-pipeline=pipeline.cli:console_main"]},
 )

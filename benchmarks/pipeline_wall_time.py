@@ -35,7 +35,8 @@ def main() -> None:
             cold, cold_out = _timed_run(os.path.abspath(args.data_root), output_root, serving)
             warm, warm_out = _timed_run(os.path.abspath(args.data_root), output_root, serving)
             versions = os.listdir(os.path.join(serving, "big_tip"))
-            print(f"run {attempt + 1}: cold {cold:.1f} s, unchanged re-run {warm:.1f} s, pushed versions {len(versions)}")
+            print(f"run {attempt + 1}: cold {cold:.1f} s, unchanged re-run {warm:.1f} s, "
+                  f"pushed versions {len(versions)}")
             if attempt == 0:
                 print("cold run output:\n" + cold_out + "re-run output:\n" + warm_out)
 

@@ -4,7 +4,7 @@
         [--serving-dir serving_model] [--batch-size 256] [--epochs 3]
 
 Training (same model, data and batch size; the Transform graph applied once, cached):
-- the custom `tf.function` loop of `components.trainer.train_loop`;
+- the custom `tf.function` loop of `components.trainer.steps` (as `loop.train` runs it);
 - Keras `model.fit` on the same datasets;
 - the custom loop with `tf.config.run_functions_eagerly(True)` (one epoch).
 Each is timed after a warm-up epoch, so tracing and the dataset cache are excluded;
@@ -26,13 +26,17 @@ import tempfile
 import time
 from typing import Callable, Dict, List, Sequence, Tuple
 
+# isort: off
 import components  # noqa: F401  (the Keras switch, before TensorFlow loads)
 import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
+# isort: on
 
 from components import features
-from components.trainer import export, model as model_lib, train_loop
+from components.trainer import data, export
+from components.trainer import model as model_lib
+from components.trainer import steps as steps_lib
 from components.trainer.settings import TrainConfig
 
 
@@ -56,7 +60,7 @@ def _examples_per_second(run_epoch: Callable[[], int], epochs: int, rounds: int 
     return best
 
 
-def _custom_loop_epoch(steps: train_loop.Steps, dataset: tf.data.Dataset) -> Callable[[], int]:
+def _custom_loop_epoch(steps: steps_lib.Steps, dataset: tf.data.Dataset) -> Callable[[], int]:
     """One epoch exactly as the Trainer runs it (`Steps.run_epoch`)."""
     return lambda: steps.run_epoch(dataset, True, tf.distribute.get_strategy())
 
@@ -65,17 +69,19 @@ def benchmark_training(pipeline_root: str, config: TrainConfig, epochs: int) -> 
     transform_dir = _latest(os.path.join(pipeline_root, "Transform", "transform_graph", "*"))
     examples_dir = _latest(os.path.join(pipeline_root, "ImportExampleGen", "examples", "*"))
     tf_transform_output = tft.TFTransformOutput(transform_dir)
-    transform_graph = export.TransformGraph(tf_transform_output)
-    signature = train_loop.input_signature(tf_transform_output.transformed_feature_spec())
-    dataset = train_loop.make_dataset(
-        [os.path.join(examples_dir, "Split-train", "*")], transform_graph, config.batch_size, shuffle_seed=1
+    signature = data.input_signature(tf_transform_output.transformed_feature_spec())
+    dataset = data.make_dataset(
+        [os.path.join(examples_dir, "Split-train", "*")],
+        data.transform_fn(tf_transform_output),
+        config.batch_size,
+        seed=1,
     )
     results: Dict[str, float] = {}
 
     model = model_lib.build_model()
-    steps = train_loop.make_steps(
+    steps = steps_lib.make_steps(
         model,
-        train_loop.make_optimizer(model, config),
+        steps_lib.make_optimizer(model, config),
         signature,
         jit_compile=config.jit_compile,
         steps_per_call=config.steps_per_call,
@@ -98,8 +104,8 @@ def benchmark_training(pipeline_root: str, config: TrainConfig, epochs: int) -> 
     results["keras fit"] = _examples_per_second(fit_epoch, epochs)
 
     eager_model = model_lib.build_model()
-    eager_steps = train_loop.make_steps(
-        eager_model, train_loop.make_optimizer(eager_model, config), signature, steps_per_call=config.steps_per_call
+    eager_steps = steps_lib.make_steps(
+        eager_model, steps_lib.make_optimizer(eager_model, config), signature, steps_per_call=config.steps_per_call
     )
     tf.config.run_functions_eagerly(True)
     try:
@@ -228,7 +234,8 @@ def main() -> None:
 
     config = TrainConfig(batch_size=args.batch_size, jit_compile=args.jit_compile)
     training = benchmark_training(pipeline_root, config, args.epochs)
-    print(f"training, batch {args.batch_size}, XLA {args.jit_compile} (examples/s, best of 3 rounds after a warm-up epoch):")
+    print(f"training, batch {args.batch_size}, XLA {args.jit_compile} "
+          "(examples/s, best of 3 rounds after a warm-up epoch):")
     for name in ("custom loop", "keras fit", "eager loop"):
         print(f"  {name:12s} {training[name]:10,.0f}")
     print(f"  custom loop / fit   {training['custom loop'] / training['keras fit']:.2f}x")

@@ -3,51 +3,37 @@
 The thresholds are the curated schema's `drift_comparator`s (L-infinity for categorical
 features, Jensen-Shannon divergence for numeric ones). ExampleValidator checks all the
 data against the schema; this component checks how much the newest span moved.
-Statistics are computed in memory (spans are small; no Beam pipeline to start).
+
+The two spans compared are the newest two of those the run ingested (SpanWindow's
+`spans_used`). Their statistics come from StatisticsGen when each span is its own split
+(window mode: `eval` is the newest, `train_1` the one before); with every span hash-split
+into train/eval, they are computed here with TFDV's `GenerateStatistics` on the pipeline's
+Beam settings, reading the two spans' files as a stream.
 """
 
 # No `from __future__ import annotations`: TFX reads this component's type hints.
 import os
-from typing import List, Tuple
+from typing import Dict, List, Optional
 
-import pyarrow as pa
+import apache_beam as beam
 import tensorflow as tf
 import tensorflow_data_validation as tfdv
-from tensorflow_data_validation.statistics import stats_impl
 from tensorflow_metadata.proto.v0 import anomalies_pb2, statistics_pb2
 from tfx import v1 as tfx
-from tfx.types import standard_artifacts
-from tfx_bsl.coders import example_coder
+from tfx.components.statistics_gen import stats_artifact_utils
+from tfx.types import artifact_utils, standard_artifacts
+from tfx_bsl.public import tfxio
 
-from components import spans
+from components import spans, window
 
 BLESSED_PROPERTY = "blessed"
 # The output artifact (the parameter name of `DataGate` below).
 VERDICT_KEY = "verdict"
 REPORT_PROPERTY = "report"
 ANOMALIES_FILE = "DriftAnomalies.pb"
-_BATCH = 10_000
-
-
-def newest_spans(data_root: str, count: int = 2) -> List[Tuple[int, str]]:
-    """The `count` newest `(span number, folder)` under `data_root`, oldest first."""
-    found = spans.numbered(tf.io.gfile.listdir(data_root))[-count:]
-    return [(span, os.path.join(data_root, name)) for span, name in found]
-
-
-def span_statistics(folder: str) -> statistics_pb2.DatasetFeatureStatisticsList:
-    """TFDV statistics of every GZIP TFRecord file in a span folder."""
-    files = sorted(tf.io.gfile.glob(os.path.join(folder, "*")))
-    decoder = example_coder.ExamplesToRecordBatchDecoder()
-    batches = []
-    records = tf.data.TFRecordDataset(files, compression_type="GZIP").batch(_BATCH)
-    for batch in records.as_numpy_iterator():
-        batches.append(decoder.DecodeBatch(list(batch)))
-    if not batches:
-        raise ValueError(f"span folder {folder} holds no examples")
-    table = pa.Table.from_batches(batches).combine_chunks()
-    (record_batch,) = table.to_batches(max_chunksize=table.num_rows)
-    return stats_impl.generate_statistics_in_memory(record_batch, tfdv.StatsOptions())
+_STATS_FILE = "FeatureStats.pb"
+# In window mode, the split that holds the span before the newest.
+PREVIOUS_SPAN_SPLIT = "train_1"
 
 
 def drift_anomalies(
@@ -85,31 +71,63 @@ def describe(drift: anomalies_pb2.Anomalies, newest: int, previous: int) -> List
     return lines
 
 
-@tfx.dsl.components.component
-def DataGate(  # pylint: disable=invalid-name
-    examples: tfx.dsl.components.InputArtifact[standard_artifacts.Examples],
+def compute_span_statistics(
+    pipeline: beam.Pipeline, data_root: str, numbers: List[int], output_dir: str
+) -> Dict[int, statistics_pb2.DatasetFeatureStatisticsList]:
+    """TFDV statistics of each of the spans `numbers`, computed on `pipeline` (streamed)."""
+    found = spans.list_spans(data_root, only=numbers)
+    if sorted(span.number for span in found) != sorted(numbers):
+        raise ValueError(f"spans {numbers} were ingested but are no longer all under {data_root}")
+    paths = {}
+    with pipeline as p:
+        for span in found:
+            paths[span.number] = os.path.join(output_dir, f"span-{span.number}-{_STATS_FILE}")
+            _ = (
+                p
+                | f"Read[{span.number}]" >> tfxio.TFExampleRecord(file_pattern=span.pattern).BeamSource()
+                | f"Statistics[{span.number}]" >> tfdv.GenerateStatistics(tfdv.StatsOptions())
+                | f"Write[{span.number}]" >> tfdv.WriteStatisticsToBinaryFile(paths[span.number])
+            )
+    return {number: tfdv.load_stats_binary(path) for number, path in paths.items()}
+
+
+def split_statistics(statistics: standard_artifacts.ExampleStatistics, split: str):
+    return stats_artifact_utils.load_statistics(statistics, split).proto()
+
+
+@tfx.dsl.components.component(use_beam=True)
+def DataGate(  # noqa: N802  (a component is named like a class)
+    statistics: tfx.dsl.components.InputArtifact[standard_artifacts.ExampleStatistics],
     schema: tfx.dsl.components.InputArtifact[standard_artifacts.Schema],
     anomalies: tfx.dsl.components.InputArtifact[standard_artifacts.ExampleAnomalies],
+    spans_used: tfx.dsl.components.InputArtifact[standard_artifacts.String],
     verdict: tfx.dsl.components.OutputArtifact[standard_artifacts.ExampleAnomalies],
     data_root: tfx.dsl.components.Parameter[str],
+    beam_pipeline: tfx.dsl.components.BeamComponentParameter[beam.Pipeline] = None,
 ) -> None:
     """One verdict on the data: ExampleValidator found no anomaly in any split, and the
     newest span did not drift past the schema's thresholds from the previous one.
 
     The verdict is one integer property, `blessed`, for `tfx.dsl.Cond`. (Conditions on
     ExampleValidator's own per-split dict compile wrongly for KFP v2 in TFX 1.16: the
-    split keys become list indexes.) `examples` is not read: it ties this component to
-    ExampleGen's run, so that new data re-runs it instead of reusing a cached verdict.
+    split keys become list indexes.)
     """
-    del examples
     split_blessings = anomalies.get_json_value_custom_property(BLESSED_PROPERTY) or {}
     schema_ok = bool(split_blessings) and all(int(value) == 1 for value in split_blessings.values())
     loaded_schema = tfdv.load_schema_text(os.path.join(schema.uri, "schema.pbtxt"))
-    pair = newest_spans(data_root)
+    spans_read = window.parse_spans(spans_used.read())
     lines: List[str] = []
-    if len(pair) == 2:
-        (previous, previous_dir), (newest, newest_dir) = pair
-        found = drift_anomalies(span_statistics(newest_dir), span_statistics(previous_dir), loaded_schema)
+    if len(spans_read) >= 2:
+        previous, newest = spans_read[-2:]
+        splits = set(artifact_utils.decode_split_names(statistics.split_names))
+        current_stats: Optional[statistics_pb2.DatasetFeatureStatisticsList]
+        if {spans.WINDOW_EVAL_SPLIT, PREVIOUS_SPAN_SPLIT} <= splits:
+            current_stats = split_statistics(statistics, spans.WINDOW_EVAL_SPLIT)
+            previous_stats = split_statistics(statistics, PREVIOUS_SPAN_SPLIT)
+        else:
+            computed = compute_span_statistics(beam_pipeline, data_root, [previous, newest], verdict.uri)
+            current_stats, previous_stats = computed[newest], computed[previous]
+        found = drift_anomalies(current_stats, previous_stats, loaded_schema)
         with tf.io.gfile.GFile(os.path.join(verdict.uri, ANOMALIES_FILE), "wb") as handle:
             handle.write(found.SerializeToString())
         lines = describe(found, newest, previous)

@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import tensorflow as tf
 
 
 class Kind(enum.Enum):
-    """How Transform turns a raw feature into a model input."""
+    """How Transform turns a raw feature into a model input.
+
+    Every kind but NUMERIC gives ids; their layout is `Feature`'s (`oov_id`,
+    `missing_id`, `cardinality`), and Transform, the model's id table, the TFLite
+    lookups and warm start all read it from there.
+    """
 
     NUMERIC = "numeric"  # z-score; a missing value becomes 0 (the mean)
     BUCKETIZED = "bucketized"  # quantile buckets; a missing value gets its own bucket
@@ -22,6 +27,10 @@ class Kind(enum.Enum):
     # An integer from a known range [low, low + size): its offset is its id, no
     # vocabulary to compute; values outside the range share an OOV id.
     INTEGER_RANGE = "integer_range"
+
+
+# Kinds whose transformed feature is an id into the model's shared table.
+ID_KINDS = frozenset({Kind.BUCKETIZED, Kind.CATEGORICAL, Kind.INTEGER_RANGE})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,14 +56,44 @@ class Feature:
         """Name of the Transform vocabulary of a CATEGORICAL feature (its asset file)."""
         return f"vocab_{self.name}"
 
+    def oov_id(self, vocabulary_size: Optional[int] = None) -> int:
+        """The id of a value outside the range (INTEGER_RANGE) or the vocabulary (CATEGORICAL).
+
+        An INTEGER_RANGE feature's is `size`. A CATEGORICAL feature's depends on its
+        vocabulary, so `vocabulary_size` (its number of tokens) is required: Transform
+        numbers the one OOV bucket right after the last token, and a vocabulary can hold
+        fewer than `size` tokens; the ids between its OOV id and `missing_id` are then
+        unused. BUCKETIZED and NUMERIC features have no OOV id: quantile buckets are open
+        at both ends.
+        """
+        if self.kind is Kind.INTEGER_RANGE:
+            if vocabulary_size is not None:
+                raise ValueError(f"{self.name} is an integer range: it has no vocabulary")
+            return self.size
+        if self.kind is Kind.CATEGORICAL:
+            if vocabulary_size is None or not 0 <= vocabulary_size <= self.size:
+                raise ValueError(f"{self.name}: needs its vocabulary's size (0 to {self.size}), got {vocabulary_size}")
+            return vocabulary_size
+        raise ValueError(f"{self.name} ({self.kind.value}) has no OOV id")
+
+    @property
+    def missing_id(self) -> int:
+        """The id of a missing value: one past the largest possible OOV id, `size + 1`
+        (CATEGORICAL, INTEGER_RANGE), or the extra bucket `size` (BUCKETIZED).
+
+        It does not depend on the vocabulary's actual size, so neither does the model's
+        table."""
+        if self.kind is Kind.BUCKETIZED:
+            return self.size
+        if self.kind in (Kind.CATEGORICAL, Kind.INTEGER_RANGE):
+            return self.size + 1
+        raise ValueError(f"{self.name} ({self.kind.value}) has no ids: a missing value becomes the mean")
+
     @property
     def cardinality(self) -> int:
-        """Number of distinct ids the transformed feature can take (0 for NUMERIC)."""
-        if self.kind is Kind.BUCKETIZED:
-            return self.size + 1  # + the missing bucket
-        if self.kind in (Kind.CATEGORICAL, Kind.INTEGER_RANGE):
-            return self.size + 2  # + one OOV id + the missing id
-        return 0
+        """Number of distinct ids the transformed feature can take (0 for NUMERIC): ids
+        run from 0 to `missing_id`."""
+        return self.missing_id + 1 if self.kind in ID_KINDS else 0
 
 
 FEATURES: Tuple[Feature, ...] = (

@@ -3,11 +3,12 @@
 Required features arrive dense (`[batch, 1]`), optional ones sparse. Every
 transformed feature leaves as a dense `[batch]` tensor named `<name>_xf`:
 - NUMERIC: z-score over the values present; missing -> 0.0 (the mean).
-- BUCKETIZED: quantile bucket id; missing -> the extra bucket `size`.
-- CATEGORICAL: vocabulary id of the `size` most frequent values, one OOV bucket;
-  missing -> the extra id `size + 1`.
-- INTEGER_RANGE: `value - low`, no analyzer; out of range -> `size`, missing ->
-  `size + 1`.
+- BUCKETIZED: quantile bucket id; missing -> `Feature.missing_id`.
+- CATEGORICAL: vocabulary id of the `size` most frequent values, one OOV bucket
+  (TFT puts it right after the last token: `Feature.oov_id`); missing ->
+  `Feature.missing_id`.
+- INTEGER_RANGE: `value - low`, no analyzer; out of range -> `Feature.oov_id()`,
+  missing -> `Feature.missing_id`.
 """
 
 from __future__ import annotations
@@ -41,23 +42,23 @@ def _map_values(x: Tensor, fn) -> Tensor:
 def _range_id(feature: features.Feature, values: tf.Tensor) -> tf.Tensor:
     offset = values - feature.low
     in_range = tf.logical_and(offset >= 0, offset < feature.size)
-    return tf.where(in_range, offset, tf.cast(feature.size, offset.dtype))
+    return tf.where(in_range, offset, tf.cast(feature.oov_id(), offset.dtype))
 
 
 def _transform_feature(feature: features.Feature, x: Tensor) -> tf.Tensor:
     if feature.kind is features.Kind.NUMERIC:
         return _densify(tft.scale_to_z_score(tf.cast(x, tf.float32)), 0.0)
     if feature.kind is features.Kind.INTEGER_RANGE:
-        return _densify(_map_values(x, lambda v: _range_id(feature, v)), feature.size + 1)
+        return _densify(_map_values(x, lambda v: _range_id(feature, v)), feature.missing_id)
     if feature.kind is features.Kind.BUCKETIZED:
-        return _densify(tft.bucketize(x, num_buckets=feature.size), feature.size)
+        return _densify(tft.bucketize(x, num_buckets=feature.size), feature.missing_id)
     ids = tft.compute_and_apply_vocabulary(
         x,
         top_k=feature.size,
         num_oov_buckets=1,
         vocab_filename=feature.vocabulary_name,
     )
-    return _densify(ids, feature.size + 1)
+    return _densify(ids, feature.missing_id)
 
 
 def preprocessing_fn(inputs: Dict[str, Tensor]) -> Dict[str, tf.Tensor]:

@@ -31,8 +31,11 @@ from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, proto_utils
 
 KEEP_VERSIONS_KEY = "keep_versions"
-DEFAULT_KEEP_VERSIONS = 3
 STAGING_PREFIX = ".staging-"
+# The PushedModel artifact's properties, as TFX's own Pusher names them.
+PUSHED_PROPERTY = "pushed"
+DESTINATION_PROPERTY = "pushed_destination"
+VERSION_PROPERTY = "pushed_version"
 _FINGERPRINT = "fingerprint.pb"
 
 
@@ -87,6 +90,13 @@ def prune(base_directory: str, keep_versions: int) -> List[int]:
     return removed
 
 
+def mark_pushed(model_push: types.Artifact, destination: str, version: int) -> None:
+    """The properties TFX's Pusher sets on its output, which the run report reads."""
+    model_push.set_int_custom_property(PUSHED_PROPERTY, 1)
+    model_push.set_string_custom_property(DESTINATION_PROPERTY, destination)
+    model_push.set_string_custom_property(VERSION_PROPERTY, str(version))
+
+
 class Executor(tfx_pusher_executor.Executor):
     """Pusher executor with staged, idempotent pushes and retention (filesystem only)."""
 
@@ -98,7 +108,7 @@ class Executor(tfx_pusher_executor.Executor):
     ) -> None:
         model_push = artifact_utils.get_single_instance(output_dict[standard_component_specs.PUSHED_MODEL_KEY])
         if not self.CheckBlessing(input_dict):
-            self._MarkNotPushed(model_push)
+            model_push.set_int_custom_property(PUSHED_PROPERTY, 0)
             return
         model_path = self.GetModelPath(input_dict)
         destination = pusher_pb2.PushDestination()
@@ -109,7 +119,9 @@ class Executor(tfx_pusher_executor.Executor):
         custom_config = exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY) or {}
         if isinstance(custom_config, str):
             custom_config = json.loads(custom_config or "{}")
-        keep = int(custom_config.get(KEEP_VERSIONS_KEY, DEFAULT_KEEP_VERSIONS))
+        if KEEP_VERSIONS_KEY not in custom_config:
+            raise ValueError(f"the Pusher's custom_config needs {KEEP_VERSIONS_KEY!r}")
+        keep = int(custom_config[KEEP_VERSIONS_KEY])
 
         version = already_pushed(model_path, base)
         if version is None:
@@ -121,8 +133,7 @@ class Executor(tfx_pusher_executor.Executor):
         if removed:
             logging.info("retention (%d versions): removed %s", keep, removed)
         io_utils.copy_dir(model_path, model_push.uri)
-        self._MarkPushed(model_push, pushed_destination=os.path.join(base, str(version)),
-                         pushed_version=str(version))
+        mark_pushed(model_push, os.path.join(base, str(version)), version)
 
 
 class StagedPusher(tfx.components.Pusher):

@@ -1,19 +1,29 @@
-"""How spans are laid out under a data root: `span-<N>/` folders of TFRecord files.
+"""The one spans layer: how spans are laid out under a data root, and how they are listed.
 
-The converter writes them, ExampleGen's patterns read them, the data gate and the
-retrain command find the newest. No TensorFlow here: the command line uses it before
-anything heavy is imported.
+A data root holds `span-<N>/` folders of GZIP TFRecord files of `tf.Example`. Every
+listing in the project goes through `list_spans` (the command line's pre-flight check and
+`retrain`, the SpanWindow node, the data gate, the benchmarks), and ImportExampleGen is
+given the patterns of this module, so they all agree on which folders are spans and which
+files a span holds.
+
+Local paths are listed with `os` (the command line decides "nothing to do" before
+TensorFlow is imported); remote ones (`gs://...`) through `tf.io.gfile`, imported only then.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import fnmatch
+import os
 import re
 from typing import Iterable, List, Optional, Sequence, Tuple
 
+# The files of one span, relative to its folder, as ExampleGen's patterns say them.
+FILES_IN_SPAN = "*"
 # Every file of every span folder (ExampleGen's pattern for the whole data root).
 # ImportExampleGen fingerprints the files, so a new or changed span is ingested again
 # and an unchanged data root is served from cache.
-ALL_SPANS_PATTERN = "span-*/*"
+ALL_SPANS_PATTERN = f"span-*/{FILES_IN_SPAN}"
 _FOLDER = re.compile(r"^span-(\d+)/?$")
 # In a window, the newest span is the eval split; the older ones are train_1 (the next
 # newest), train_2, ...: names fixed by the window's size, so a pipeline compiled once
@@ -21,8 +31,57 @@ _FOLDER = re.compile(r"^span-(\d+)/?$")
 WINDOW_EVAL_SPLIT = "eval"
 
 
+class DataRootError(ValueError):
+    """The data root is missing or holds no span files."""
+
+
 class WindowError(ValueError):
     """The data root holds fewer spans than the window needs."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Span:
+    number: int
+    path: str
+    # Every file of the span, sorted, with its size in bytes.
+    files: Tuple[Tuple[str, int], ...]
+
+    @property
+    def pattern(self) -> str:
+        """The glob ExampleGen reads this span's files with."""
+        return join(self.path, FILES_IN_SPAN)
+
+
+def is_remote(path: str) -> bool:
+    return "://" in path
+
+
+def join(folder: str, name: str) -> str:
+    return f"{folder.rstrip('/')}/{name}" if is_remote(folder) else os.path.join(folder, name)
+
+
+def _listdir(folder: str) -> List[str]:
+    if is_remote(folder):
+        import tensorflow as tf
+
+        return [name.rstrip("/") for name in tf.io.gfile.listdir(folder)]
+    return os.listdir(folder)
+
+
+def _isdir(path: str) -> bool:
+    if is_remote(path):
+        import tensorflow as tf
+
+        return tf.io.gfile.isdir(path)
+    return os.path.isdir(path)
+
+
+def _size(path: str) -> int:
+    if is_remote(path):
+        import tensorflow as tf
+
+        return tf.io.gfile.stat(path).length
+    return os.path.getsize(path)
 
 
 def folder(span: int) -> str:
@@ -30,8 +89,8 @@ def folder(span: int) -> str:
 
 
 def files_pattern(span: int) -> str:
-    """ExampleGen's pattern for one span's files."""
-    return f"{folder(span)}/*"
+    """ExampleGen's pattern for one span's files, relative to the data root."""
+    return f"{folder(span)}/{FILES_IN_SPAN}"
 
 
 def number(folder_name: str) -> Optional[int]:
@@ -43,6 +102,29 @@ def number(folder_name: str) -> Optional[int]:
 def numbered(names: Iterable[str]) -> List[Tuple[int, str]]:
     """`(span number, name)` of the span folders among `names`, oldest first."""
     return sorted((span, name.rstrip("/")) for name in names if (span := number(name)) is not None)
+
+
+def span_numbers(data_root: str) -> List[int]:
+    """The span numbers under `data_root`, oldest first, without listing their files."""
+    if not _isdir(data_root):
+        raise DataRootError(f"data root {data_root} does not exist or is not a folder")
+    return [span for span, name in numbered(_listdir(data_root)) if _isdir(join(data_root, name))]
+
+
+def list_spans(data_root: str, only: Optional[Sequence[int]] = None) -> List[Span]:
+    """The span folders under `data_root` (or just the `only` ones), oldest first, with
+    the files ExampleGen would ingest from each."""
+    if not _isdir(data_root):
+        raise DataRootError(f"data root {data_root} does not exist or is not a folder")
+    found = []
+    for span, name in numbered(_listdir(data_root)):
+        path = join(data_root, name)
+        if (only is not None and span not in only) or not _isdir(path):
+            continue
+        names = sorted(n for n in _listdir(path) if fnmatch.fnmatchcase(n, FILES_IN_SPAN))
+        files = tuple((join(path, n), _size(join(path, n))) for n in names if not _isdir(join(path, n)))
+        found.append(Span(span, path, files))
+    return found
 
 
 def window_train_splits(size: int) -> List[str]:

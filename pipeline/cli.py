@@ -1,81 +1,30 @@
 """`taxi-pipeline`: the command line of the pipeline.
 
-    taxi-pipeline run [--data-root D] [--output-root O] [--serving-dir S] [--verbose]
-                      [--force] [--run-eagerly] [-- BEAM_ARG ...]
-    taxi-pipeline make-data [--csv CSV] [--out DIR]
+    taxi-pipeline run        the pipeline end to end on this machine (LocalDagRunner, or
+                             BeamDagRunner with --orchestrator beam); does nothing when
+                             nothing changed since the last run
+    taxi-pipeline retrain    for schedulers: train on the newest --window spans when a new
+                             span landed, else do nothing (one run at a time, by lock)
+    taxi-pipeline compile    write the PipelineJob JSON for Kubeflow Pipelines v2 / Vertex AI
+    taxi-pipeline schedule   create a Vertex AI schedule that runs the compiled JSON
+    taxi-pipeline make-data  rebuild data/ from the CSV shipped in the tfx wheel
 
-Exit status of `run`: 0 pushed or nothing to do, 3 trained but not blessed,
-4 data rejected, 1 any other error.
+Exit status (`pipeline.config.ExitCode`): 0 pushed or nothing to do, 3 trained but not
+blessed, 4 data rejected, 5 another retrain holds the lock, 1 any other error.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import logging
 import os
 import sys
 import time
 from typing import Optional, Sequence
 
-from pipeline import defaults
-
-EXIT_ERROR = 1
-
-# LocalDagRunner's and the launcher's messages that mark a component's progress.
-_RUNNING = "Component %s is running."
-_FINISHED = "Component %s is finished."
-_CACHED = "A cached execution %d is used."
-
-
-class ProgressHandler(logging.Handler):
-    """Prints one line per component as it finishes, with its wall time."""
-
-    def __init__(self, stream=sys.stdout):
-        super().__init__(logging.INFO)
-        self._stream = stream
-        self._started = time.perf_counter()
-        self._component: Optional[str] = None
-        self._component_started = 0.0
-        self._cached = False
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.msg == _RUNNING:
-            self._component, self._component_started, self._cached = record.args[0], time.perf_counter(), False
-        elif record.msg == _CACHED:
-            self._cached = True
-        elif record.msg == _FINISHED and self._component:
-            now = time.perf_counter()
-            how = "cached" if self._cached else f"{now - self._component_started:5.1f} s"
-            self._stream.write(f"[{now - self._started:6.1f} s] {self._component:28s} {how}\n")
-            self._stream.flush()
-
-
-def _configure_logging(log_dir: str, verbose: bool) -> str:
-    """Full logs go to a file (and the console with --verbose); the console gets progress."""
-    from absl import logging as absl_logging
-
-    os.makedirs(log_dir, exist_ok=True)
-    log_path = os.path.join(log_dir, f"run-{datetime.datetime.now():%Y%m%d-%H%M%S}-{os.getpid()}.log")
-    root = logging.getLogger()
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    root.setLevel(logging.INFO)
-    absl_logging.set_verbosity(absl_logging.INFO)
-    logging.captureWarnings(True)
-    # TensorFlow's logger writes to stderr itself; route it through the root handlers.
-    tf_logger = logging.getLogger("tensorflow")
-    for handler in list(tf_logger.handlers):
-        tf_logger.removeHandler(handler)
-    tf_logger.propagate = True
-    file_handler = logging.FileHandler(log_path)
-    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root.addHandler(file_handler)
-    if verbose:
-        root.addHandler(logging.StreamHandler(sys.stderr))
-    else:
-        root.addHandler(ProgressHandler())
-    return log_path
+from components import spans
+from components.trainer.settings import TrainConfig
+from pipeline import config, logs, preflight, retrain, run_state, speedups
 
 
 def _positive(text: str) -> int:
@@ -86,15 +35,20 @@ def _positive(text: str) -> int:
 
 
 def _add_local_options(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--data-root", default=defaults.DATA_ROOT, help="folder of span-<N>/ TFRecord folders")
-    command.add_argument("--output-root", default=defaults.OUTPUT_ROOT, help="pipeline root, MLMD and logs")
-    command.add_argument("--serving-dir", default=defaults.SERVING_DIR, help="where blessed models are pushed")
-    command.add_argument("--keep-versions", type=_positive, default=defaults.KEEP_VERSIONS,
+    command.add_argument("--data-root", default=config.DATA_ROOT, help="folder of span-<N>/ TFRecord folders")
+    command.add_argument("--output-root", default=config.OUTPUT_ROOT, help="pipeline root, MLMD and logs")
+    command.add_argument("--serving-dir", default=config.SERVING_DIR, help="where blessed models are pushed")
+    command.add_argument("--keep-versions", type=_positive, default=config.KEEP_VERSIONS,
                          help="pushed versions kept in the serving folder; older ones are deleted")
     command.add_argument("--force", action="store_true", help="run even when nothing changed since the last run")
     command.add_argument("--verbose", action="store_true", help="full TensorFlow/Beam/TFX logs on the console")
     command.add_argument("--run-eagerly", action="store_true",
                          help="run the Trainer's tf.functions eagerly (debugging; much slower)")
+    command.add_argument("--orchestrator", choices=("local", "beam"), default="local",
+                         help="local: LocalDagRunner, one node after another; beam: BeamDagRunner, "
+                              "each node a step of one Beam pipeline")
+    command.add_argument("--no-speedups", action="store_true",
+                         help=f"run without the library speed-ups of pipeline/speedups.py (also {speedups.ENV}=0)")
     command.add_argument("beam_args", nargs="*", metavar="BEAM_ARG", help="extra Beam options, after `--`")
 
 
@@ -107,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     retrain = commands.add_parser(
         "retrain", help="for schedulers: train on the newest spans if a new span landed, else do nothing"
     )
-    retrain.add_argument("--window", type=_positive, default=defaults.WINDOW_SIZE,
+    retrain.add_argument("--window", type=_positive, default=config.WINDOW_SIZE,
                          help="spans in the rolling window: the newest is evaluated on, the others trained on")
     _add_local_options(retrain)
 
@@ -116,8 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     kfp.add_argument("--pipeline-root", required=True, help="gs:// root for component outputs")
     kfp.add_argument("--data-root", required=True, help="gs:// folder of span-<N>/ folders")
     kfp.add_argument("--serving-dir", required=True, help="gs:// folder blessed models are pushed to")
-    kfp.add_argument("--keep-versions", type=_positive, default=defaults.KEEP_VERSIONS, help="pushed versions kept")
-    kfp.add_argument("--window", type=int, default=defaults.WINDOW_SIZE,
+    kfp.add_argument("--keep-versions", type=_positive, default=config.KEEP_VERSIONS, help="pushed versions kept")
+    kfp.add_argument("--window", type=int, default=config.WINDOW_SIZE,
                      help="train on the newest N spans, chosen on each run (the newest is evaluated on); "
                           "0: every span, hash-split")
     kfp.add_argument("--output", default="pipeline.json", help="where to write the PipelineJob JSON")
@@ -134,28 +88,31 @@ def _parser() -> argparse.ArgumentParser:
 
     data = commands.add_parser("make-data", help="rebuild data/ from the CSV shipped in the tfx wheel")
     data.add_argument("--csv", default=None, help="source CSV (default: the one in the tfx wheel)")
-    data.add_argument("--out", default=defaults.DATA_ROOT, help="output folder")
+    data.add_argument("--out", default=config.DATA_ROOT, help="output folder")
     return parser
 
 
-def _print_report(report, log_path: str) -> None:
-    from pipeline.run_record import Outcome
-
+def _print_report(report: run_state.RunReport, log_path: str) -> None:
+    Outcome = run_state.Outcome  # noqa: N806
     lines = []
     if report.note:
         lines.append(report.note)
     elif report.reused_previous_run:
         lines.append("Nothing changed since the last run (same data, code and settings); nothing was run.")
-    if report.spans:
+    if report.spans and report.window_size:
         *train, newest = report.spans
         lines.append(f"Spans: trained on {', '.join(map(str, train))}; evaluated on {newest}")
+    elif report.spans:
+        lines.append(f"Spans: {', '.join(map(str, report.spans))} (hash-split train:eval)")
     if report.warm_start:
         lines.append(f"Warm start: {report.warm_start}")
     if report.anomalies:
         lines.append("Data rejected by the schema contract:")
         lines += [f"  {line}" for line in report.anomalies]
     if report.eval_metrics:
-        metrics = ", ".join(f"{k}={v:.4f}" if k != "example_count" else f"{k}={v:.0f}" for k, v in sorted(report.eval_metrics.items()))
+        metrics = ", ".join(
+            f"{k}={v:.0f}" if k == "example_count" else f"{k}={v:.4f}" for k, v in sorted(report.eval_metrics.items())
+        )
         lines.append(f"Eval metrics (overall): {metrics}")
     summary = {
         Outcome.PUSHED: f"Pushed a new model version: {report.pushed_version_dir}",
@@ -168,63 +125,69 @@ def _print_report(report, log_path: str) -> None:
     print("\n".join(lines))
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run_config(args: argparse.Namespace) -> config.RunConfig:
+    return config.RunConfig(
+        data_root=args.data_root,
+        output_root=args.output_root,
+        serving_dir=args.serving_dir,
+        settings=config.Settings(
+            keep_versions=args.keep_versions,
+            beam_args=config.local_beam_args() + tuple(args.beam_args),
+            train=TrainConfig(run_eagerly=args.run_eagerly),
+        ),
+    ).resolved()
+
+
+def _run(args: argparse.Namespace, fast: bool) -> int:
     """`run` and `retrain`: resolve the config, run, report; exit status by outcome."""
     started = time.perf_counter()
     if not args.verbose:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     # Logging first: importing TensorFlow, TFX and their dependencies already logs and warns.
-    log_path = _configure_logging(os.path.join(args.output_root, "logs"), args.verbose)
-    from components.trainer.settings import TrainConfig
-    from pipeline import config as config_lib
-    from pipeline import heavy_imports, retrain, run_record
+    log_path = logs.configure(os.path.join(args.output_root, "logs"), args.verbose)
+    run_config = _run_config(args)
 
-    run_config = config_lib.RunConfig(
-        data_root=args.data_root,
-        output_root=args.output_root,
-        serving_dir=args.serving_dir,
-        keep_versions=args.keep_versions,
-        beam_args=config_lib.local_beam_args() + tuple(args.beam_args),
-        train=TrainConfig(run_eagerly=args.run_eagerly),
-    ).resolved()
+    def run_pipeline(resolved: config.RunConfig, plan: run_state.RunPlan) -> run_state.RunReport:
+        with speedups.local_runner(fast) as local_runner:
+            return local_runner.run(resolved, plan, orchestrator=args.orchestrator)
 
     try:
         if args.command == "retrain":
-            report = retrain.retrain(run_config, args.window, force=args.force)
+            report = retrain.retrain(run_config, args.window, run_pipeline, force=args.force)
         else:
-            plan = run_record.plan(run_config)
-            if plan.previous is not None and not args.force:
-                report = plan.previous  # decided without importing TensorFlow or TFX
-            else:
-                report = heavy_imports.local_runner().run(run_config, force=args.force, plan=plan)
-    except run_record.DataRootError as err:
+            plan = run_state.plan(run_config)
+            # An unchanged re-run is decided without importing TensorFlow or TFX.
+            report = plan.previous if plan.previous is not None and not args.force else run_pipeline(run_config, plan)
+    except (spans.DataRootError, spans.WindowError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return EXIT_ERROR
-    except run_record.BadDataError as err:
+        return config.ExitCode.ERROR
+    except preflight.BadDataError as err:
         print(f"error: data rejected: {err}", file=sys.stderr)
         print("Data rejected; nothing was trained or pushed.")
-        return run_record.Outcome.DATA_REJECTED.exit_code
+        return config.ExitCode.DATA_REJECTED
     except retrain.LockHeld as err:
         print(f"error: {err}", file=sys.stderr)
-        return retrain.EXIT_LOCKED
+        return config.ExitCode.LOCKED
     report.seconds = time.perf_counter() - started
     _print_report(report, log_path)
     return report.outcome.exit_code
 
 
 def _compile(args: argparse.Namespace) -> int:
-    from pipeline import kubeflow
+    from pipeline import kubeflow_runner
 
-    kfp_config = kubeflow.KubeflowConfig(
+    kfp_config = config.KubeflowConfig(
         image=args.image,
         pipeline_root=args.pipeline_root,
         data_root=args.data_root,
         serving_dir=args.serving_dir,
-        keep_versions=args.keep_versions,
-        window_size=args.window or None,
-        beam_args=kubeflow.DEFAULT_VERTEX_BEAM_ARGS + tuple(args.beam_args),
+        settings=config.Settings(
+            keep_versions=args.keep_versions,
+            window_size=args.window or None,
+            beam_args=config.VERTEX_BEAM_ARGS + tuple(args.beam_args),
+        ),
     )
-    spec = kubeflow.compile_pipeline(kfp_config, args.output)
+    spec = kubeflow_runner.compile_pipeline(kfp_config, args.output)
     tasks = spec["pipelineSpec"]["root"]["dag"]["tasks"]
     print(f"Wrote {args.output}: {len(tasks)} tasks, image {args.image}")
     return 0
@@ -245,7 +208,7 @@ def _schedule(args: argparse.Namespace) -> int:
         name = vertex_schedule.submit(config, request)
     except vertex_schedule.NoCredentialsError as err:
         print(f"error: {err}", file=sys.stderr)
-        return EXIT_ERROR
+        return config.ExitCode.ERROR
     print(f"Created schedule {name} ({args.cron})")
     return 0
 
@@ -262,7 +225,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command in ("run", "retrain"):
-            return _run(args)
+            return _run(args, fast=speedups.enabled() and not args.no_speedups)
         if args.command == "compile":
             return _compile(args)
         if args.command == "schedule":
@@ -270,25 +233,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _make_data(args)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
-        return EXIT_ERROR
+        return config.ExitCode.ERROR
     except Exception as err:  # the last line of defence: a clear message and exit 1
         logging.exception("run failed")
         print(f"error: {type(err).__name__}: {err}", file=sys.stderr)
-        return EXIT_ERROR
+        return config.ExitCode.ERROR
 
 
 def console_main() -> None:
-    """The `taxi-pipeline` command: `main`, then an immediate exit.
-
-    By the time `main` returns, every output is written and closed (MLMD, the pushed
-    model, last_run.json, the log). Tearing down the interpreter with TensorFlow and
-    Beam loaded takes ~3 s and does nothing useful, so the process ends at once.
-    """
+    """The `taxi-pipeline` command: `main`, then the process exits with its status."""
     code = main()
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    speedups.exit_process(int(code), speedups.enabled() and "--no-speedups" not in sys.argv)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,43 @@
-"""Typed run configuration, resolved once at the edge (the command line)."""
+"""The one config core: every default, the run settings shared by local runs and the
+compiled (Kubeflow Pipelines v2 / Vertex AI) pipeline, and the exit codes.
+
+Plain dataclasses, no TensorFlow: the command line resolves them before anything heavy is
+imported, and each runner turns them into `create_pipeline(...)`'s arguments with
+`pipeline_args`.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import hashlib
 import os
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import components
-from components.trainer.settings import TrainConfig
-from pipeline import defaults
+from components.trainer.settings import ExportConfig, TrainConfig
+
+PIPELINE_NAME = "taxi-big-tip"  # KFP v2 allows [a-z0-9-] only
+MODEL_NAME = ExportConfig.model_name
+DATA_ROOT = "data"
+OUTPUT_ROOT = "tfx_pipeline_output"
+SERVING_DIR = "serving_model"
+# Pushed versions kept in the serving folder (the newest always among them).
+KEEP_VERSIONS = 3
+# Spans in the rolling window of `retrain` and of the compiled (scheduled) pipeline.
+WINDOW_SIZE = 4
+# Where the Dockerfile installs the package; the schema ships inside it.
+IMAGE_SCHEMA_DIR = "/pipeline/components/schema"
+
+
+class ExitCode(enum.IntEnum):
+    """Exit status of `taxi-pipeline`, for schedulers and monitors."""
+
+    OK = 0  # pushed, or nothing needed doing
+    ERROR = 1  # anything else, with a message naming it
+    NOT_BLESSED = 3  # trained, not blessed: the previous version keeps serving
+    DATA_REJECTED = 4  # unreadable files, schema anomalies or drift: nothing trained
+    LOCKED = 5  # another retrain holds the output root
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,16 +48,14 @@ class EvaluationConfig:
     min_auc: float = 0.80
     # And may be at most this much below the latest blessed model's AUC.
     max_auc_drop: float = 0.005
-    # Train:eval hash buckets of ExampleGen's deterministic split.
+    # Train:eval hash buckets of ExampleGen's deterministic split (all-spans mode).
     train_buckets: int = 4
     eval_buckets: int = 1
 
 
-PIPELINE_NAME = "taxi-big-tip"  # KFP v2 allows [a-z0-9-] only
-MODEL_NAME = "big_tip"
 # The Beam DirectRunner in one process: for data of this size, worker processes cost
 # more to start and feed than they save.
-DEFAULT_BEAM_ARGS: Tuple[str, ...] = (
+LOCAL_BEAM_ARGS: Tuple[str, ...] = (
     "--direct_running_mode=in_memory",
     "--direct_num_workers=1",
     # Beam >= 2.52 weighs every cached side input with objsize, which walks all loaded
@@ -37,21 +63,134 @@ DEFAULT_BEAM_ARGS: Tuple[str, ...] = (
     # pipelines with materialized side inputs is to turn the cache off
     # (https://github.com/apache/beam/issues/30360).
     "--max_cache_memory_usage_mb=0",
-    # Beam's other pickler: pickling and unpickling the pipelines' functions take 2.5 s
-    # a cold run instead of dill's 3.0 s (dill also resets the cache of every logger on
-    # each of its ~10,000 calls).
+    # Beam's other pickler: faster than dill for the pipelines' functions (dill also
+    # resets the cache of every logger on each call).
     "--pickle_library=cloudpickle",
 )
+# On Vertex the Beam components run Dataflow or the portable runner, as the user says;
+# the local in-memory settings and setup file make no sense there.
+VERTEX_BEAM_ARGS: Tuple[str, ...] = ("--max_cache_memory_usage_mb=0",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What the pipeline does, wherever it runs."""
+
+    pipeline_name: str = PIPELINE_NAME
+    model_name: str = MODEL_NAME
+    keep_versions: int = KEEP_VERSIONS
+    # Train on the newest this many spans (the newest = eval split), chosen when the
+    # pipeline runs; None: all spans, hash-split.
+    window_size: Optional[int] = None
+    # Start training from the latest blessed model when compatible.
+    warm_start: bool = True
+    train: TrainConfig = TrainConfig()
+    evaluation: EvaluationConfig = EvaluationConfig()
+    beam_args: Tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.keep_versions < 1:
+            raise ValueError(f"keep_versions must be at least 1, got {self.keep_versions}")
+        if self.window_size is not None and self.window_size < 2:
+            raise ValueError(
+                f"a window needs at least 2 spans (train on older, evaluate on the newest), got {self.window_size}"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """A local run (LocalDagRunner or BeamDagRunner): local or gs:// paths, SQLite MLMD."""
+
+    data_root: str = DATA_ROOT
+    output_root: str = OUTPUT_ROOT
+    serving_dir: str = SERVING_DIR
+    settings: Settings = Settings(beam_args=LOCAL_BEAM_ARGS)
+
+    def resolved(self) -> "RunConfig":
+        """The same config with local paths made absolute."""
+        return dataclasses.replace(
+            self,
+            data_root=_absolute(self.data_root),
+            output_root=_absolute(self.output_root),
+            serving_dir=_absolute(self.serving_dir),
+        )
+
+    @property
+    def pipeline_root(self) -> str:
+        return os.path.join(self.output_root, "pipeline_root")
+
+    @property
+    def metadata_path(self) -> str:
+        return os.path.join(self.output_root, "metadata.sqlite")
+
+    @property
+    def model_serving_dir(self) -> str:
+        return os.path.join(self.serving_dir, self.settings.model_name)
+
+    def pipeline_args(self) -> Dict[str, Any]:
+        """`create_pipeline(...)`'s arguments; the schema is read from the installed package."""
+        return pipeline_args(self.settings, pipeline_root=self.pipeline_root, data_root=self.data_root,
+                             serving_model_dir=self.model_serving_dir, schema_dir=schema_dir())
+
+
+@dataclasses.dataclass(frozen=True)
+class KubeflowConfig:
+    """The compiled pipeline: every path a remote URI the pipeline's pods can read."""
+
+    image: str
+    pipeline_root: str
+    data_root: str
+    serving_dir: str
+    settings: Settings = Settings(window_size=WINDOW_SIZE, beam_args=VERTEX_BEAM_ARGS)
+    schema_dir: str = IMAGE_SCHEMA_DIR
+
+    def __post_init__(self) -> None:
+        for name in ("pipeline_root", "data_root", "serving_dir"):
+            value = getattr(self, name)
+            if "://" not in value:
+                raise ValueError(f"{name} must be a remote URI (gs://...) the pipeline's pods can read, got {value!r}")
+        if not self.image:
+            raise ValueError("an image is required")
+
+    @property
+    def model_serving_dir(self) -> str:
+        return f"{self.serving_dir.rstrip('/')}/{self.settings.model_name}"
+
+    def pipeline_args(self) -> Dict[str, Any]:
+        """`create_pipeline(...)`'s arguments; the schema is read from inside the image."""
+        return pipeline_args(self.settings, pipeline_root=self.pipeline_root, data_root=self.data_root,
+                             serving_model_dir=self.model_serving_dir, schema_dir=self.schema_dir)
+
+
+def pipeline_args(
+    settings: Settings, *, pipeline_root: str, data_root: str, serving_model_dir: str, schema_dir: str
+) -> Dict[str, Any]:
+    """`create_pipeline(...)`'s keyword arguments for these settings and locations."""
+    return dict(
+        pipeline_name=settings.pipeline_name,
+        pipeline_root=pipeline_root,
+        data_root=data_root,
+        schema_path=schema_dir,
+        serving_model_dir=serving_model_dir,
+        train=settings.train,
+        export_settings=ExportConfig(model_name=settings.model_name),
+        evaluation=settings.evaluation,
+        code_version=code_version(),
+        keep_versions=settings.keep_versions,
+        window_size=settings.window_size,
+        warm_start=settings.warm_start,
+        beam_pipeline_args=settings.beam_args,
+    )
 
 
 def local_beam_args() -> Tuple[str, ...]:
-    """DEFAULT_BEAM_ARGS plus this project's setup.py, when it is installed from source.
+    """LOCAL_BEAM_ARGS plus this project's setup.py, when it is installed from source.
 
     Naming the package source for Beam is what a distributed runner needs, and it stops
     TFX from building a throwaway sdist of itself before every Beam component.
     """
     setup_py = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(components.__file__))), "setup.py")
-    return DEFAULT_BEAM_ARGS + ((f"--setup_file={setup_py}",) if os.path.isfile(setup_py) else ())
+    return LOCAL_BEAM_ARGS + ((f"--setup_file={setup_py}",) if os.path.isfile(setup_py) else ())
 
 
 def schema_dir() -> str:
@@ -76,46 +215,6 @@ def source_digest(root: str) -> str:
 def code_version() -> str:
     """Fingerprint of the `components` package (the user code Transform and Trainer run)."""
     return source_digest(os.path.dirname(components.__file__))[:16]
-
-
-@dataclasses.dataclass(frozen=True)
-class RunConfig:
-    data_root: str = defaults.DATA_ROOT
-    output_root: str = defaults.OUTPUT_ROOT
-    serving_dir: str = defaults.SERVING_DIR
-    beam_args: Tuple[str, ...] = DEFAULT_BEAM_ARGS
-    pipeline_name: str = PIPELINE_NAME
-    model_name: str = MODEL_NAME
-    # Pushed versions kept in the serving folder (the newest always among them).
-    keep_versions: int = defaults.KEEP_VERSIONS
-    # Train on the newest this many spans (the newest = eval split), chosen when the
-    # pipeline runs; None: all spans, hash-split.
-    window_size: Optional[int] = None
-    # Start training from the latest blessed model when compatible.
-    warm_start: bool = True
-    train: TrainConfig = TrainConfig()
-    evaluation: EvaluationConfig = EvaluationConfig()
-
-    def resolved(self) -> "RunConfig":
-        """The same config with local paths made absolute."""
-        return dataclasses.replace(
-            self,
-            data_root=_absolute(self.data_root),
-            output_root=_absolute(self.output_root),
-            serving_dir=_absolute(self.serving_dir),
-        )
-
-    @property
-    def pipeline_root(self) -> str:
-        return os.path.join(self.output_root, "pipeline_root")
-
-    @property
-    def metadata_path(self) -> str:
-        return os.path.join(self.output_root, "metadata.sqlite")
-
-    @property
-    def model_serving_dir(self) -> str:
-        return os.path.join(self.serving_dir, self.model_name)
 
 
 def _absolute(path: str) -> str:

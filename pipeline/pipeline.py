@@ -3,10 +3,9 @@ setting is an argument, so LocalDagRunner and KubeflowV2DagRunner build the same
 
 from __future__ import annotations
 
-import json
-
 import dataclasses
-from typing import Any, List, Optional, Sequence, Tuple
+import json
+from typing import Any, Optional, Sequence, Tuple
 
 import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
@@ -80,33 +79,34 @@ def window_splits(window_size: Optional[int]) -> Splits:
     return Splits(train=tuple(spans.window_train_splits(window_size)), eval=spans.WINDOW_EVAL_SPLIT)
 
 
-def _example_gen(data_root: str, window_size: Optional[int], evaluation: EvaluationConfig) -> List[Any]:
-    """ImportExampleGen, preceded by the SpanWindow that picks its spans in window mode."""
+def _example_gen(
+    data_root: str, span_window: Any, window_size: Optional[int],
+    evaluation: EvaluationConfig,
+) -> Any:
+    """ImportExampleGen: the window's spans, one split each, or every span hash-split."""
     if window_size is None:
-        return [
-            tfx.components.ImportExampleGen(
-                input_base=data_root,
-                input_config=tfx.proto.Input(splits=[tfx.proto.Input.Split(name="all", pattern=spans.ALL_SPANS_PATTERN)]),
-                output_config=tfx.proto.Output(
-                    split_config=tfx.proto.SplitConfig(
-                        splits=[
-                            tfx.proto.SplitConfig.Split(name=TRAIN_SPLIT, hash_buckets=evaluation.train_buckets),
-                            tfx.proto.SplitConfig.Split(name=EVAL_SPLIT, hash_buckets=evaluation.eval_buckets),
-                        ]
-                    )
-                ),
-            )
-        ]
-    span_window = window.SpanWindow(data_root=data_root, window_size=window_size).with_id(window.NODE_ID)
+        return tfx.components.ImportExampleGen(
+            input_base=data_root,
+            input_config=tfx.proto.Input(
+                splits=[tfx.proto.Input.Split(name=window.ALL_SPANS_SPLIT, pattern=spans.ALL_SPANS_PATTERN)]
+            ),
+            output_config=tfx.proto.Output(
+                split_config=tfx.proto.SplitConfig(
+                    splits=[
+                        tfx.proto.SplitConfig.Split(name=TRAIN_SPLIT, hash_buckets=evaluation.train_buckets),
+                        tfx.proto.SplitConfig.Split(name=EVAL_SPLIT, hash_buckets=evaluation.eval_buckets),
+                    ]
+                )
+            ),
+        )
     # One input split per span, chosen when the pipeline runs; ExampleGen keeps input
     # splits as they are.
-    example_gen = tfx.components.ImportExampleGen(
+    return tfx.components.ImportExampleGen(
         input_base=data_root,
         input_config=span_window.outputs[window.INPUT_CONFIG_KEY].future()[0].value,
         # Empty: keep the input splits (ExampleGen cannot inspect a runtime input_config).
         output_config=tfx.proto.Output(),
     )
-    return [span_window, example_gen]
 
 
 def create_pipeline(
@@ -120,7 +120,7 @@ def create_pipeline(
     export_settings: ExportConfig,
     evaluation: EvaluationConfig,
     code_version: str,
-    keep_versions: int = staged_pusher.DEFAULT_KEEP_VERSIONS,
+    keep_versions: int,
     window_size: Optional[int] = None,
     warm_start: bool = True,
     beam_pipeline_args: Sequence[str] = (),
@@ -144,7 +144,8 @@ def create_pipeline(
       window_size: Train on a rolling window of this many newest spans (at least two),
         chosen by the SpanWindow node each time the pipeline runs: the newest span is the
         eval split, the others are trained on, each span its own ExampleGen split. None:
-        every span, split train:eval by a deterministic hash of each example.
+        every span, split train:eval by a deterministic hash of each example. Either
+        way SpanWindow records the spans the run ingests, for the data gate.
       warm_start: Give the Trainer the latest blessed model as `base_model`; it starts
         from those weights when the feature set and shapes still match.
       beam_pipeline_args: Beam options for the Beam-based components.
@@ -152,7 +153,8 @@ def create_pipeline(
       enable_cache: Reuse outputs of executions whose inputs did not change.
     """
     splits = window_splits(window_size)
-    *span_window, example_gen = _example_gen(data_root, window_size, evaluation)
+    span_window = window.SpanWindow(data_root=data_root, window_size=window_size or 0).with_id(window.NODE_ID)
+    example_gen = _example_gen(data_root, span_window, window_size, evaluation)
     statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
     inferred_schema = tfx.components.SchemaGen(
         statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True
@@ -162,12 +164,13 @@ def create_pipeline(
         statistics=statistics_gen.outputs["statistics"], schema=schema.outputs["schema"]
     )
     data_gate = drift.DataGate(
-        examples=example_gen.outputs["examples"],
+        statistics=statistics_gen.outputs["statistics"],
         schema=schema.outputs["schema"],
         anomalies=example_validator.outputs["anomalies"],
+        spans_used=span_window.outputs[window.SPANS_KEY],
         data_root=data_root,
     )
-    nodes = [*span_window, example_gen, statistics_gen, inferred_schema, schema, example_validator, data_gate]
+    nodes = [span_window, example_gen, statistics_gen, inferred_schema, schema, example_validator, data_gate]
 
     data_is_valid = data_gate.outputs[drift.VERDICT_KEY].future()[0].custom_property(drift.BLESSED_PROPERTY) == 1
     with tfx.dsl.Cond(data_is_valid):

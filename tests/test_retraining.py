@@ -1,45 +1,36 @@
 """Scheduled retraining end to end: a window of spans, then a new span with warm start."""
 
-import json
-import os
-import shutil
-
 import pytest
-
-from pipeline import cli, retrain
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 pytestmark = pytest.mark.slow
 
 
-def _retrain(root):
-    return cli.main(["retrain", "--window", "3", "--data-root", str(root / "data"),
-                     "--output-root", str(root / "out"), "--serving-dir", str(root / "serving")])
+def test_retrain_trains_on_the_window_then_warm_starts_on_the_next_span(
+    workspace, copy_spans, taxi_pipeline, last_run
+):
+    ws = workspace
+    copy_spans(ws.data, (10, 11, 12, 13))
 
+    def retrain():
+        return taxi_pipeline("retrain", "--window", "3", *ws.locations())
 
-def _add_span(root, span):
-    shutil.copytree(os.path.join(REPO, "data", f"span-{span}"), root / "data" / f"span-{span}")
+    first = retrain()
+    assert first.returncode == 0, first.stdout + first.stderr
+    record = last_run(ws.out)
+    assert (record["spans"], record["window_size"]) == ([11, 12, 13], 3)
+    assert record["warm_start"] == "no: no blessed model yet"
+    assert "Spans: trained on 11, 12; evaluated on 13" in first.stdout
 
+    again = retrain()
+    assert again.returncode == 0
+    assert "span 13 was already trained on; nothing to do" in again.stdout
+    assert last_run(ws.out)["run_id"] == record["run_id"]
 
-def test_retrain_trains_on_the_window_then_warm_starts_on_the_next_span(tmp_path, capsys):
-    for span in (10, 11, 12, 13):
-        _add_span(tmp_path, span)
-    assert _retrain(tmp_path) == 0
-    first = capsys.readouterr().out
-    assert "Spans: trained on 11, 12; evaluated on 13" in first
-    assert "Warm start: no: no blessed model yet" in first
-    state = json.loads((tmp_path / "out" / retrain.STATE_FILE).read_text())
-    assert state["trained_through_span"] == 13
-
-    assert _retrain(tmp_path) == 0
-    assert "span 13 was already trained on; nothing to do" in capsys.readouterr().out
-
-    _add_span(tmp_path, 14)
-    status = _retrain(tmp_path)
-    second = capsys.readouterr().out
-    assert "Spans: trained on 12, 13; evaluated on 14" in second
-    assert "Warm start: yes: started from" in second
-    assert status in (0, 3), second  # blessed or not, the previous version is still in place
-    assert len(os.listdir(tmp_path / "serving" / "big_tip")) in (1, 2)
-    assert not (tmp_path / "out" / retrain.LOCK_FILE).exists()
+    copy_spans(ws.data, (14,))
+    second = retrain()
+    record = last_run(ws.out)
+    assert record["spans"] == [12, 13, 14]
+    assert record["warm_start"].startswith("yes: started from")
+    assert second.returncode in (0, 3), second.stdout + second.stderr  # blessed or not, the old version stays
+    assert len(ws.versions()) in (1, 2)
+    assert not (ws.out / "retrain.lock").exists()

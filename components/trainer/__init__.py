@@ -1,1 +1,2 @@
-"""The Trainer's user code: model builder, training loop, exporter and `run_fn`."""
+"""The Trainer's user code: input pipeline (data), traced steps (steps), epoch loop (loop),
+model, warm start, exporter and the `run_fn` that wires them (run)."""

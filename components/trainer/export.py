@@ -9,9 +9,11 @@ Signatures:
 - `transform_features`: serialized examples -> the transformed features (for TFMA).
 
 The SavedModel is written from a plain `tf.Module` that tracks only the model's
-variables and the Transform graph's resources (vocabularies, tables). Saving the
-Keras model itself would trace every layer for Keras' own metadata: 10x slower to
-write and to load, and nothing in serving reads it.
+variables and TFT's Transform layer (`TFTransformOutput.transform_features_layer()`),
+which tracks its own resources (vocabularies, tables), so the export does not need the
+Transform output once written. Saving the Keras model itself would trace every layer
+for Keras' own metadata, far slower to write and to load, and nothing in serving reads
+it.
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ from typing import Dict, Iterable, Mapping
 
 import tensorflow as tf
 import tensorflow_transform as tft
-from tensorflow_transform.saved import saved_transform_io_v2
 
 from components import features
+from components.trainer import data
 from components.trainer import model as model_lib
 from components.trainer.settings import MAX_WARMUP_RECORDS
 
@@ -40,22 +42,6 @@ MISSING_VALUES: Dict[tf.dtypes.DType, object] = {tf.float32: float("nan"), tf.in
 
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 TFLITE_FILE = os.path.join("assets.extra", "model.tflite")
-
-
-class TransformGraph(tf.Module):
-    """The Transform output as a callable whose resources are tracked for saving.
-
-    Tracking the loader's attributes is how `tft.TransformFeaturesLayer` itself makes
-    its tables and vocabulary assets part of a SavedModel.
-    """
-
-    def __init__(self, tf_transform_output: tft.TFTransformOutput):
-        super().__init__(name="transform_graph")
-        self._loader = saved_transform_io_v2.SavedModelLoader(tf_transform_output.transform_savedmodel_dir)
-        self.resources = self._loader.__dict__
-
-    def __call__(self, raw: Mapping[str, object]) -> Dict[str, tf.Tensor]:
-        return self._loader.apply_transform_model(dict(raw))
 
 
 def _as_transform_input(feature: features.Feature, values: tf.Tensor) -> object:
@@ -75,16 +61,16 @@ def _as_transform_input(feature: features.Feature, values: tf.Tensor) -> object:
 
 
 class ServingModule(tf.Module):
-    """What the SavedModel tracks: the model's variables and the Transform graph.
+    """What the SavedModel tracks: the model's variables and the Transform layer.
 
     Only these. The Keras model would pull in Keras' serialization, and a tracked
     `tf.function` would be saved again beside its signature and cost every load.
     """
 
-    def __init__(self, model: tf.keras.Model, transform_graph: TransformGraph):
+    def __init__(self, model: tf.keras.Model, tf_transform_output: tft.TFTransformOutput):
         super().__init__(name="big_tip_serving")
         self.model_variables = list(model.variables)
-        self.transform_graph = transform_graph
+        self.transform_layer = tf_transform_output.transform_features_layer()
 
 
 def _raw_specs() -> Dict[str, tf.TensorSpec]:
@@ -97,14 +83,15 @@ def _probability(model: tf.keras.Model, transformed: Mapping[str, tf.Tensor]) ->
 
 
 def make_signatures(
-    model: tf.keras.Model, transform_graph: TransformGraph
+    model: tf.keras.Model, tf_transform_output: tft.TFTransformOutput
 ) -> Dict[str, tf.types.experimental.ConcreteFunction]:
     """`serving_default`, `serving_raw` and `transform_features` (see the module doc)."""
+    transform = data.transform_fn(tf_transform_output)
     serving_spec = features.raw_feature_spec(include_label=False)
     full_spec = features.raw_feature_spec(include_label=True)
 
     def predict(raw: Mapping[str, object]) -> Dict[str, tf.Tensor]:
-        probability = _probability(model, transform_graph(raw))
+        probability = _probability(model, transform(raw))
         return {
             PROBABILITY_KEY: probability,
             CLASS_KEY: tf.cast(probability > DECISION_THRESHOLD, tf.int64),
@@ -122,7 +109,7 @@ def make_signatures(
 
     @tf.function(input_signature=[examples_spec], autograph=False)
     def transform_features(examples: tf.Tensor) -> Dict[str, tf.Tensor]:
-        return transform_graph(tf.io.parse_example(examples, full_spec))
+        return transform(tf.io.parse_example(examples, full_spec))
 
     return {
         SERVING_SIGNATURE: serve_examples.get_concrete_function(),
@@ -145,15 +132,16 @@ class TFLiteModule(tf.Module):
 
     TFLite cannot initialize Transform's vocabulary tables from asset files, so the
     vocabulary features are looked up in constant tables built from the same
-    vocabularies (same ids: line order, OOV = vocabulary size, missing = size + 1); every
-    other feature goes through the Transform graph, pruned to what needs no table.
+    vocabularies, with the same ids (line order, then `Feature.oov_id` and
+    `Feature.missing_id`); every other feature goes through the Transform layer, pruned
+    to what needs no table.
     """
 
-    def __init__(self, model: tf.keras.Model, transform_graph: TransformGraph,
-                 tf_transform_output: tft.TFTransformOutput):
+    def __init__(self, model: tf.keras.Model, tf_transform_output: tft.TFTransformOutput):
         super().__init__(name="big_tip_tflite")
         self.model_variables = list(model.variables)
-        self.transform_graph = transform_graph
+        self.transform_layer = tf_transform_output.transform_features_layer()
+        transform = data.transform_fn(tf_transform_output)
         self.tables = {}
         for feature in features.FEATURES:
             if feature.kind is features.Kind.CATEGORICAL:
@@ -162,13 +150,13 @@ class TFLiteModule(tf.Module):
                     [int(token) for token in tokens], tf.int64)
                 self.tables[feature.name] = tf.lookup.StaticHashTable(
                     tf.lookup.KeyValueTensorInitializer(keys, tf.range(len(tokens), dtype=tf.int64)),
-                    default_value=len(tokens),
+                    default_value=feature.oov_id(len(tokens)),
                 )
         looked_up = [(features.FEATURES_BY_NAME[name], table) for name, table in self.tables.items()]
 
         @tf.function(input_signature=[_raw_specs()], autograph=False)
         def predict(inputs: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
-            transformed = dict(transform_graph({
+            transformed = dict(transform({
                 f.name: _as_transform_input(f, inputs[f.name])
                 for f in features.FEATURES if f.kind is not features.Kind.CATEGORICAL
             }))
@@ -176,16 +164,15 @@ class TFLiteModule(tf.Module):
                 values = inputs[f.name]
                 missing = tf.equal(values, MISSING_VALUES[f.dtype])
                 transformed[f.transformed_name] = tf.where(
-                    missing, tf.constant(f.size + 1, tf.int64), table.lookup(values))
+                    missing, tf.constant(f.missing_id, tf.int64), table.lookup(values))
             return {PROBABILITY_KEY: _probability(model, transformed)}
 
         self.predict = predict
 
 
-def write_tflite(model: tf.keras.Model, transform_graph: TransformGraph,
-                 tf_transform_output: tft.TFTransformOutput, export_dir: str) -> str:
+def write_tflite(model: tf.keras.Model, tf_transform_output: tft.TFTransformOutput, export_dir: str) -> str:
     """Converts the raw-feature model to `assets.extra/model.tflite` (TF ops via Flex)."""
-    module = TFLiteModule(model, transform_graph, tf_transform_output)
+    module = TFLiteModule(model, tf_transform_output)
     converter = tf.lite.TFLiteConverter.from_concrete_functions([module.predict.get_concrete_function()], module)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]
     path = os.path.join(export_dir, TFLITE_FILE)
@@ -229,6 +216,8 @@ def write_warmup_requests(
     return count
 
 
-def export_serving_model(model: tf.keras.Model, transform_graph: TransformGraph, export_dir: str) -> None:
-    module = ServingModule(model, transform_graph)
-    tf.saved_model.save(module, export_dir, signatures=make_signatures(model, transform_graph))
+def export_serving_model(model: tf.keras.Model, tf_transform_output: tft.TFTransformOutput, export_dir: str) -> None:
+    """Writes the hermetic SavedModel: its assets are copies of the Transform output's
+    vocabularies, so it serves after that output is gone."""
+    module = ServingModule(model, tf_transform_output)
+    tf.saved_model.save(module, export_dir, signatures=make_signatures(model, tf_transform_output))

@@ -9,6 +9,12 @@ import tensorflow as tf
 
 from components import features
 
+# The two layers that hold the shared id table (see `build_model`): a row per id of
+# every id feature (`features.ID_KINDS`). Warm start remaps their rows by token.
+EMBEDDINGS_LAYER = "embeddings"
+WIDE_WEIGHTS_LAYER = "wide_weights"
+ID_TABLE_LAYERS = (EMBEDDINGS_LAYER, WIDE_WEIGHTS_LAYER)
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
@@ -77,8 +83,9 @@ def build_model(config: ModelConfig = ModelConfig()) -> tf.keras.Model:
 
     numbers = _Columns(name="numbers")(numeric)
     table_ids = _Columns(tuple(offsets.values()), name="table_ids")(ids)
-    embedded = tf.keras.layers.Embedding(table_size, config.embedding_dim, name="embeddings", dtype=dtype)(table_ids)
-    wide_weights = tf.keras.layers.Embedding(table_size, 1, name="wide_weights", dtype=dtype)(table_ids)
+    embedded = tf.keras.layers.Embedding(
+        table_size, config.embedding_dim, name=EMBEDDINGS_LAYER, dtype=dtype)(table_ids)
+    wide_weights = tf.keras.layers.Embedding(table_size, 1, name=WIDE_WEIGHTS_LAYER, dtype=dtype)(table_ids)
 
     x = tf.keras.layers.Concatenate(name="deep_inputs", dtype=dtype)(
         [numbers, tf.keras.layers.Flatten(name="embeddings_flat", dtype=dtype)(embedded)]

@@ -20,7 +20,9 @@ class TrainConfig:
     # In-graph progress line every this many steps (0 disables).
     log_every_steps: int = 100
     run_eagerly: bool = False
-    shuffle_seed: int = 42
+    # Seeds the initial weights and the shuffling: the same data and settings train the
+    # same model.
+    seed: int = 42
     # A training set too small for this many batches of `batch_size` per epoch is cut
     # into smaller batches (at least 32 examples): a short window must still get steps.
     min_steps_per_epoch: int = 10

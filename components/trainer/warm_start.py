@@ -21,9 +21,6 @@ import tensorflow_transform as tft
 from components import features
 from components.trainer import model as model_lib
 
-# Variables of the shared id table, whose rows are per-feature ids.
-_ID_TABLES = ("embeddings", "wide_weights")
-
 
 @dataclasses.dataclass
 class WarmStart:
@@ -42,14 +39,15 @@ def _vocabulary(path: str) -> Optional[List[bytes]]:
 def _row_map(feature: features.Feature, old: List[bytes], new: List[bytes]) -> np.ndarray:
     """For each id of `feature` in the new model, the id it had in the old one (-1: none).
 
-    Ids: vocabulary tokens 0..len-1, then one OOV id (= len), and the missing id size + 1.
+    Tokens keep their row wherever they moved; the OOV id follows the vocabulary's
+    length (`Feature.oov_id`), the missing id does not move.
     """
     mapping = np.full(feature.cardinality, -1, dtype=np.int64)
     old_ids = {token: i for i, token in enumerate(old)}
     for new_id, token in enumerate(new):
         mapping[new_id] = old_ids.get(token, -1)
-    mapping[len(new)] = len(old)  # OOV
-    mapping[feature.size + 1] = feature.size + 1  # missing
+    mapping[feature.oov_id(len(new))] = feature.oov_id(len(old))
+    mapping[feature.missing_id] = feature.missing_id
     return mapping
 
 
@@ -84,7 +82,7 @@ def warm_start(
 
     for variable, value in zip(current, saved):
         values = value.numpy()
-        if maps and variable.name.split("/")[0] in _ID_TABLES:
+        if maps and variable.name.split("/")[0] in model_lib.ID_TABLE_LAYERS:
             initial = variable.numpy()
             for name, mapping in maps.items():
                 rows = offsets[name] + np.arange(len(mapping))

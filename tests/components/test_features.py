@@ -1,5 +1,6 @@
 """The curated schema and the feature spec must describe the same contract."""
 
+import pytest
 import tensorflow as tf
 import tensorflow_data_validation as tfdv
 from tensorflow_metadata.proto.v0 import schema_pb2
@@ -45,6 +46,35 @@ def test_cardinality_counts_oov_and_missing_ids():
     assert features.FEATURES_BY_NAME["payment_type"].cardinality == 12
     assert features.FEATURES_BY_NAME["pickup_latitude"].cardinality == 11
     assert features.FEATURES_BY_NAME["fare"].cardinality == 0
+
+
+def test_integer_range_ids_are_offsets_then_oov_then_missing():
+    hour = features.FEATURES_BY_NAME["trip_start_hour"]
+    assert (hour.oov_id(), hour.missing_id, hour.cardinality) == (24, 25, 26)
+    with pytest.raises(ValueError, match="no vocabulary"):
+        hour.oov_id(24)
+
+
+def test_categorical_oov_id_follows_the_vocabulary_and_missing_id_does_not():
+    company = features.FEATURES_BY_NAME["company"]
+    assert company.oov_id(company.size) == company.size
+    assert company.oov_id(3) == 3
+    assert company.missing_id == company.size + 1 == company.cardinality - 1
+    for wrong in (None, company.size + 1, -1):
+        with pytest.raises(ValueError, match="vocabulary's size"):
+            company.oov_id(wrong)
+
+
+def test_bucketized_missing_value_takes_the_extra_bucket_and_numeric_has_no_ids():
+    latitude = features.FEATURES_BY_NAME["pickup_latitude"]
+    assert latitude.missing_id == latitude.size == latitude.cardinality - 1
+    with pytest.raises(ValueError, match="no OOV id"):
+        latitude.oov_id()
+    fare = features.FEATURES_BY_NAME["fare"]
+    with pytest.raises(ValueError, match="no ids"):
+        _ = fare.missing_id
+    with pytest.raises(ValueError, match="no OOV id"):
+        fare.oov_id()
 
 
 def test_integer_range_features_match_the_schema_int_domain():

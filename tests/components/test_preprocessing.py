@@ -56,6 +56,28 @@ def test_categorical_gets_vocabulary_ids_and_missing_gets_its_own_id(transformed
     assert ids[0] == ids[1] == 0  # the most frequent value
     assert ids[2] == 1
     assert all(0 <= i < company.cardinality for i in ids)
+    # No row lacks a company here; see test_missing_bucketized_value_gets_the_extra_bucket.
+    assert company.missing_id not in ids
+
+
+@pytest.fixture(scope="module")
+def applied_to_new_rows(tmp_path_factory):
+    """Transform analyzed on three rows, then applied to two others: one with a company
+    the vocabulary has not seen, one without company or latitude."""
+    analyzed = [_row(1.0, company=b"A", latitude=41.8), _row(2.0, company=b"B", latitude=41.9),
+                _row(3.0, company=b"A", latitude=42.0)]
+    new = [_row(4.0, company=b"C", latitude=41.85), _row(5.0)]
+    metadata = dataset_metadata.DatasetMetadata(schema_utils.schema_from_feature_spec(features.raw_feature_spec()))
+    with tft_beam.Context(temp_dir=str(tmp_path_factory.mktemp("tft")), force_tf_compat_v1=True):
+        transform_fn = (analyzed, metadata) | tft_beam.AnalyzeDataset(preprocessing.preprocessing_fn)
+        outputs, _ = ((new, metadata), transform_fn) | tft_beam.TransformDataset()
+    return outputs
+
+
+def test_a_value_outside_the_vocabulary_gets_the_oov_id_right_after_the_last_token(applied_to_new_rows):
+    company = features.FEATURES_BY_NAME["company"]
+    assert [row["company_xf"] for row in applied_to_new_rows] == [company.oov_id(2), company.missing_id]
+    assert company.oov_id(2) == 2 < company.missing_id
 
 
 def test_integer_range_is_offset_out_of_range_is_oov_and_missing_has_its_own_id(transformed):
@@ -63,7 +85,8 @@ def test_integer_range_is_offset_out_of_range_is_oov_and_missing_has_its_own_id(
     assert [row["trip_start_hour_xf"] for row in transformed] == [0, 23, 7]
     area = features.FEATURES_BY_NAME["pickup_community_area"]
     assert area.low == 1
-    assert [row["pickup_community_area_xf"] for row in transformed] == [0, area.size, area.size + 1]
+    assert [row["pickup_community_area_xf"] for row in transformed] == [0, area.oov_id(), area.missing_id]
+    assert (area.oov_id(), area.missing_id) == (area.size, area.size + 1)
     assert hour.cardinality == hour.size + 2
 
 
@@ -71,11 +94,8 @@ def test_label_passes_through(transformed):
     assert [row[features.transformed_label_key()] for row in transformed] == [1, 0, 0]
 
 
-def test_missing_bucketized_value_gets_the_extra_bucket(tmp_path):
-    rows = [_row(1.0, latitude=41.8), _row(2.0)]
-    metadata = dataset_metadata.DatasetMetadata(schema_utils.schema_from_feature_spec(features.raw_feature_spec()))
-    with tft_beam.Context(temp_dir=str(tmp_path), force_tf_compat_v1=True):
-        (outputs, _), _ = (rows, metadata) | tft_beam.AnalyzeAndTransformDataset(preprocessing.preprocessing_fn)
+def test_missing_bucketized_value_gets_the_extra_bucket(applied_to_new_rows):
     latitude = features.FEATURES_BY_NAME["pickup_latitude"]
-    assert outputs[1]["pickup_latitude_xf"] == latitude.size
-    assert outputs[1]["company_xf"] == features.FEATURES_BY_NAME["company"].size + 1
+    present, missing = (row["pickup_latitude_xf"] for row in applied_to_new_rows)
+    assert 0 <= present < latitude.size
+    assert missing == latitude.missing_id == latitude.size

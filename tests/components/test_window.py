@@ -3,7 +3,6 @@
 import pytest
 
 from components import spans, window
-from pipeline import pipeline as pipeline_lib
 
 
 def test_the_newest_span_is_eval_and_the_older_ones_train_newest_first_numbered():
@@ -27,6 +26,7 @@ def test_too_few_spans_or_too_small_a_window_is_refused():
 def test_input_config_has_one_split_per_span_of_the_window(tmp_path):
     for name in ("span-1", "span-2", "span-10", "span-3", "notes", "span-x"):
         (tmp_path / name).mkdir()
+    (tmp_path / "span-11").write_text("a file, not a span folder")
     chosen = window.current_window(str(tmp_path), 3)
     assert chosen == [("train_2", 2), ("train_1", 3), ("eval", 10)]
     config = window.window_input_config(chosen)
@@ -36,11 +36,10 @@ def test_input_config_has_one_split_per_span_of_the_window(tmp_path):
 
 
 def test_a_missing_data_root_is_named(tmp_path):
-    with pytest.raises(spans.WindowError, match="does not exist"):
+    with pytest.raises(spans.DataRootError, match="does not exist"):
         window.current_window(str(tmp_path / "missing"), 2)
 
 
-def test_transform_and_trainer_read_the_window_splits():
-    splits = pipeline_lib.window_splits(3)
-    assert splits.train == ("train_2", "train_1") and splits.eval == "eval"
-    assert pipeline_lib.window_splits(None).train == ("train",)
+def test_spans_used_round_trips():
+    assert window.parse_spans("3,10,12") == [3, 10, 12]
+    assert window.parse_spans("") == []

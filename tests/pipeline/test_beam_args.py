@@ -1,7 +1,14 @@
 """The documented Beam option sets parse into the options each runner reads."""
 
 from apache_beam.options.pipeline_options import (
-    FlinkRunnerOptions, GoogleCloudOptions, PipelineOptions, PortableOptions, SetupOptions, StandardOptions, WorkerOptions)
+    FlinkRunnerOptions,
+    GoogleCloudOptions,
+    PipelineOptions,
+    PortableOptions,
+    SetupOptions,
+    StandardOptions,
+    WorkerOptions,
+)
 
 from pipeline import beam_args, config
 
@@ -32,7 +39,7 @@ def test_spark_options():
 
 
 def test_local_default_options():
-    options = PipelineOptions(list(config.DEFAULT_BEAM_ARGS))
+    options = PipelineOptions(list(config.LOCAL_BEAM_ARGS))
     assert options.get_all_options()["direct_running_mode"] == "in_memory"
     assert options.view_as(WorkerOptions).max_cache_memory_usage_mb == 0
     assert options.view_as(SetupOptions).pickle_library == "cloudpickle"

@@ -1,28 +1,37 @@
-"""Bad data roots fail fast with a clear message and exit status 1."""
+"""Bad data roots fail fast, before anything heavy is loaded, with a clear message."""
 
-from pipeline import cli
-
-
-def _run(tmp_path, data_root):
-    return cli.main(["run", "--data-root", str(data_root), "--output-root", str(tmp_path / "out"),
-                     "--serving-dir", str(tmp_path / "serving")])
+import pytest
 
 
-def test_missing_data_root_exits_1_naming_it(tmp_path, capsys):
-    assert _run(tmp_path, tmp_path / "nowhere") == 1
-    assert "nowhere does not exist" in capsys.readouterr().err
-    assert not (tmp_path / "serving").exists()
+@pytest.mark.parametrize("command", ["run", "retrain"])
+def test_missing_data_root_exits_1_naming_it(workspace, taxi_pipeline, command):
+    result = taxi_pipeline(command, *workspace.locations(workspace.root / "nowhere"))
+    assert result.returncode == 1
+    assert "nowhere does not exist" in result.stderr
+    assert not workspace.serving.exists()
 
 
-def test_data_root_without_spans_exits_1(tmp_path, capsys):
-    (tmp_path / "empty").mkdir()
-    assert _run(tmp_path, tmp_path / "empty") == 1
-    assert "holds no span files" in capsys.readouterr().err
+def test_data_root_without_spans_exits_1(workspace, taxi_pipeline):
+    (workspace.root / "empty" / "notes").mkdir(parents=True)
+    result = taxi_pipeline("run", *workspace.locations(workspace.root / "empty"))
+    assert result.returncode == 1
+    assert "holds no span files" in result.stderr
 
 
-def test_empty_span_file_is_rejected_with_exit_4_naming_the_file(tmp_path, capsys):
-    span = tmp_path / "data" / "span-1"
-    span.mkdir(parents=True)
-    (span / "trips.tfrecord.gz").write_bytes(b"")
-    assert _run(tmp_path, tmp_path / "data") == 4
-    assert "trips.tfrecord.gz" in capsys.readouterr().err
+def test_empty_span_file_is_rejected_with_exit_4_naming_the_file(workspace, taxi_pipeline):
+    (workspace.data / "span-1").mkdir(parents=True)
+    (workspace.data / "span-1" / "trips.tfrecord.gz").write_bytes(b"")
+    result = taxi_pipeline("run", *workspace.locations())
+    assert result.returncode == 4
+    assert "trips.tfrecord.gz" in result.stderr
+    assert not workspace.metadata.exists()
+
+
+def test_every_subcommand_is_named_in_the_module_doc_and_the_help(taxi_pipeline):
+    from pipeline import cli
+
+    result = taxi_pipeline("--help")
+    assert result.returncode == 0
+    for command in ("run", "retrain", "compile", "schedule", "make-data"):
+        assert f"taxi-pipeline {command} " in cli.__doc__
+        assert command in result.stdout

@@ -2,7 +2,6 @@
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -10,10 +9,8 @@ import time
 
 import pytest
 
-from pipeline import cli, retrain
-from pipeline.run_record import Outcome, RunReport
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pipeline import retrain, run_state
+from pipeline.run_state import Outcome, RunReport
 
 
 def _write_lock(folder, **owner):
@@ -27,22 +24,18 @@ def _dead_pid():
     return process.pid
 
 
-def _retrain(tmp_path, *extra):
-    return cli.main(["retrain", "--data-root", str(tmp_path / "data"), "--output-root", str(tmp_path / "out"),
-                     "--serving-dir", str(tmp_path / "serving"), *extra])
-
-
-def _spans(tmp_path, *numbers):
-    for span in numbers:
-        shutil.copytree(os.path.join(REPO, "data", f"span-{span}"), tmp_path / "data" / f"span-{span}")
-
-
-def test_a_live_lock_stops_the_run_with_exit_5(tmp_path, capsys):
-    _spans(tmp_path, 15, 16)
-    _write_lock(tmp_path / "out", pid=os.getpid(), host=socket.gethostname(), started=time.time())
-    assert _retrain(tmp_path) == retrain.EXIT_LOCKED == 5
-    assert f"pid {os.getpid()}" in capsys.readouterr().err
-    assert (tmp_path / "out" / retrain.LOCK_FILE).exists()  # not ours to remove
+def test_a_live_lock_stops_the_run_with_exit_5(workspace, copy_spans, taxi_pipeline):
+    copy_spans(workspace.data, (15, 16))
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _write_lock(workspace.out, pid=holder.pid, host=socket.gethostname(), started=time.time())
+        result = taxi_pipeline("retrain", *workspace.locations())
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.returncode == 5
+    assert f"pid {holder.pid}" in result.stderr
+    assert (workspace.out / retrain.LOCK_FILE).exists()  # not ours to remove
 
 
 @pytest.mark.parametrize("owner", [
@@ -69,28 +62,33 @@ def test_a_recent_lock_of_another_host_is_respected(tmp_path):
             pass
 
 
-def test_a_span_already_trained_on_means_nothing_to_do(tmp_path, capsys):
-    _spans(tmp_path, 15, 16)
-    (tmp_path / "out").mkdir()
-    report = RunReport(outcome=Outcome.PUSHED, pushed_version_dir=str(tmp_path / "serving" / "big_tip" / "7"),
-                       spans=[15, 16])
-    (tmp_path / "out" / retrain.STATE_FILE).write_text(
-        json.dumps({"trained_through_span": 16, "report": report.to_json()}))
-    assert _retrain(tmp_path, "--window", "2") == 0
-    out = capsys.readouterr().out
-    assert "span 16 was already trained on; nothing to do" in out
-    assert "Up to date" in out
-    assert not (tmp_path / "out" / retrain.LOCK_FILE).exists()
-    assert not (tmp_path / "out" / "metadata.sqlite").exists()
+def test_a_span_already_trained_on_means_nothing_to_do(workspace, copy_spans, taxi_pipeline):
+    copy_spans(workspace.data, (15, 16))
+    report = RunReport(outcome=Outcome.PUSHED, pushed_version_dir=str(workspace.model_dir / "7"),
+                       spans=[15, 16], window_size=2, run_id="earlier")
+    run_state.save(str(workspace.out), "an earlier fingerprint", report)
+    result = taxi_pipeline("retrain", "--window", "2", *workspace.locations())
+    assert result.returncode == 0, result.stderr
+    assert "span 16 was already trained on; nothing to do" in result.stdout
+    assert "Up to date" in result.stdout
+    assert not (workspace.out / retrain.LOCK_FILE).exists()
+    assert not workspace.metadata.exists()
 
 
-def test_spans_are_ordered_by_number(tmp_path):
-    for name in ("span-10", "span-9", "span-100", "notes", "span-x"):
-        (tmp_path / name).mkdir()
-    assert retrain.span_numbers(str(tmp_path)) == [9, 10, 100]
+def test_a_run_over_every_span_does_not_count_as_a_window_run(tmp_path):
+    report = RunReport(outcome=Outcome.PUSHED, spans=[15, 16], window_size=None)
+    run_state.save(str(tmp_path), "fingerprint", report)
+    assert run_state.window_done(str(tmp_path), 16) is None
 
 
-def test_a_window_of_one_span_is_refused(tmp_path, capsys):
-    _spans(tmp_path, 15, 16)
-    assert _retrain(tmp_path, "--window", "1") == 1
-    assert "at least 2 spans" in capsys.readouterr().err
+def test_rejected_data_is_looked_at_again(tmp_path):
+    report = RunReport(outcome=Outcome.DATA_REJECTED, spans=[15, 16], window_size=2)
+    run_state.save(str(tmp_path), "fingerprint", report)
+    assert run_state.window_done(str(tmp_path), 16) is None
+
+
+def test_a_window_of_one_span_is_refused(workspace, copy_spans, taxi_pipeline):
+    copy_spans(workspace.data, (15, 16))
+    result = taxi_pipeline("retrain", "--window", "1", *workspace.locations())
+    assert result.returncode == 1
+    assert "at least 2 spans" in result.stderr

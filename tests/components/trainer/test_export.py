@@ -13,22 +13,33 @@ import tensorflow_transform as tft
 from tensorflow_serving.apis import prediction_log_pb2
 
 from components import features
-from components.trainer import export
+from components.trainer import data, export
 from components.trainer import model as model_lib
-from tests.components.conftest import to_example
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory, transform_output_dir, rows):
-    """A model exported over a private copy of the Transform output, which is then deleted."""
+def copied_transform_dir(tmp_path_factory, transform_output_dir):
+    """A private copy of the Transform output, deleted by `exported` once it has been used."""
     copy = str(tmp_path_factory.mktemp("transform_copy") / "transform")
     shutil.copytree(transform_output_dir, copy)
-    transform_graph = export.TransformGraph(tft.TFTransformOutput(copy))
+    return copy
+
+
+@pytest.fixture(scope="module")
+def copied_transform_output(copied_transform_dir):
+    return tft.TFTransformOutput(copied_transform_dir)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, copied_transform_dir, copied_transform_output, examples_file, rows, to_example):
+    """An untrained model exported over the copied Transform output, which is then
+    deleted. The input pipeline ran on the same output first, as in the Trainer."""
+    data.transformed_rows([examples_file], data.transform_fn(copied_transform_output))
     export_dir = str(tmp_path_factory.mktemp("export") / "1")
     model = model_lib.build_model()
-    export.export_serving_model(model, transform_graph, export_dir)
+    export.export_serving_model(model, copied_transform_output, export_dir)
     written = export.write_warmup_requests(export_dir, (to_example(r) for r in rows), "big_tip", limit=25)
-    shutil.rmtree(copy)  # the export must not need it any more
+    shutil.rmtree(copied_transform_dir)  # the export must not need it any more
     return export_dir, written
 
 
@@ -46,7 +57,12 @@ def _raw_inputs(rows):
     return inputs
 
 
-def test_serving_default_scores_examples_without_label_after_transform_output_is_gone(loaded, rows):
+def test_serving_default_scores_examples_without_label_after_transform_output_is_gone(
+    exported, loaded, rows, to_example, copied_transform_dir
+):
+    assert not os.path.exists(copied_transform_dir)
+    assert sorted(os.listdir(os.path.join(exported[0], "assets"))) == sorted(
+        f.vocabulary_name for f in features.FEATURES if f.kind is features.Kind.CATEGORICAL)
     examples = tf.constant([to_example(r, include_label=False) for r in rows])
     outputs = loaded.signatures[export.SERVING_SIGNATURE](examples=examples)
     probability = outputs[export.PROBABILITY_KEY].numpy()
@@ -55,7 +71,7 @@ def test_serving_default_scores_examples_without_label_after_transform_output_is
     np.testing.assert_array_equal(outputs[export.CLASS_KEY].numpy(), (probability > 0.5).astype(np.int64))
 
 
-def test_raw_signature_takes_one_typed_input_per_feature_and_agrees_with_serving_default(loaded, rows):
+def test_raw_signature_takes_one_typed_input_per_feature_and_agrees_with_serving_default(loaded, rows, to_example):
     raw = loaded.signatures[export.RAW_SIGNATURE]
     _, input_specs = raw.structured_input_signature
     assert {name: spec.dtype for name, spec in input_specs.items()} == {f.name: f.dtype for f in features.FEATURES}
@@ -65,10 +81,20 @@ def test_raw_signature_takes_one_typed_input_per_feature_and_agrees_with_serving
     np.testing.assert_allclose(by_name, by_example, rtol=1e-5, atol=1e-6)
 
 
-def test_transform_features_signature_returns_the_model_features(loaded, rows):
+def test_transform_features_signature_returns_the_model_features(loaded, rows, to_example):
     examples = tf.constant([to_example(r) for r in rows[:3]])
     outputs = loaded.signatures[export.TRANSFORM_SIGNATURE](examples=examples)
     assert {f.transformed_name for f in features.FEATURES} <= set(outputs)
+    hours = [row["trip_start_hour"][0] for row in rows[:3]]
+    assert outputs["trip_start_hour_xf"].numpy().tolist() == hours
+
+
+def test_the_transform_layer_is_exported_without_keras_traces(exported, loaded, copied_transform_output):
+    """Only the Transform layer's `call` is used (see `data.transform_fn`), so Keras has no
+    input spec to trace it with at export: the SavedModel holds the Transform graph once,
+    in the signatures, and none of Keras' per-layer functions."""
+    assert copied_transform_output.transform_features_layer().save_spec() is None
+    assert not hasattr(loaded.transform_layer, "call_and_return_all_conditional_losses")
 
 
 def test_warmup_file_holds_serving_default_requests_without_label(exported, loaded):
@@ -86,7 +112,7 @@ def test_warmup_file_holds_serving_default_requests_without_label(exported, load
         assert serve(examples=tf.constant(examples))[export.PROBABILITY_KEY].shape == (1,)
 
 
-def test_warmup_is_capped_at_what_tf_serving_reads(tmp_path, rows):
+def test_warmup_is_capped_at_what_tf_serving_reads(tmp_path, rows, to_example):
     many = [to_example(rows[0])] * (export.MAX_WARMUP_RECORDS + 5)
     assert export.write_warmup_requests(str(tmp_path), many, "big_tip") == export.MAX_WARMUP_RECORDS
     assert export.write_warmup_requests(str(tmp_path / "none"), many, "big_tip", limit=0) == 0
@@ -100,7 +126,7 @@ def test_saved_model_cli_lists_the_three_signatures(exported):
         assert f"signature_def['{name}']" in shown.stdout
 
 
-def test_malformed_bytes_give_a_clear_error_and_the_model_keeps_serving(loaded, rows):
+def test_malformed_bytes_give_a_clear_error_and_the_model_keeps_serving(loaded, rows, to_example):
     serve = loaded.signatures[export.SERVING_SIGNATURE]
     with pytest.raises(tf.errors.InvalidArgumentError, match="Could not parse example"):
         serve(examples=tf.constant([b"\x00not a tf.Example\xff"]))
@@ -108,21 +134,23 @@ def test_malformed_bytes_give_a_clear_error_and_the_model_keeps_serving(loaded, 
     assert math.isfinite(float(good[export.PROBABILITY_KEY][0]))
 
 
-def test_missing_required_feature_is_an_error_naming_it(loaded, rows):
+def test_missing_required_feature_is_an_error_naming_it(loaded, rows, to_example):
     row = dict(rows[0], fare=[])
     with pytest.raises(tf.errors.InvalidArgumentError, match="fare"):
         loaded.signatures[export.SERVING_SIGNATURE](examples=tf.constant([to_example(row, include_label=False)]))
 
 
-def test_missing_optional_features_get_the_documented_missing_ids(loaded, rows):
+def test_missing_optional_features_get_the_documented_missing_ids(loaded, rows, to_example):
     required_only = {name: values for name, values in rows[0].items()
                      if name == features.LABEL_KEY or features.FEATURES_BY_NAME[name].required}
     with_label = tf.constant([to_example(required_only)])
     transformed = loaded.signatures[export.TRANSFORM_SIGNATURE](examples=with_label)
     company = features.FEATURES_BY_NAME["company"]
     latitude = features.FEATURES_BY_NAME["pickup_latitude"]
-    assert int(transformed["company_xf"][0]) == company.size + 1
-    assert int(transformed["pickup_latitude_xf"][0]) == latitude.size
+    area = features.FEATURES_BY_NAME["dropoff_community_area"]
+    assert int(transformed["company_xf"][0]) == company.missing_id == company.size + 1
+    assert int(transformed["pickup_latitude_xf"][0]) == latitude.missing_id == latitude.size
+    assert int(transformed["dropoff_community_area_xf"][0]) == area.missing_id == area.size + 1
     assert float(transformed["trip_seconds_xf"][0]) == 0.0
     example = tf.constant([to_example(required_only, include_label=False)])
     probability = loaded.signatures[export.SERVING_SIGNATURE](examples=example)[export.PROBABILITY_KEY]
@@ -130,11 +158,10 @@ def test_missing_optional_features_get_the_documented_missing_ids(loaded, rows):
 
 
 def test_tflite_model_matches_the_saved_model_on_raw_features(tmp_path, transform_output, rows):
-    transform_graph = export.TransformGraph(transform_output)
     model = model_lib.build_model()
     export_dir = str(tmp_path / "1")
-    export.export_serving_model(model, transform_graph, export_dir)
-    path = export.write_tflite(model, transform_graph, transform_output, export_dir)
+    export.export_serving_model(model, transform_output, export_dir)
+    path = export.write_tflite(model, transform_output, export_dir)
     assert path.endswith(os.path.join("assets.extra", "model.tflite"))
     raw = _raw_inputs(rows)
     companies = raw["company"].numpy()

@@ -10,7 +10,6 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 
 from pipeline import cli
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IMAGE = "europe-west4-docker.pkg.dev/project/repo/taxi-pipeline:1.0"
 TASKS = {
     "ImportExampleGen", "StatisticsGen", "InferredSchemaGen", "ImportSchemaGen", "ExampleValidator", "DataGate",
@@ -44,7 +43,8 @@ def test_every_node_is_a_task_running_the_pipeline_image(compiled):
 def test_user_code_is_referred_to_through_the_installed_package(compiled):
     text, spec = compiled
     transform = spec.root.dag.tasks["Transform"].inputs.parameters
-    assert transform["preprocessing_fn"].runtime_value.constant_value.string_value == "components.preprocessing.preprocessing_fn"
+    assert transform["preprocessing_fn"].runtime_value.constant_value.string_value == (
+        "components.preprocessing.preprocessing_fn")
     assert spec.root.dag.tasks["Trainer"].inputs.parameters["run_fn"].runtime_value.constant_value.string_value == (
         "components.trainer.run.run_fn")
     assert "module_file" not in text
@@ -52,9 +52,10 @@ def test_user_code_is_referred_to_through_the_installed_package(compiled):
     assert "/pipeline/components/schema/schema.pbtxt" in text
 
 
-def test_no_local_path_of_the_build_machine_leaks(compiled):
+def test_no_local_path_of_the_build_machine_leaks(compiled, repo):
     text, _ = compiled
-    for local in (REPO, os.path.expanduser("~") + os.sep, tempfile.gettempdir(), "setup.py", "direct_running_mode"):
+    home = os.path.expanduser("~") + os.sep
+    for local in (str(repo), home, tempfile.gettempdir(), "setup.py", "direct_running_mode"):
         assert local not in text
 
 
@@ -103,7 +104,11 @@ def test_window_zero_compiles_the_all_spans_pipeline(tmp_path):
     assert cli.main(["compile", "--image", IMAGE, "--pipeline-root", "gs://b/p", "--data-root", "gs://b/d",
                      "--serving-dir", "gs://b/s", "--window", "0", "--output", str(output)]) == 0
     tasks = json.loads(output.read_text())["pipelineSpec"]["root"]["dag"]["tasks"]
-    assert "SpanWindow" not in tasks and "ImportExampleGen" in tasks
+    # SpanWindow only records the spans; ExampleGen reads every span as one split.
+    window_size = tasks["SpanWindow"]["inputs"]["parameters"]["window_size"]["runtimeValue"]
+    assert window_size == {"constantValue": {"intValue": "0"}}
+    input_config = tasks["ImportExampleGen"]["inputs"]["parameters"]["input_config"]
+    assert "taskOutputParameter" not in input_config and "span-*/*" in json.dumps(input_config)
 
 
 def test_local_paths_are_refused_for_a_remote_pipeline(tmp_path, capsys):

@@ -1,0 +1,71 @@
+"""Console and file logging of a run: one progress line per component on the console,
+every TF/Beam/TFX log line in `<output root>/logs/` (and on the console with --verbose).
+
+The progress lines come from the orchestrators' own log messages, the only signal TFX
+1.16 gives while a node runs; `test_logs.py` checks that TFX still logs them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import sys
+import time
+from typing import Optional
+
+# LocalDagRunner's (`local_dag_runner.py`), BeamDagRunner's (`beam_dag_runner.py`) and the
+# launcher's (`portable/launcher.py`) messages that mark a component's progress.
+RUNNING = ("Component %s is running.", "node %s is running.")
+FINISHED = ("Component %s is finished.", "node %s is finished.")
+CACHED = "A cached execution %d is used."
+
+
+class ProgressHandler(logging.Handler):
+    """Prints one line per component as it finishes, with its wall time."""
+
+    def __init__(self, stream=sys.stdout):
+        super().__init__(logging.INFO)
+        self._stream = stream
+        self._started = time.perf_counter()
+        self._component: Optional[str] = None
+        self._component_started = 0.0
+        self._cached = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg in RUNNING:
+            self._component, self._component_started, self._cached = record.args[0], time.perf_counter(), False
+        elif record.msg == CACHED:
+            self._cached = True
+        elif record.msg in FINISHED and self._component:
+            now = time.perf_counter()
+            how = "cached" if self._cached else f"{now - self._component_started:5.1f} s"
+            self._stream.write(f"[{now - self._started:6.1f} s] {self._component:28s} {how}\n")
+            self._stream.flush()
+
+
+def configure(log_dir: str, verbose: bool) -> str:
+    """Full logs go to a file (and the console with `verbose`); the console gets progress.
+
+    Returns the log file's path.
+    """
+    from absl import logging as absl_logging
+
+    os.makedirs(log_dir, exist_ok=True)
+    log_path = os.path.join(log_dir, f"run-{datetime.datetime.now():%Y%m%d-%H%M%S}-{os.getpid()}.log")
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.setLevel(logging.INFO)
+    absl_logging.set_verbosity(absl_logging.INFO)
+    logging.captureWarnings(True)
+    # TensorFlow's logger writes to stderr itself; route it through the root handlers.
+    tf_logger = logging.getLogger("tensorflow")
+    for handler in list(tf_logger.handlers):
+        tf_logger.removeHandler(handler)
+    tf_logger.propagate = True
+    file_handler = logging.FileHandler(log_path)
+    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(file_handler)
+    root.addHandler(logging.StreamHandler(sys.stderr) if verbose else ProgressHandler())
+    return log_path

@@ -1,0 +1,72 @@
+"""Checks of the data root before a run: nothing is written to MLMD for data that
+cannot be ingested.
+
+`span_files` lists (through `components.spans`, the listing ExampleGen's patterns match)
+and needs no TensorFlow; `check_records` reads every file through.
+"""
+
+from __future__ import annotations
+
+from typing import List, Tuple
+
+from components import spans
+
+# Records decoded at a time when the data is checked before a run.
+_CHECK_BATCH = 10_000
+
+
+class BadDataError(ValueError):
+    """A span or file that cannot be ingested: empty, truncated, corrupt or not a
+    TFRecord of tf.Example (exit 4, like data the schema rejects)."""
+
+
+def span_files(data_root: str) -> List[Tuple[str, int]]:
+    """`(path, size)` of every file the pipeline would ingest, or an error naming the problem."""
+    found = spans.list_spans(data_root)
+    files = [file for span in found for file in span.files]
+    if not files:
+        raise spans.DataRootError(
+            f"data root {data_root} holds no span files (expected {spans.ALL_SPANS_PATTERN}); "
+            "build them with `taxi-pipeline make-data`"
+        )
+    empty = [path for path, size in files if size == 0]
+    if empty:
+        raise BadDataError(f"empty data files: {', '.join(empty)}")
+    empty_spans = [span.path for span in found if not span.files]
+    if empty_spans:
+        raise BadDataError(f"span folders without files: {', '.join(empty_spans)}")
+    return files
+
+
+def check_records(files: List[str]) -> int:
+    """Reads every file through: each must be a GZIP TFRecord of tf.Example.
+
+    Returns the number of examples; raises BadDataError naming the first bad file.
+    """
+    import tensorflow as tf
+    from tfx_bsl.coders import example_coder
+
+    decoder = example_coder.ExamplesToRecordBatchDecoder()
+    total = 0
+    for path in files:
+        count = 0
+        try:
+            batches = tf.data.TFRecordDataset(path, compression_type="GZIP").batch(_CHECK_BATCH)
+            for batch in batches.as_numpy_iterator():
+                try:
+                    decoder.DecodeBatch(list(batch))
+                except RuntimeError as err:
+                    raise BadDataError(
+                        f"{path}: a record among {count + 1}-{count + len(batch)} "
+                        f"is not a serialized tf.Example ({err})"
+                    ) from err
+                count += len(batch)
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as err:
+            raise BadDataError(
+                f"{path} is not a readable GZIP TFRecord file (truncated or corrupt after {count} records): "
+                f"{err.message.splitlines()[0]}"
+            ) from err
+        if count == 0:
+            raise BadDataError(f"{path} holds no records")
+        total += count
+    return total

@@ -1,0 +1,150 @@
+"""Reads what one pipeline run did from MLMD into a `RunReport`.
+
+The run is found through its `pipeline_run` context (the run id the runner was given),
+through MLMD's public API; every execution of that context is one node of the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Dict, List
+
+import tensorflow as tf
+from ml_metadata import metadata_store
+from ml_metadata.proto import metadata_store_pb2
+from tensorflow_metadata.proto.v0 import anomalies_pb2
+from tfx.types import artifact_utils, standard_component_specs
+
+from components import drift, window
+from components import pusher as staged_pusher
+from components.trainer.run import TRAINING_SUMMARY_FILE
+from pipeline.run_state import NodeRun, Outcome, RunReport
+
+PIPELINE_RUN_CONTEXT = "pipeline_run"
+NODE_CONTEXT = "node"
+_STATES = {
+    metadata_store_pb2.Execution.CACHED: "cached",
+    metadata_store_pb2.Execution.COMPLETE: "ran",
+}
+
+
+def connect(metadata_path: str) -> metadata_store.MetadataStore:
+    config = metadata_store_pb2.ConnectionConfig()
+    config.sqlite.filename_uri = metadata_path
+    config.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
+    return metadata_store.MetadataStore(config)
+
+
+def _node_ids(store: metadata_store.MetadataStore, pipeline_name: str) -> Dict[int, str]:
+    """Node context id -> node id, for this pipeline's nodes."""
+    prefix = f"{pipeline_name}."
+    return {
+        context.id: context.name[len(prefix):]
+        for context in store.get_contexts_by_type(NODE_CONTEXT)
+        if context.name.startswith(prefix)
+    }
+
+
+def _outputs(store: metadata_store.MetadataStore, execution_id: int) -> Dict[str, object]:
+    """An execution's output artifacts by output key (the first artifact of each), typed."""
+    events = [
+        e for e in store.get_events_by_execution_ids([execution_id])
+        if e.type in (metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT) and e.path.steps
+    ]
+    artifacts = {a.id: a for a in store.get_artifacts_by_id([e.artifact_id for e in events])} if events else {}
+    types = {t.id: t for t in store.get_artifact_types_by_id(list({a.type_id for a in artifacts.values()}))}
+    keys: Dict[str, object] = {}
+    for event in events:
+        artifact = artifacts[event.artifact_id]
+        keys.setdefault(
+            event.path.steps[0].key, artifact_utils.deserialize_artifact(types[artifact.type_id], artifact)
+        )
+    return keys
+
+
+def describe_anomalies(anomalies_uri: str) -> List[str]:
+    lines = []
+    for split_dir in sorted(tf.io.gfile.glob(os.path.join(anomalies_uri, "Split-*"))):
+        split = os.path.basename(split_dir)[len("Split-"):]
+        for path in tf.io.gfile.glob(os.path.join(split_dir, "SchemaDiff.pb")):
+            with tf.io.gfile.GFile(path, "rb") as handle:
+                anomalies = anomalies_pb2.Anomalies.FromString(handle.read())
+            for feature, info in sorted(anomalies.anomaly_info.items()):
+                kinds = ", ".join(anomalies_pb2.AnomalyInfo.Type.Name(r.type) for r in info.reason)
+                lines.append(f"[{split}] feature {feature!r}: {kinds}: {info.description}")
+            if anomalies.HasField("dataset_anomaly_info"):
+                lines.append(f"[{split}] dataset: {anomalies.dataset_anomaly_info.description}")
+    return lines
+
+
+def eval_metrics(evaluation_uri: str) -> Dict[str, float]:
+    import tensorflow_model_analysis as tfma
+
+    result = tfma.load_eval_result(evaluation_uri)
+    overall = result.get_metrics_for_slice(slice_name=()) or {}
+    values = {}
+    for name in ("auc", "binary_accuracy", "example_count", "calibration"):
+        metric = overall.get(name, {})
+        if "doubleValue" in metric:
+            values[name] = float(metric["doubleValue"])
+    return values
+
+
+def warm_start(model_run_uri: str) -> str:
+    path = os.path.join(model_run_uri, TRAINING_SUMMARY_FILE)
+    if not tf.io.gfile.exists(path):
+        return ""
+    with tf.io.gfile.GFile(path) as handle:
+        started = json.load(handle).get("warm_start", {})
+    return f"{'yes' if started.get('used') else 'no'}: {started.get('reason', '')}"
+
+
+def read_run(metadata_path: str, pipeline_name: str, run_id: str) -> RunReport:
+    """The report of run `run_id` of `pipeline_name`, from its MLMD records."""
+    store = connect(metadata_path)
+    run_context = store.get_context_by_type_and_name(PIPELINE_RUN_CONTEXT, run_id)
+    if run_context is None:
+        raise LookupError(f"no run {run_id!r} in {metadata_path}")
+    in_run = {execution.id for execution in store.get_executions_by_context(run_context.id)}
+    nodes: List[NodeRun] = []
+    outputs: Dict[str, Dict[str, object]] = {}
+    for context_id, node_id in _node_ids(store, pipeline_name).items():
+        for execution in store.get_executions_by_context(context_id):
+            if execution.id not in in_run:
+                continue
+            seconds = (execution.last_update_time_since_epoch - execution.create_time_since_epoch) / 1000
+            nodes.append(NodeRun(node_id, _STATES.get(execution.last_known_state, "failed"), seconds))
+            outputs[node_id] = _outputs(store, execution.id)
+    nodes.sort(key=lambda n: n.node_id)
+
+    def output(node_id: str, key: str):
+        return outputs.get(node_id, {}).get(key)
+
+    report = RunReport(outcome=Outcome.NOT_BLESSED, nodes=nodes, run_id=run_id)
+    spans_used = output(window.NODE_ID, window.SPANS_KEY)
+    if spans_used is not None:
+        report.spans = window.parse_spans(spans_used.read())
+    anomalies = output("ExampleValidator", standard_component_specs.ANOMALIES_KEY)
+    if anomalies is not None:
+        blessed = anomalies.get_json_value_custom_property(drift.BLESSED_PROPERTY) or {}
+        if not all(int(v) == 1 for v in blessed.values()):
+            report.outcome = Outcome.DATA_REJECTED
+            report.anomalies = describe_anomalies(anomalies.uri)
+            return report
+    verdict = output("DataGate", drift.VERDICT_KEY)
+    if verdict is not None and verdict.get_int_custom_property(drift.BLESSED_PROPERTY) != 1:
+        report.outcome = Outcome.DATA_REJECTED
+        report.anomalies = verdict.get_string_custom_property(drift.REPORT_PROPERTY).splitlines()
+        return report
+    model_run = output("Trainer", standard_component_specs.MODEL_RUN_KEY)
+    if model_run is not None:
+        report.warm_start = warm_start(model_run.uri)
+    evaluation = output("Evaluator", standard_component_specs.EVALUATION_KEY)
+    if evaluation is not None:
+        report.eval_metrics = eval_metrics(evaluation.uri)
+    pushed = output("Pusher", standard_component_specs.PUSHED_MODEL_KEY)
+    if pushed is not None and pushed.get_int_custom_property(staged_pusher.PUSHED_PROPERTY) == 1:
+        report.outcome = Outcome.PUSHED
+        report.pushed_version_dir = pushed.get_string_custom_property(staged_pusher.DESTINATION_PROPERTY)
+    return report

@@ -1,0 +1,43 @@
+"""Progress lines on the console, read from the orchestrators' own log messages."""
+
+import io
+import logging
+import pathlib
+
+import pytest
+import tfx
+
+from pipeline import logs
+
+TFX_ROOT = pathlib.Path(tfx.__file__).parent
+
+
+@pytest.mark.parametrize("source, messages", [
+    ("orchestration/local/local_dag_runner.py", (logs.RUNNING[0], logs.FINISHED[0])),
+    ("orchestration/beam/beam_dag_runner.py", (logs.RUNNING[1], logs.FINISHED[1])),
+    ("orchestration/portable/launcher.py", (logs.CACHED,)),
+])
+def test_tfx_still_logs_the_messages_progress_is_read_from(source, messages):
+    text = (TFX_ROOT / source).read_text()
+    for message in messages:
+        assert f"'{message}'" in text, f"{source} no longer logs {message!r}: progress lines would vanish"
+
+
+def _record(msg, *args):
+    return logging.LogRecord("tfx", logging.INFO, __file__, 1, msg, args, None)
+
+
+@pytest.mark.parametrize("running, finished", list(zip(logs.RUNNING, logs.FINISHED)))
+def test_one_line_per_component_with_its_time_or_cached(running, finished):
+    out = io.StringIO()
+    handler = logs.ProgressHandler(out)
+    handler.emit(_record(running, "Transform"))
+    handler.emit(_record(finished, "Transform"))
+    handler.emit(_record(running, "Trainer"))
+    handler.emit(_record(logs.CACHED, 7))
+    handler.emit(_record(finished, "Trainer"))
+    handler.emit(_record("something else %s", "x"))
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2
+    assert "Transform" in lines[0] and lines[0].endswith(" s")
+    assert "Trainer" in lines[1] and lines[1].endswith("cached")
