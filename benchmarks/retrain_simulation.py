@@ -19,6 +19,8 @@ import sys
 import tempfile
 import time
 
+from components.spans import span_numbers
+
 
 def _field(pattern: str, text: str, default: str = "") -> str:
     match = re.search(pattern, text, re.MULTILINE)
@@ -55,7 +57,7 @@ def main() -> None:
     parser.add_argument("--initial-spans", type=int, default=4)
     parser.add_argument("--window", type=int, default=4)
     args = parser.parse_args()
-    spans = sorted(int(name.split("-")[1]) for name in os.listdir(args.data_root) if name.startswith("span-"))
+    spans = span_numbers(args.data_root)
     print("| run | new span | spans (train; eval) | warm start | eval AUC | outcome | serving version | wall s |")
     print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as work:

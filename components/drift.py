@@ -12,6 +12,7 @@ Beam settings, reading the two spans' files as a stream.
 """
 
 # No `from __future__ import annotations`: TFX reads this component's type hints.
+import json
 import os
 from typing import Dict, List, Optional
 
@@ -20,8 +21,7 @@ import tensorflow as tf
 import tensorflow_data_validation as tfdv
 from tensorflow_metadata.proto.v0 import anomalies_pb2, statistics_pb2
 from tfx import v1 as tfx
-from tfx.components.statistics_gen import stats_artifact_utils
-from tfx.types import artifact_utils, standard_artifacts
+from tfx.types import standard_artifacts
 from tfx_bsl.public import tfxio
 
 from components import spans, window
@@ -91,12 +91,15 @@ def compute_span_statistics(
     return {number: tfdv.load_stats_binary(path) for number, path in paths.items()}
 
 
-def split_statistics(statistics: standard_artifacts.ExampleStatistics, split: str):
-    return stats_artifact_utils.load_statistics(statistics, split).proto()
+def split_statistics(
+    statistics: standard_artifacts.ExampleStatistics, split: str
+) -> statistics_pb2.DatasetFeatureStatisticsList:
+    """StatisticsGen's statistics of one split (its `Split-<name>/FeatureStats.pb`)."""
+    return tfdv.load_stats_binary(os.path.join(statistics.uri, f"Split-{split}", _STATS_FILE))
 
 
 @tfx.dsl.components.component(use_beam=True)
-def DataGate(  # noqa: N802  (a component is named like a class)
+def DataGate(  # a component is named like a class
     statistics: tfx.dsl.components.InputArtifact[standard_artifacts.ExampleStatistics],
     schema: tfx.dsl.components.InputArtifact[standard_artifacts.Schema],
     anomalies: tfx.dsl.components.InputArtifact[standard_artifacts.ExampleAnomalies],
@@ -119,7 +122,7 @@ def DataGate(  # noqa: N802  (a component is named like a class)
     lines: List[str] = []
     if len(spans_read) >= 2:
         previous, newest = spans_read[-2:]
-        splits = set(artifact_utils.decode_split_names(statistics.split_names))
+        splits = set(json.loads(statistics.split_names))
         current_stats: Optional[statistics_pb2.DatasetFeatureStatisticsList]
         if {spans.WINDOW_EVAL_SPLIT, PREVIOUS_SPAN_SPLIT} <= splits:
             current_stats = split_statistics(statistics, spans.WINDOW_EVAL_SPLIT)

@@ -111,6 +111,15 @@ def span_numbers(data_root: str) -> List[int]:
     return [span for span, name in numbered(_listdir(data_root)) if _isdir(join(data_root, name))]
 
 
+def stray_folders(data_root: str) -> List[str]:
+    """Entries of `data_root` that ExampleGen's `span-*` pattern matches but that are not
+    span folders (`span-old`, `span-1a`): their files would be ingested unchecked."""
+    return sorted(
+        join(data_root, name) for name in _listdir(data_root)
+        if fnmatch.fnmatchcase(name, "span-*") and number(name) is None
+    )
+
+
 def list_spans(data_root: str, only: Optional[Sequence[int]] = None) -> List[Span]:
     """The span folders under `data_root` (or just the `only` ones), oldest first, with
     the files ExampleGen would ingest from each."""

@@ -13,15 +13,19 @@ artifacts (`SpanRangeStrategy`, or `LatestArtifactStrategy` for more than one ar
 refused by `KubeflowV2DagRunner`. With `window_size` 0 every span is ingested as one
 `all` split (ExampleGen hash-splits it).
 
-The component must run on every pipeline run (its parameters alone say nothing of the
-data): the runners turn its cache off (`NODE_ID`, see `pipeline.compiled_fixes`).
+Caching. Its `listing` parameter is the span numbers the local runner found when it
+planned the run (`"12,13,16"`): the node is cached while they stay the same, so its
+outputs, and everything downstream that did not change, are reused (a re-run after a
+crash, `--force`, an edit to the model code). ExampleGen still fingerprints the files
+themselves. A compiled pipeline cannot know the spans of a future run: it passes ""
+and `pipeline.compiled_fixes` turns this node's cache off.
 """
 
 from typing import List, Tuple
 
+from google.protobuf import json_format
 from tfx import v1 as tfx
 from tfx.types import standard_artifacts
-from tfx.utils import proto_utils
 
 from components import spans
 
@@ -55,18 +59,23 @@ def parse_spans(value: str) -> List[int]:
 
 
 @tfx.dsl.components.component
-def SpanWindow(  # noqa: N802  (a component is named like a class)
+def SpanWindow(  # a component is named like a class
     data_root: tfx.dsl.components.Parameter[str],
     window_size: tfx.dsl.components.Parameter[int],
+    listing: tfx.dsl.components.Parameter[str],
     input_config: tfx.dsl.components.OutputArtifact[standard_artifacts.String],
     spans_used: tfx.dsl.components.OutputArtifact[standard_artifacts.String],
 ) -> None:
-    """Writes ImportExampleGen's `input_config` and the spans it covers."""
+    """Writes ImportExampleGen's `input_config` and the spans it covers.
+
+    `listing` is not read: it is the cache key (see the module doc).
+    """
+    del listing
     if window_size:
         chosen = current_window(data_root, window_size)
         config = window_input_config(chosen)
         numbers = [span for _, span in chosen]
     else:
         config, numbers = all_spans_input_config(), spans.span_numbers(data_root)
-    input_config.value = proto_utils.proto_to_json(config)
+    input_config.value = json_format.MessageToJson(config, sort_keys=True, preserving_proto_field_name=True)
     spans_used.value = ",".join(str(span) for span in numbers)

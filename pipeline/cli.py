@@ -56,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="taxi-pipeline", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
-    run = commands.add_parser("run", help="run the pipeline end to end with LocalDagRunner")
+    run = commands.add_parser("run", help="run the pipeline end to end on this machine")
     _add_local_options(run)
     retrain = commands.add_parser(
         "retrain", help="for schedulers: train on the newest spans if a new span landed, else do nothing"
@@ -196,16 +196,16 @@ def _compile(args: argparse.Namespace) -> int:
 def _schedule(args: argparse.Namespace) -> int:
     from pipeline import vertex_schedule
 
-    config = vertex_schedule.ScheduleConfig(
+    schedule_config = vertex_schedule.ScheduleConfig(
         pipeline_json=args.pipeline_json, cron=args.cron, project=args.project, region=args.region,
         service_account=args.service_account,
     )
-    request = vertex_schedule.build_request(config)
+    request = vertex_schedule.build_request(schedule_config)
     if args.dry_run:
         print(vertex_schedule.as_json(request))
         return 0
     try:
-        name = vertex_schedule.submit(config, request)
+        name = vertex_schedule.submit(schedule_config, request)
     except vertex_schedule.NoCredentialsError as err:
         print(f"error: {err}", file=sys.stderr)
         return config.ExitCode.ERROR
@@ -225,7 +225,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command in ("run", "retrain"):
-            return _run(args, fast=speedups.enabled() and not args.no_speedups)
+            if args.no_speedups:
+                os.environ[speedups.ENV] = "0"  # one setting, read by the run and the exit
+            return _run(args, fast=speedups.enabled())
         if args.command == "compile":
             return _compile(args)
         if args.command == "schedule":
@@ -243,7 +245,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def console_main() -> None:
     """The `taxi-pipeline` command: `main`, then the process exits with its status."""
     code = main()
-    speedups.exit_process(int(code), speedups.enabled() and "--no-speedups" not in sys.argv)
+    speedups.exit_process(int(code), speedups.enabled())
 
 
 if __name__ == "__main__":

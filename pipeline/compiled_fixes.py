@@ -9,27 +9,17 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from tfx.proto.orchestration import pipeline_pb2
-
 from components import window
 
 
-def span_window_uncached_in_ir(ir: pipeline_pb2.Pipeline) -> pipeline_pb2.Pipeline:
-    """The local IR with the SpanWindow node's cache off.
-
-    It must look at the data root on every run, and its parameters alone would make
-    every run a cache hit. TFX 1.16 compiles caching only from the pipeline-wide
-    `enable_cache` (`compiler._set_node_execution_options`).
-    """
-    for node in ir.nodes:
-        if node.pipeline_node.node_info.id == window.NODE_ID:
-            node.pipeline_node.execution_options.caching_options.enable_cache = False
-    return ir
-
-
 def span_window_uncached_in_job(job: Dict[str, Any]) -> Dict[str, Any]:
-    """The same for the KFP v2 PipelineJob JSON: Vertex would otherwise reuse the first
-    run's window forever (TFX 1.16's `step_builder` sets no per-task caching option)."""
+    """The KFP v2 PipelineJob JSON with the SpanWindow task's cache off.
+
+    A compiled pipeline cannot know the spans of a future run, so the task's parameters
+    are the same on every run: Vertex would reuse the first run's window forever. TFX
+    1.16 compiles caching only from the pipeline-wide `enable_cache` (`step_builder`
+    sets no per-task option).
+    """
     tasks = job["pipelineSpec"]["root"]["dag"]["tasks"]
     if window.NODE_ID in tasks:
         tasks[window.NODE_ID]["cachingOptions"] = {"enableCache": False}

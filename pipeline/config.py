@@ -12,9 +12,10 @@ import dataclasses
 import enum
 import hashlib
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import components
+from components import spans
 from components.trainer.settings import ExportConfig, TrainConfig
 
 PIPELINE_NAME = "taxi-big-tip"  # KFP v2 allows [a-z0-9-] only
@@ -91,10 +92,8 @@ class Settings:
     def __post_init__(self) -> None:
         if self.keep_versions < 1:
             raise ValueError(f"keep_versions must be at least 1, got {self.keep_versions}")
-        if self.window_size is not None and self.window_size < 2:
-            raise ValueError(
-                f"a window needs at least 2 spans (train on older, evaluate on the newest), got {self.window_size}"
-            )
+        if self.window_size is not None:
+            spans.window_train_splits(self.window_size)  # refuses a window of fewer than 2 spans
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,10 +126,21 @@ class RunConfig:
     def model_serving_dir(self) -> str:
         return os.path.join(self.serving_dir, self.settings.model_name)
 
-    def pipeline_args(self) -> Dict[str, Any]:
-        """`create_pipeline(...)`'s arguments; the schema is read from the installed package."""
-        return pipeline_args(self.settings, pipeline_root=self.pipeline_root, data_root=self.data_root,
-                             serving_model_dir=self.model_serving_dir, schema_dir=schema_dir())
+    def __post_init__(self) -> None:
+        if spans.is_remote(self.output_root):
+            raise ValueError(
+                f"the output root must be a local folder (MLMD's SQLite file, logs and the lock live there), "
+                f"got {self.output_root!r}; data root and serving folder may be remote"
+            )
+
+    def pipeline_args(self, span_listing: Sequence[int]) -> Dict[str, Any]:
+        """`create_pipeline(...)`'s arguments for a run that found `span_listing`; the schema
+        is read from the installed package."""
+        return dict(
+            pipeline_args(self.settings, pipeline_root=self.pipeline_root, data_root=self.data_root,
+                          serving_model_dir=self.model_serving_dir, schema_dir=schema_dir()),
+            span_listing=",".join(str(span) for span in span_listing),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +157,7 @@ class KubeflowConfig:
     def __post_init__(self) -> None:
         for name in ("pipeline_root", "data_root", "serving_dir"):
             value = getattr(self, name)
-            if "://" not in value:
+            if not spans.is_remote(value):
                 raise ValueError(f"{name} must be a remote URI (gs://...) the pipeline's pods can read, got {value!r}")
         if not self.image:
             raise ValueError("an image is required")
@@ -218,4 +228,4 @@ def code_version() -> str:
 
 
 def _absolute(path: str) -> str:
-    return path if "://" in path else os.path.abspath(path)
+    return path if spans.is_remote(path) else os.path.abspath(path)

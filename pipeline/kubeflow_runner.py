@@ -8,7 +8,6 @@ Nothing of the build machine's file system goes into the compiled spec.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any, Dict
 
 from tfx import v1 as tfx
@@ -18,15 +17,13 @@ from pipeline import pipeline as pipeline_lib
 
 
 def build_pipeline(kfp_config: config.KubeflowConfig) -> tfx.dsl.Pipeline:
-    return pipeline_lib.create_pipeline(**kfp_config.pipeline_args())
+    return pipeline_lib.create_pipeline(**kfp_config.pipeline_args(), span_listing="")
 
 
 def compile_pipeline(kfp_config: config.KubeflowConfig, output_path: str) -> Dict[str, Any]:
     """Writes the PipelineJob JSON for Vertex AI / KFP v2 and returns it as a dict."""
     runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
-        config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(default_image=kfp_config.image),
-        output_dir=os.path.dirname(os.path.abspath(output_path)),
-        output_filename=os.path.basename(output_path),
+        config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(default_image=kfp_config.image)
     )
     job = runner.run(build_pipeline(kfp_config), write_out=False)
     job = compiled_fixes.producer_tasks_named_as_compiled(compiled_fixes.span_window_uncached_in_job(job))

@@ -20,6 +20,16 @@ PREPROCESSING_FN = "components.preprocessing.preprocessing_fn"
 RUN_FN = "components.trainer.run.run_fn"
 
 TRAIN_SPLIT, EVAL_SPLIT = "train", "eval"
+
+
+class NodeId:
+    """Ids of the nodes whose outputs the run report reads (`pipeline.run_report`)."""
+
+    EXAMPLE_VALIDATOR = "ExampleValidator"
+    DATA_GATE = "DataGate"
+    TRAINER = "Trainer"
+    EVALUATOR = "Evaluator"
+    PUSHER = "Pusher"
 AUC_THRESHOLDS = 1000
 
 
@@ -122,6 +132,7 @@ def create_pipeline(
     code_version: str,
     keep_versions: int,
     window_size: Optional[int] = None,
+    span_listing: str = "",
     warm_start: bool = True,
     beam_pipeline_args: Sequence[str] = (),
     metadata_connection_config: Optional[Any] = None,
@@ -146,6 +157,9 @@ def create_pipeline(
         eval split, the others are trained on, each span its own ExampleGen split. None:
         every span, split train:eval by a deterministic hash of each example. Either
         way SpanWindow records the spans the run ingests, for the data gate.
+      span_listing: The span numbers found when the run was planned ("12,13,16"), the
+        SpanWindow node's cache key; "" when unknown (a compiled pipeline, whose
+        runner then turns that node's cache off).
       warm_start: Give the Trainer the latest blessed model as `base_model`; it starts
         from those weights when the feature set and shapes still match.
       beam_pipeline_args: Beam options for the Beam-based components.
@@ -153,7 +167,9 @@ def create_pipeline(
       enable_cache: Reuse outputs of executions whose inputs did not change.
     """
     splits = window_splits(window_size)
-    span_window = window.SpanWindow(data_root=data_root, window_size=window_size or 0).with_id(window.NODE_ID)
+    span_window = window.SpanWindow(
+        data_root=data_root, window_size=window_size or 0, listing=span_listing
+    ).with_id(window.NODE_ID)
     example_gen = _example_gen(data_root, span_window, window_size, evaluation)
     statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
     inferred_schema = tfx.components.SchemaGen(
@@ -162,14 +178,14 @@ def create_pipeline(
     schema = tfx.components.ImportSchemaGen(schema_file=f"{schema_path.rstrip('/')}/schema.pbtxt")
     example_validator = tfx.components.ExampleValidator(
         statistics=statistics_gen.outputs["statistics"], schema=schema.outputs["schema"]
-    )
+    ).with_id(NodeId.EXAMPLE_VALIDATOR)
     data_gate = drift.DataGate(
         statistics=statistics_gen.outputs["statistics"],
         schema=schema.outputs["schema"],
         anomalies=example_validator.outputs["anomalies"],
         spans_used=span_window.outputs[window.SPANS_KEY],
         data_root=data_root,
-    )
+    ).with_id(NodeId.DATA_GATE)
     nodes = [span_window, example_gen, statistics_gen, inferred_schema, schema, example_validator, data_gate]
 
     data_is_valid = data_gate.outputs[drift.VERDICT_KEY].future()[0].custom_property(drift.BLESSED_PROPERTY) == 1
@@ -209,14 +225,14 @@ def create_pipeline(
                 "export": dataclasses.asdict(export_settings),
                 "code_version": code_version,
             },
-        )
+        ).with_id(NodeId.TRAINER)
         evaluator = tfx.components.Evaluator(
             examples=example_gen.outputs["examples"],
             model=trainer.outputs["model"],
             baseline_model=baseline.outputs["model"],
             example_splits=[splits.eval],
             eval_config=_eval_config(evaluation),
-        )
+        ).with_id(NodeId.EVALUATOR)
         pusher = staged_pusher.StagedPusher(
             model=trainer.outputs["model"],
             model_blessing=evaluator.outputs["blessing"],
@@ -224,7 +240,7 @@ def create_pipeline(
                 filesystem=tfx.proto.PushDestination.Filesystem(base_directory=serving_model_dir)
             ),
             custom_config={staged_pusher.KEEP_VERSIONS_KEY: keep_versions},
-        ).with_id("Pusher")
+        ).with_id(NodeId.PUSHER)
     nodes += [transform, baseline, trainer, evaluator, pusher]
 
     return tfx.dsl.Pipeline(

@@ -1,13 +1,13 @@
 """Checks of the data root before a run: nothing is written to MLMD for data that
 cannot be ingested.
 
-`span_files` lists (through `components.spans`, the listing ExampleGen's patterns match)
+`checked_spans` lists (through `components.spans`, the listing ExampleGen's patterns match)
 and needs no TensorFlow; `check_records` reads every file through.
 """
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List
 
 from components import spans
 
@@ -20,9 +20,16 @@ class BadDataError(ValueError):
     TFRecord of tf.Example (exit 4, like data the schema rejects)."""
 
 
-def span_files(data_root: str) -> List[Tuple[str, int]]:
-    """`(path, size)` of every file the pipeline would ingest, or an error naming the problem."""
+def checked_spans(data_root: str) -> List[spans.Span]:
+    """The spans under `data_root` with the files the pipeline would ingest, or an error
+    naming the problem."""
     found = spans.list_spans(data_root)
+    strays = spans.stray_folders(data_root)
+    if strays:
+        raise BadDataError(
+            f"{', '.join(strays)}: named like a span folder but not span-<N> with N a number; ExampleGen "
+            f"would ingest its files ({spans.ALL_SPANS_PATTERN}). Rename or move it out of {data_root}"
+        )
     files = [file for span in found for file in span.files]
     if not files:
         raise spans.DataRootError(
@@ -35,7 +42,7 @@ def span_files(data_root: str) -> List[Tuple[str, int]]:
     empty_spans = [span.path for span in found if not span.files]
     if empty_spans:
         raise BadDataError(f"span folders without files: {', '.join(empty_spans)}")
-    return files
+    return found
 
 
 def check_records(files: List[str]) -> int:

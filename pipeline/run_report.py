@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, List
+from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
+from google.protobuf import json_format
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 from tensorflow_metadata.proto.v0 import anomalies_pb2
-from tfx.types import artifact_utils, standard_component_specs
+from tfx.types import standard_component_specs
 
 from components import drift, window
 from components import pusher as staged_pusher
 from components.trainer.run import TRAINING_SUMMARY_FILE
+from pipeline.pipeline import NodeId
 from pipeline.run_state import NodeRun, Outcome, RunReport
 
 PIPELINE_RUN_CONTEXT = "pipeline_run"
@@ -46,21 +48,38 @@ def _node_ids(store: metadata_store.MetadataStore, pipeline_name: str) -> Dict[i
     }
 
 
-def _outputs(store: metadata_store.MetadataStore, execution_id: int) -> Dict[str, object]:
-    """An execution's output artifacts by output key (the first artifact of each), typed."""
+def _outputs(store: metadata_store.MetadataStore, execution_id: int) -> Dict[str, metadata_store_pb2.Artifact]:
+    """An execution's output artifacts by output key (the first artifact of each)."""
     events = [
         e for e in store.get_events_by_execution_ids([execution_id])
         if e.type in (metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT) and e.path.steps
     ]
     artifacts = {a.id: a for a in store.get_artifacts_by_id([e.artifact_id for e in events])} if events else {}
-    types = {t.id: t for t in store.get_artifact_types_by_id(list({a.type_id for a in artifacts.values()}))}
-    keys: Dict[str, object] = {}
+    keys: Dict[str, metadata_store_pb2.Artifact] = {}
     for event in events:
-        artifact = artifacts[event.artifact_id]
-        keys.setdefault(
-            event.path.steps[0].key, artifact_utils.deserialize_artifact(types[artifact.type_id], artifact)
-        )
+        keys.setdefault(event.path.steps[0].key, artifacts[event.artifact_id])
     return keys
+
+
+def _int(artifact: metadata_store_pb2.Artifact, name: str) -> Optional[int]:
+    value = artifact.custom_properties.get(name)
+    return value.int_value if value is not None else None
+
+
+def _string(artifact: metadata_store_pb2.Artifact, name: str) -> str:
+    value = artifact.custom_properties.get(name)
+    return value.string_value if value is not None else ""
+
+
+def _json(artifact: metadata_store_pb2.Artifact, name: str) -> Any:
+    value = artifact.custom_properties.get(name)
+    return json_format.MessageToDict(value.struct_value) if value is not None else None
+
+
+def _value(artifact: metadata_store_pb2.Artifact) -> str:
+    """The value of a value artifact (`String`): the file at its URI."""
+    with tf.io.gfile.GFile(artifact.uri) as handle:
+        return handle.read()
 
 
 def describe_anomalies(anomalies_uri: str) -> List[str]:
@@ -108,7 +127,7 @@ def read_run(metadata_path: str, pipeline_name: str, run_id: str) -> RunReport:
         raise LookupError(f"no run {run_id!r} in {metadata_path}")
     in_run = {execution.id for execution in store.get_executions_by_context(run_context.id)}
     nodes: List[NodeRun] = []
-    outputs: Dict[str, Dict[str, object]] = {}
+    outputs: Dict[str, Dict[str, metadata_store_pb2.Artifact]] = {}
     for context_id, node_id in _node_ids(store, pipeline_name).items():
         for execution in store.get_executions_by_context(context_id):
             if execution.id not in in_run:
@@ -118,33 +137,33 @@ def read_run(metadata_path: str, pipeline_name: str, run_id: str) -> RunReport:
             outputs[node_id] = _outputs(store, execution.id)
     nodes.sort(key=lambda n: n.node_id)
 
-    def output(node_id: str, key: str):
+    def output(node_id: str, key: str) -> Optional[metadata_store_pb2.Artifact]:
         return outputs.get(node_id, {}).get(key)
 
     report = RunReport(outcome=Outcome.NOT_BLESSED, nodes=nodes, run_id=run_id)
     spans_used = output(window.NODE_ID, window.SPANS_KEY)
     if spans_used is not None:
-        report.spans = window.parse_spans(spans_used.read())
-    anomalies = output("ExampleValidator", standard_component_specs.ANOMALIES_KEY)
+        report.spans = window.parse_spans(_value(spans_used))
+    anomalies = output(NodeId.EXAMPLE_VALIDATOR, standard_component_specs.ANOMALIES_KEY)
     if anomalies is not None:
-        blessed = anomalies.get_json_value_custom_property(drift.BLESSED_PROPERTY) or {}
+        blessed = _json(anomalies, drift.BLESSED_PROPERTY) or {}
         if not all(int(v) == 1 for v in blessed.values()):
             report.outcome = Outcome.DATA_REJECTED
             report.anomalies = describe_anomalies(anomalies.uri)
             return report
-    verdict = output("DataGate", drift.VERDICT_KEY)
-    if verdict is not None and verdict.get_int_custom_property(drift.BLESSED_PROPERTY) != 1:
+    verdict = output(NodeId.DATA_GATE, drift.VERDICT_KEY)
+    if verdict is not None and _int(verdict, drift.BLESSED_PROPERTY) != 1:
         report.outcome = Outcome.DATA_REJECTED
-        report.anomalies = verdict.get_string_custom_property(drift.REPORT_PROPERTY).splitlines()
+        report.anomalies = _string(verdict, drift.REPORT_PROPERTY).splitlines()
         return report
-    model_run = output("Trainer", standard_component_specs.MODEL_RUN_KEY)
+    model_run = output(NodeId.TRAINER, standard_component_specs.MODEL_RUN_KEY)
     if model_run is not None:
         report.warm_start = warm_start(model_run.uri)
-    evaluation = output("Evaluator", standard_component_specs.EVALUATION_KEY)
+    evaluation = output(NodeId.EVALUATOR, standard_component_specs.EVALUATION_KEY)
     if evaluation is not None:
         report.eval_metrics = eval_metrics(evaluation.uri)
-    pushed = output("Pusher", standard_component_specs.PUSHED_MODEL_KEY)
-    if pushed is not None and pushed.get_int_custom_property(staged_pusher.PUSHED_PROPERTY) == 1:
+    pushed = output(NodeId.PUSHER, standard_component_specs.PUSHED_MODEL_KEY)
+    if pushed is not None and _int(pushed, staged_pusher.PUSHED_PROPERTY) == 1:
         report.outcome = Outcome.PUSHED
-        report.pushed_version_dir = pushed.get_string_custom_property(staged_pusher.DESTINATION_PROPERTY)
+        report.pushed_version_dir = _string(pushed, staged_pusher.DESTINATION_PROPERTY)
     return report

@@ -3,9 +3,9 @@
 Nothing here imports TensorFlow for local paths: an unchanged re-run is decided and
 reported in well under a second, before any heavy import.
 
-`<output root>/last_run.json` is written once per finished `run` or `retrain`, by one
-atomic writer. It holds the run's report, the fingerprint of its inputs and, for window
-runs, the window size. Two decisions read it:
+`<output root>/last_run.json` (the output root is always local) is written once per
+finished `run` or `retrain`, by one atomic writer. It holds the run's report, the
+fingerprint of its inputs and the last window run's report. Two decisions read it:
 
 - `run`: when the fingerprint of the inputs (the data files' path, size and mtime, this
   project's source and schema, the resolved settings, the versions of the libraries that
@@ -26,7 +26,7 @@ import json
 import os
 import time
 from importlib import metadata as package_metadata
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 import components
 import pipeline as pipeline_package
@@ -129,34 +129,43 @@ def _exists(path: str) -> bool:
     return os.path.exists(path)
 
 
-def load(output_root: str) -> Optional[Tuple[str, RunReport]]:
-    """`(fingerprint, report)` of the last finished run, None before the first."""
-    path = spans.join(output_root, LAST_RUN_FILE)
-    if not _exists(path):
-        return None
-    if spans.is_remote(path):
-        import tensorflow as tf
+@dataclasses.dataclass
+class Record:
+    """What `last_run.json` holds."""
 
-        with tf.io.gfile.GFile(path) as handle:
-            record = json.load(handle)
-    else:
-        with open(path) as handle:
-            record = json.load(handle)
-    return record["fingerprint"], RunReport.from_json(record["report"])
+    fingerprint: str
+    report: RunReport
+    # The last run over a window of spans (`retrain`), kept when a `run` over every span
+    # comes after it: it is what tells `retrain` the newest span was already trained on.
+    window_report: Optional[RunReport] = None
+
+
+def load(output_root: str) -> Optional[Record]:
+    """The record of the last finished run, None before the first."""
+    path = os.path.join(output_root, LAST_RUN_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as handle:
+        record = json.load(handle)
+    window = record.get("window_report")
+    return Record(
+        record["fingerprint"],
+        RunReport.from_json(record["report"]),
+        RunReport.from_json(window) if window else None,
+    )
 
 
 def save(output_root: str, run_fingerprint: str, report: RunReport) -> None:
     """Written after the run finished, by an atomic rename: never half a record."""
-    path = spans.join(output_root, LAST_RUN_FILE)
+    previous = load(output_root)
+    window = report if report.window_size is not None else (previous.window_report if previous else None)
+    path = os.path.join(output_root, LAST_RUN_FILE)
     staged = path + ".tmp"
-    text = json.dumps({"fingerprint": run_fingerprint, "report": report.to_json()}, indent=2)
-    if spans.is_remote(path):
-        import tensorflow as tf
-
-        with tf.io.gfile.GFile(staged, "w") as handle:
-            handle.write(text)
-        tf.io.gfile.rename(staged, path, overwrite=True)
-        return
+    text = json.dumps(
+        {"fingerprint": run_fingerprint, "report": report.to_json(),
+         "window_report": window.to_json() if window else None},
+        indent=2,
+    )
     os.makedirs(output_root, exist_ok=True)
     with open(staged, "w") as handle:
         handle.write(text)
@@ -168,6 +177,8 @@ def save(output_root: str, run_fingerprint: str, report: RunReport) -> None:
 @dataclasses.dataclass
 class RunPlan:
     files: List[str]
+    # The span numbers found, oldest first.
+    spans: List[int]
     fingerprint: str
     # The last run's report when nothing changed since; None when a run is needed.
     previous: Optional[RunReport]
@@ -176,12 +187,13 @@ class RunPlan:
 def plan(run_config: config_lib.RunConfig) -> RunPlan:
     """Lists the data (or raises naming the problem) and decides whether a run is needed."""
     started = time.perf_counter()
-    files = [path for path, _ in preflight.span_files(run_config.data_root)]
+    found = preflight.checked_spans(run_config.data_root)
+    files = [path for span in found for path, _ in span.files]
     run_fingerprint = fingerprint(run_config, files)
     previous = reusable_report(run_config.output_root, run_fingerprint)
     if previous is not None:
         previous.seconds = time.perf_counter() - started
-    return RunPlan(files, run_fingerprint, previous)
+    return RunPlan(files, [span.number for span in found], run_fingerprint, previous)
 
 
 def _as_reused(report: RunReport, note: str = "") -> RunReport:
@@ -196,9 +208,9 @@ def _as_reused(report: RunReport, note: str = "") -> RunReport:
 def reusable_report(output_root: str, run_fingerprint: str) -> Optional[RunReport]:
     """The last run's report, if it had this fingerprint and what it pushed still serves."""
     last = load(output_root)
-    if last is None or last[0] != run_fingerprint:
+    if last is None or last.fingerprint != run_fingerprint:
         return None
-    previous = last[1]
+    previous = last.report
     if previous.outcome in (Outcome.PUSHED, Outcome.UP_TO_DATE):
         if not (previous.pushed_version_dir and _exists(previous.pushed_version_dir)):
             return None
@@ -206,12 +218,10 @@ def reusable_report(output_root: str, run_fingerprint: str) -> Optional[RunRepor
 
 
 def window_done(output_root: str, newest_span: int) -> Optional[RunReport]:
-    """The last run's report, if it was a window run that already evaluated on `newest_span`."""
+    """The last window run's report, if it already evaluated on `newest_span`."""
     last = load(output_root)
-    if last is None:
-        return None
-    report = last[1]
-    if report.window_size is None or not report.spans or report.spans[-1] != newest_span:
+    report = last.window_report if last else None
+    if report is None or not report.spans or report.spans[-1] != newest_span:
         return None
     if report.outcome is Outcome.DATA_REJECTED:
         return None

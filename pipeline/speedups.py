@@ -9,8 +9,8 @@ Off with `TAXI_PIPELINE_SPEEDUPS=0` in the environment (or `taxi-pipeline run
 --no-speedups`), for example to rule them out when something behaves oddly.
 
 - The heavy imports (TensorFlow, TFX, Beam, TFMA, TFDV) run with the cyclic GC paused,
-  then `gc.freeze()`: the ~1 million long-lived objects they create are not rescanned by
-  every later full collection.
+  then `gc.freeze()`: the long-lived objects they create (modules, classes, protos) are
+  not rescanned by every later full collection.
 - Beam's in-memory DirectRunner: its state cache is sized 0 (it ignores
   `--max_cache_memory_usage_mb`), and two pure functions Beam calls thousands of times
   per pipeline are memoized: `userstate.get_dofn_specs` and `PipelineOptions.view_as`.

@@ -27,7 +27,15 @@ def test_a_run_killed_after_a_component_is_completed_by_the_next_run_with_one_pu
     assert process.returncode == -signal.SIGKILL, seen
     assert ws.versions() == []
 
+    finished = [line.split("]")[1].split()[0] for line in seen if line.startswith("[")]
     rerun = taxi_pipeline("run", *ws.locations())
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
-    assert last_run(ws.out)["outcome"] == "pushed"
+    record = last_run(ws.out)
+    assert record["outcome"] == "pushed"
     assert len(ws.versions()) == 1
+    # What finished before the kill is reused, not computed again (a resolver only
+    # looks MLMD up, on every run).
+    states = {node["node_id"]: node["state"] for node in record["nodes"]}
+    assert kill_after in finished
+    recomputed = [n for n in finished if states[n] != "cached" and n != "LatestBlessedModelResolver"]
+    assert recomputed == [], (recomputed, states)

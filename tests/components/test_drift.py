@@ -8,7 +8,7 @@ import tensorflow as tf
 import tensorflow_data_validation as tfdv
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from components import drift
+from components import drift, spans
 from pipeline import config
 
 pytestmark = pytest.mark.slow  # Beam pipelines
@@ -56,7 +56,7 @@ def test_schema_declares_drift_thresholds_for_categorical_and_numeric_features()
 
 
 def test_every_pair_of_consecutive_real_spans_passes(repo, tmp_path):
-    numbers = [span for span, _ in sorted((int(p.name.split("-")[1]), p) for p in (repo / "data").glob("span-*"))]
+    numbers = spans.span_numbers(str(repo / "data"))
     stats = drift.compute_span_statistics(_pipeline(), str(repo / "data"), numbers, str(tmp_path))
     assert sorted(stats) == numbers
     assert all(stats[span].datasets[0].num_examples > 0 for span in numbers)

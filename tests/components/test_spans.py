@@ -36,9 +36,24 @@ def test_a_missing_data_root_is_named(tmp_path):
         spans.span_numbers(str(tmp_path / "nowhere"))
 
 
-def test_the_pattern_of_every_span_matches_the_pattern_of_one():
-    assert spans.ALL_SPANS_PATTERN == "span-*/" + spans.FILES_IN_SPAN
-    assert spans.files_pattern(4) == "span-4/" + spans.FILES_IN_SPAN
+def test_example_gen_patterns_match_exactly_the_files_listed(tmp_path):
+    import fnmatch
+
+    for name in ("span-1/a.gz", "span-1/.hidden", "span-2/b.gz", "notes/c.gz", "top.gz"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    every_file = [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()]
+    listed = sorted(path for span in spans.list_spans(str(tmp_path)) for path, _ in span.files)
+    matched = sorted(str(tmp_path / f) for f in every_file if fnmatch.fnmatchcase(f, spans.ALL_SPANS_PATTERN))
+    assert listed == matched
+    one = sorted(str(tmp_path / f) for f in every_file if fnmatch.fnmatchcase(f, spans.files_pattern(1)))
+    assert one == [path for path, _ in spans.list_spans(str(tmp_path), only=[1])[0].files]
+
+
+def test_folders_the_pattern_matches_that_are_not_spans_are_named(tmp_path):
+    for name in ("span-1", "span-old", "span-2a", "spans", "notes"):
+        (tmp_path / name).mkdir()
+    assert spans.stray_folders(str(tmp_path)) == [str(tmp_path / "span-2a"), str(tmp_path / "span-old")]
 
 
 def test_remote_paths_are_joined_with_slashes():

@@ -35,3 +35,19 @@ def test_every_subcommand_is_named_in_the_module_doc_and_the_help(taxi_pipeline)
     for command in ("run", "retrain", "compile", "schedule", "make-data"):
         assert f"taxi-pipeline {command} " in cli.__doc__
         assert command in result.stdout
+
+
+def test_a_remote_output_root_is_refused_naming_why(workspace, copy_spans, taxi_pipeline):
+    copy_spans(workspace.data, (16,))
+    result = taxi_pipeline("run", "--data-root", str(workspace.data), "--output-root", "gs://bucket/out",
+                           "--serving-dir", str(workspace.serving))
+    assert result.returncode == 1
+    assert "output root must be a local folder" in result.stderr
+
+
+def test_a_folder_named_like_a_span_that_is_not_one_is_refused(workspace, copy_spans, taxi_pipeline):
+    copy_spans(workspace.data, (16,))
+    (workspace.data / "span-old").mkdir()
+    result = taxi_pipeline("run", *workspace.locations())
+    assert result.returncode == 4
+    assert "span-old" in result.stderr and "Rename or move it" in result.stderr

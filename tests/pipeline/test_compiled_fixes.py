@@ -2,34 +2,10 @@
 is dead code to remove), and the fix applies."""
 
 import pytest
-from tfx.dsl.compiler import compiler
 
-from pipeline import compiled_fixes, config, kubeflow_runner, local_runner
-from pipeline import pipeline as pipeline_lib
+from pipeline import compiled_fixes, config, kubeflow_runner
 
 IMAGE = "example.com/taxi-pipeline:1"
-
-
-def _caching(ir):
-    return {node.pipeline_node.node_info.id: node.pipeline_node.execution_options.caching_options.enable_cache
-            for node in ir.nodes}
-
-
-@pytest.mark.parametrize("window_size", [None, 3])
-def test_the_span_window_is_compiled_cached_and_the_fix_turns_only_its_cache_off(tmp_path, window_size):
-    run_config = config.RunConfig(
-        output_root=str(tmp_path), settings=config.Settings(window_size=window_size)
-    ).resolved()
-    ir = compiler.Compiler().compile(local_runner.build_pipeline(run_config))
-    assert _caching(ir)["SpanWindow"] is True  # what TFX 1.16 compiles
-    caching = _caching(compiled_fixes.span_window_uncached_in_ir(ir))
-    assert caching.pop("SpanWindow") is False
-    assert caching and all(caching.values())
-
-
-def test_the_local_ir_carries_our_run_id(tmp_path):
-    ir = local_runner.compile_ir(config.RunConfig(output_root=str(tmp_path)).resolved(), "run-42")
-    assert "run-42" in str(ir) and _caching(ir)["SpanWindow"] is False
 
 
 def _job():
@@ -65,7 +41,3 @@ def test_runtime_parameters_are_compiled_from_a_missing_task_and_the_fix_names_t
     assert producer == "SpanWindow"
 
 
-def test_transform_and_trainer_read_the_window_splits():
-    splits = pipeline_lib.window_splits(3)
-    assert splits.train == ("train_2", "train_1") and splits.eval == "eval"
-    assert pipeline_lib.window_splits(None).train == ("train",)

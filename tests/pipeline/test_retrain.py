@@ -81,6 +81,16 @@ def test_a_run_over_every_span_does_not_count_as_a_window_run(tmp_path):
     assert run_state.window_done(str(tmp_path), 16) is None
 
 
+def test_a_run_between_two_retrains_does_not_make_the_second_retrain_again(tmp_path):
+    window = RunReport(outcome=Outcome.PUSHED, spans=[15, 16], window_size=2, run_id="retrain")
+    run_state.save(str(tmp_path), "first", window)
+    run_state.save(str(tmp_path), "second", RunReport(outcome=Outcome.PUSHED, spans=[1, 16], run_id="run"))
+    done = run_state.window_done(str(tmp_path), 16)
+    assert done is not None and done.run_id == "retrain" and done.outcome is Outcome.UP_TO_DATE
+    assert run_state.load(str(tmp_path)).report.run_id == "run"
+    assert run_state.window_done(str(tmp_path), 17) is None
+
+
 def test_rejected_data_is_looked_at_again(tmp_path):
     report = RunReport(outcome=Outcome.DATA_REJECTED, spans=[15, 16], window_size=2)
     run_state.save(str(tmp_path), "fingerprint", report)

@@ -34,7 +34,9 @@ def test_dry_run_prints_the_create_schedule_request(pipeline_json, capsys):
 def test_without_credentials_it_fails_clearly(pipeline_json, capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "none.json"))
     assert _schedule(pipeline_json) == 1
-    assert "credentials" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "credentials" in err.splitlines()[0]
+    assert "Traceback" not in err and "AttributeError" not in err
 
 
 def test_a_malformed_cron_is_refused(pipeline_json, capsys):

@@ -1,0 +1,17 @@
+"""`create_pipeline(...)`: the splits each node reads, the node ids the report reads."""
+
+from pipeline import config, local_runner
+from pipeline import pipeline as pipeline_lib
+
+
+def test_transform_and_trainer_read_the_window_splits():
+    splits = pipeline_lib.window_splits(3)
+    assert splits.train == ("train_2", "train_1") and splits.eval == "eval"
+    assert pipeline_lib.window_splits(None).train == ("train",)
+
+
+def test_the_nodes_the_report_reads_have_the_ids_it_reads_them_by(tmp_path):
+    run_config = config.RunConfig(output_root=str(tmp_path)).resolved()
+    ids = {component.id for component in local_runner.build_pipeline(run_config, [1, 2]).components}
+    expected = {value for name, value in vars(pipeline_lib.NodeId).items() if not name.startswith("_")}
+    assert len(expected) == 5 and expected <= ids
