@@ -123,8 +123,9 @@ def _read_rows(csv_path: str) -> Iterable[Dict[str, str]]:
 def convert(csv_path: str, out_dir: str) -> ConversionReport:
     """Writes every span under `out_dir`, replacing the span folders already there.
 
-    The spans are written to a temporary folder beside `out_dir` first, so a failed
-    conversion leaves the existing data untouched.
+    The spans are written to a staging folder inside `out_dir` first, so a failed
+    conversion leaves the existing data untouched; then they are swapped in
+    (`_swap_in`), which puts the old spans back if anything fails on the way.
     """
     report = ConversionReport()
     by_span: Dict[int, List[bytes]] = collections.defaultdict(list)
@@ -152,11 +153,35 @@ def convert(csv_path: str, out_dir: str) -> ConversionReport:
                 for record in records:
                     writer.write(record)
             report.examples_per_span[span] = len(records)
-        for name in sorted(os.listdir(out_dir)):
-            if spans.number(name) is not None:
-                shutil.rmtree(os.path.join(out_dir, name))
-        for name in sorted(os.listdir(staging)):
-            os.replace(os.path.join(staging, name), os.path.join(out_dir, name))
+        _swap_in(staging, out_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return report
+
+
+def _swap_in(staging: str, out_dir: str) -> None:
+    """Replaces the span folders of `out_dir` with those of `staging`, by renames only.
+
+    The old span folders are first moved aside into `<out_dir>/.previous-*` (a name no
+    pattern of the pipeline reads), then the new ones are moved in, then the old ones are
+    deleted. If a rename fails, what was moved in is taken out again and the old spans
+    are moved back: `out_dir` is as it was. A process killed in the middle leaves the
+    old spans in `.previous-*`, never deleted.
+    """
+    previous = tempfile.mkdtemp(prefix=".previous-", dir=out_dir)
+    old = [name for name in sorted(os.listdir(out_dir)) if spans.number(name) is not None]
+    moved_in: List[str] = []
+    try:
+        for name in old:
+            os.replace(os.path.join(out_dir, name), os.path.join(previous, name))
+        for name in sorted(os.listdir(staging)):
+            os.replace(os.path.join(staging, name), os.path.join(out_dir, name))
+            moved_in.append(name)
+    except OSError:
+        for name in moved_in:
+            os.replace(os.path.join(out_dir, name), os.path.join(staging, name))
+        for name in os.listdir(previous):
+            os.replace(os.path.join(previous, name), os.path.join(out_dir, name))
+        os.rmdir(previous)
+        raise
+    shutil.rmtree(previous)

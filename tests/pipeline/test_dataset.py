@@ -87,3 +87,37 @@ def test_csv_missing_a_column_is_rejected(tmp_path):
     path.write_text("fare,tips\n1,2\n")
     with pytest.raises(dataset.DataError, match="missing columns"):
         dataset.convert(str(path), str(tmp_path / "out"))
+
+
+def test_a_failure_while_swapping_the_spans_in_leaves_the_old_data_as_it_was(tmp_path, monkeypatch):
+    """The swap is renames only; a rename failing halfway puts every old span back."""
+    rows = [ROW, {**ROW, "trip_start_timestamp": "1356998400"}]
+    _write_csv(tmp_path / "in.csv", rows)
+    out = tmp_path / "data"
+    dataset.convert(str(tmp_path / "in.csv"), str(out))
+    (out / "README.md").write_text("kept")
+    before = _digest(out)
+    _write_csv(tmp_path / "new.csv", [{**ROW, "trip_start_timestamp": "1420070400"}])  # another span
+
+    real_replace = os.replace
+
+    def failing_replace(source, target):
+        if os.path.dirname(str(target)) == str(out) and os.path.basename(str(target)) == "span-9":
+            raise OSError("disk full")  # the new span cannot be moved into place
+        return real_replace(source, target)
+
+    monkeypatch.setattr(dataset.os, "replace", failing_replace)
+    with pytest.raises(OSError, match="disk full"):
+        dataset.convert(str(tmp_path / "new.csv"), str(out))
+    monkeypatch.undo()
+    assert _digest(out) == before
+    assert sorted(os.listdir(out)) == ["README.md", "span-1", "span-6"]
+
+
+def test_a_conversion_replaces_the_spans_and_leaves_nothing_else_behind(tmp_path):
+    _write_csv(tmp_path / "in.csv", [ROW, {**ROW, "trip_start_timestamp": "1356998400"}])
+    _write_csv(tmp_path / "new.csv", [{**ROW, "trip_start_timestamp": "1420070400"}])
+    out = tmp_path / "data"
+    dataset.convert(str(tmp_path / "in.csv"), str(out))
+    dataset.convert(str(tmp_path / "new.csv"), str(out))
+    assert sorted(os.listdir(out)) == ["span-9"]
