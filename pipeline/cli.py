@@ -4,13 +4,14 @@
                              BeamDagRunner with --orchestrator beam); does nothing when
                              nothing changed since the last run
     taxi-pipeline retrain    for schedulers: train on the newest --window spans when a new
-                             span landed, else do nothing (one run at a time, by lock)
+                             span landed, else do nothing
     taxi-pipeline compile    write the PipelineJob JSON for Kubeflow Pipelines v2 / Vertex AI
     taxi-pipeline schedule   create a Vertex AI schedule that runs the compiled JSON
     taxi-pipeline make-data  rebuild data/ from the CSV shipped in the tfx wheel
 
 Exit status (`pipeline.config.ExitCode`): 0 pushed or nothing to do, 3 trained but not
-blessed, 4 data rejected, 5 another retrain holds the lock, 1 any other error.
+blessed, 4 data rejected, 5 another run or retrain holds the output root's lock, 1 any
+other error.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Optional, Sequence
 
 from components import spans
 from components.trainer.settings import TrainConfig
-from pipeline import config, logs, preflight, retrain, run_state, speedups
+from pipeline import config, lock, logs, preflight, retrain, run_state, speedups
 
 
 def _positive(text: str) -> int:
@@ -152,12 +153,14 @@ def _run(args: argparse.Namespace, fast: bool) -> int:
             return local_runner.run(resolved, plan, orchestrator=args.orchestrator)
 
     try:
-        if args.command == "retrain":
-            report = retrain.retrain(run_config, args.window, run_pipeline, force=args.force)
-        else:
-            plan = run_state.plan(run_config)
-            # An unchanged re-run is decided without importing TensorFlow or TFX.
-            report = plan.previous if plan.previous is not None and not args.force else run_pipeline(run_config, plan)
+        with lock.RunLock(run_config.output_root, args.command):
+            if args.command == "retrain":
+                report = retrain.retrain(run_config, args.window, run_pipeline, force=args.force)
+            else:
+                plan = run_state.plan(run_config)
+                # An unchanged re-run is decided without importing TensorFlow or TFX.
+                reuse = plan.previous is not None and not args.force
+                report = plan.previous if reuse else run_pipeline(run_config, plan)
     except (spans.DataRootError, spans.WindowError) as err:
         print(f"error: {err}", file=sys.stderr)
         return config.ExitCode.ERROR
@@ -165,7 +168,7 @@ def _run(args: argparse.Namespace, fast: bool) -> int:
         print(f"error: data rejected: {err}", file=sys.stderr)
         print("Data rejected; nothing was trained or pushed.")
         return config.ExitCode.DATA_REJECTED
-    except retrain.LockHeld as err:
+    except lock.LockHeld as err:
         print(f"error: {err}", file=sys.stderr)
         return config.ExitCode.LOCKED
     report.seconds = time.perf_counter() - started

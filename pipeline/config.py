@@ -38,7 +38,7 @@ class ExitCode(enum.IntEnum):
     ERROR = 1  # anything else, with a message naming it
     NOT_BLESSED = 3  # trained, not blessed: the previous version keeps serving
     DATA_REJECTED = 4  # unreadable files, schema anomalies or drift: nothing trained
-    LOCKED = 5  # another retrain holds the output root
+    LOCKED = 5  # another run or retrain holds the output root
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,65 +1,64 @@
 """`taxi-pipeline retrain`: the lock, the nothing-to-do path, the window."""
 
-import json
 import os
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
-from pipeline import retrain, run_state
+from pipeline import lock, run_state
 from pipeline.run_state import Outcome, RunReport
 
-
-def _write_lock(folder, **owner):
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / retrain.LOCK_FILE).write_text(json.dumps(owner))
-
-
-def _dead_pid():
-    process = subprocess.Popen([sys.executable, "-c", "pass"])
-    process.wait()
-    return process.pid
+HOLD_LOCK = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.pwrite(fd, b"retrain: pid %d on a host since a moment" % os.getpid(), 0)
+print("held", flush=True)
+time.sleep(120)
+"""
 
 
-def test_a_live_lock_stops_the_run_with_exit_5(workspace, copy_spans, taxi_pipeline):
+def _hold_lock(output_root):
+    """A process that holds the output root's lock until killed."""
+    output_root.mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(output_root / lock.LOCK_FILE)],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+@pytest.mark.parametrize("command", ["run", "retrain"])
+def test_a_held_lock_stops_run_and_retrain_with_exit_5_naming_the_holder(workspace, copy_spans, taxi_pipeline, command):
     copy_spans(workspace.data, (15, 16))
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    holder = _hold_lock(workspace.out)
     try:
-        _write_lock(workspace.out, pid=holder.pid, host=socket.gethostname(), started=time.time())
-        result = taxi_pipeline("retrain", *workspace.locations())
+        result = taxi_pipeline(command, *workspace.locations())
     finally:
         holder.kill()
         holder.wait()
-    assert result.returncode == 5
-    assert f"pid {holder.pid}" in result.stderr
-    assert (workspace.out / retrain.LOCK_FILE).exists()  # not ours to remove
+    assert result.returncode == 5, result.stderr
+    assert f"retrain: pid {holder.pid}" in result.stderr and "try again" in result.stderr
+    assert not workspace.metadata.exists()
 
 
-@pytest.mark.parametrize("owner", [
-    {"pid": None, "host": socket.gethostname(), "started": 0},  # pid filled in below: a dead process
-    {"pid": 1, "host": "another-host", "started": time.time() - retrain.STALE_LOCK_SECONDS - 60},
-    None,  # half-written
-])
-def test_a_stale_lock_is_recovered(tmp_path, owner):
-    if owner is None:
-        tmp_path.joinpath(retrain.LOCK_FILE).write_text('{"pid": 12')
-    else:
-        owner = dict(owner, pid=owner["pid"] or _dead_pid())
-        _write_lock(tmp_path, **owner)
-    with retrain.RunLock(str(tmp_path)) as lock:
-        assert lock.recovered_from is not None
-        assert json.loads((tmp_path / retrain.LOCK_FILE).read_text())["pid"] == os.getpid()
-    assert not (tmp_path / retrain.LOCK_FILE).exists()
+def test_the_lock_of_a_killed_holder_is_free_at_once(tmp_path):
+    holder = _hold_lock(tmp_path)
+    holder.kill()  # SIGKILL: no clean-up runs
+    holder.wait()
+    assert "retrain: pid" in (tmp_path / lock.LOCK_FILE).read_text()  # its line is still there
+    with lock.RunLock(str(tmp_path), "run"):
+        assert (tmp_path / lock.LOCK_FILE).read_text().startswith(f"run: pid {os.getpid()} on ")
+    assert (tmp_path / lock.LOCK_FILE).read_text() == ""
 
 
-def test_a_recent_lock_of_another_host_is_respected(tmp_path):
-    _write_lock(tmp_path, pid=1, host="another-host", started=time.time())
-    with pytest.raises(retrain.LockHeld, match="another-host"):
-        with retrain.RunLock(str(tmp_path)):
-            pass
+def test_a_second_holder_in_the_same_process_is_refused(tmp_path):
+    with lock.RunLock(str(tmp_path), "run"):
+        with pytest.raises(lock.LockHeld, match="another run holds"):
+            with lock.RunLock(str(tmp_path), "retrain"):
+                pass
+    with lock.RunLock(str(tmp_path), "retrain"):
+        pass
 
 
 def test_a_span_already_trained_on_means_nothing_to_do(workspace, copy_spans, taxi_pipeline):
@@ -71,7 +70,6 @@ def test_a_span_already_trained_on_means_nothing_to_do(workspace, copy_spans, ta
     assert result.returncode == 0, result.stderr
     assert "span 16 was already trained on; nothing to do" in result.stdout
     assert "Up to date" in result.stdout
-    assert not (workspace.out / retrain.LOCK_FILE).exists()
     assert not workspace.metadata.exists()
 
 
