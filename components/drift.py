@@ -14,7 +14,7 @@ Beam settings, reading the two spans' files as a stream.
 # No `from __future__ import annotations`: TFX reads this component's type hints.
 import json
 import os
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import apache_beam as beam
 import tensorflow as tf
@@ -123,7 +123,6 @@ def DataGate(  # a component is named like a class
     if len(spans_read) >= 2:
         previous, newest = spans_read[-2:]
         splits = set(json.loads(statistics.split_names))
-        current_stats: Optional[statistics_pb2.DatasetFeatureStatisticsList]
         if {spans.WINDOW_EVAL_SPLIT, PREVIOUS_SPAN_SPLIT} <= splits:
             current_stats = split_statistics(statistics, spans.WINDOW_EVAL_SPLIT)
             previous_stats = split_statistics(statistics, PREVIOUS_SPAN_SPLIT)

@@ -23,7 +23,8 @@ FILES_IN_SPAN = "*"
 # Every file of every span folder (ExampleGen's pattern for the whole data root).
 # ImportExampleGen fingerprints the files, so a new or changed span is ingested again
 # and an unchanged data root is served from cache.
-ALL_SPANS_PATTERN = f"span-*/{FILES_IN_SPAN}"
+FOLDER_PATTERN = "span-*"
+ALL_SPANS_PATTERN = f"{FOLDER_PATTERN}/{FILES_IN_SPAN}"
 _FOLDER = re.compile(r"^span-(\d+)/?$")
 # In a window, the newest span is the eval split; the older ones are train_1 (the next
 # newest), train_2, ...: names fixed by the window's size, so a pipeline compiled once
@@ -84,6 +85,11 @@ def _size(path: str) -> int:
     return os.path.getsize(path)
 
 
+def _require_folder(data_root: str) -> None:
+    if not _isdir(data_root):
+        raise DataRootError(f"data root {data_root} does not exist or is not a folder")
+
+
 def folder(span: int) -> str:
     return f"span-{span}"
 
@@ -106,8 +112,7 @@ def numbered(names: Iterable[str]) -> List[Tuple[int, str]]:
 
 def span_numbers(data_root: str) -> List[int]:
     """The span numbers under `data_root`, oldest first, without listing their files."""
-    if not _isdir(data_root):
-        raise DataRootError(f"data root {data_root} does not exist or is not a folder")
+    _require_folder(data_root)
     return [span for span, name in numbered(_listdir(data_root)) if _isdir(join(data_root, name))]
 
 
@@ -116,15 +121,14 @@ def stray_folders(data_root: str) -> List[str]:
     span folders (`span-old`, `span-1a`): their files would be ingested unchecked."""
     return sorted(
         join(data_root, name) for name in _listdir(data_root)
-        if fnmatch.fnmatchcase(name, "span-*") and number(name) is None
+        if fnmatch.fnmatchcase(name, FOLDER_PATTERN) and number(name) is None
     )
 
 
 def list_spans(data_root: str, only: Optional[Sequence[int]] = None) -> List[Span]:
     """The span folders under `data_root` (or just the `only` ones), oldest first, with
     the files ExampleGen would ingest from each."""
-    if not _isdir(data_root):
-        raise DataRootError(f"data root {data_root} does not exist or is not a folder")
+    _require_folder(data_root)
     found = []
     for span, name in numbered(_listdir(data_root)):
         path = join(data_root, name)

@@ -45,7 +45,7 @@ def _add_local_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--verbose", action="store_true", help="full TensorFlow/Beam/TFX logs on the console")
     command.add_argument("--run-eagerly", action="store_true",
                          help="run the Trainer's tf.functions eagerly (debugging; much slower)")
-    command.add_argument("--orchestrator", choices=("local", "beam"), default="local",
+    command.add_argument("--orchestrator", choices=config.ORCHESTRATORS, default=config.ORCHESTRATORS[0],
                          help="local: LocalDagRunner, one node after another; beam: BeamDagRunner, "
                               "each node a step of one Beam pipeline")
     command.add_argument("--no-speedups", action="store_true",
@@ -139,7 +139,7 @@ def _run_config(args: argparse.Namespace) -> config.RunConfig:
     ).resolved()
 
 
-def _run(args: argparse.Namespace, fast: bool) -> int:
+def _run(args: argparse.Namespace) -> int:
     """`run` and `retrain`: resolve the config, run, report; exit status by outcome."""
     started = time.perf_counter()
     if not args.verbose:
@@ -149,7 +149,7 @@ def _run(args: argparse.Namespace, fast: bool) -> int:
     run_config = _run_config(args)
 
     def run_pipeline(resolved: config.RunConfig, plan: run_state.RunPlan) -> run_state.RunReport:
-        with speedups.local_runner(fast) as local_runner:
+        with speedups.local_runner(speedups.enabled()) as local_runner:
             return local_runner.run(resolved, plan, orchestrator=args.orchestrator)
 
     try:
@@ -230,7 +230,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command in ("run", "retrain"):
             if args.no_speedups:
                 os.environ[speedups.ENV] = "0"  # one setting, read by the run and the exit
-            return _run(args, fast=speedups.enabled())
+            return _run(args)
         if args.command == "compile":
             return _compile(args)
         if args.command == "schedule":

@@ -27,6 +27,8 @@ SERVING_DIR = "serving_model"
 KEEP_VERSIONS = 3
 # Spans in the rolling window of `retrain` and of the compiled (scheduled) pipeline.
 WINDOW_SIZE = 4
+# How a local run is orchestrated: LocalDagRunner (the default) or BeamDagRunner.
+ORCHESTRATORS = ("local", "beam")
 # Where the Dockerfile installs the package; the schema ships inside it.
 IMAGE_SCHEMA_DIR = "/pipeline/components/schema"
 
@@ -98,7 +100,8 @@ class Settings:
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    """A local run (LocalDagRunner or BeamDagRunner): local or gs:// paths, SQLite MLMD."""
+    """A run on this machine (LocalDagRunner or BeamDagRunner): the data root and serving
+    folder local or gs://, the output root (SQLite MLMD, logs, lock) local."""
 
     data_root: str = DATA_ROOT
     output_root: str = OUTPUT_ROOT
@@ -167,9 +170,13 @@ class KubeflowConfig:
         return f"{self.serving_dir.rstrip('/')}/{self.settings.model_name}"
 
     def pipeline_args(self) -> Dict[str, Any]:
-        """`create_pipeline(...)`'s arguments; the schema is read from inside the image."""
-        return pipeline_args(self.settings, pipeline_root=self.pipeline_root, data_root=self.data_root,
-                             serving_model_dir=self.model_serving_dir, schema_dir=self.schema_dir)
+        """`create_pipeline(...)`'s arguments; the schema is read from inside the image. The
+        spans of a future run are unknown: no span listing (see `components.window`)."""
+        return dict(
+            pipeline_args(self.settings, pipeline_root=self.pipeline_root, data_root=self.data_root,
+                          serving_model_dir=self.model_serving_dir, schema_dir=self.schema_dir),
+            span_listing="",
+        )
 
 
 def pipeline_args(

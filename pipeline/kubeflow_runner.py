@@ -17,7 +17,7 @@ from pipeline import pipeline as pipeline_lib
 
 
 def build_pipeline(kfp_config: config.KubeflowConfig) -> tfx.dsl.Pipeline:
-    return pipeline_lib.create_pipeline(**kfp_config.pipeline_args(), span_listing="")
+    return pipeline_lib.create_pipeline(**kfp_config.pipeline_args())
 
 
 def compile_pipeline(kfp_config: config.KubeflowConfig, output_path: str) -> Dict[str, Any]:

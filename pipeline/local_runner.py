@@ -22,7 +22,7 @@ from pipeline import pipeline as pipeline_lib
 
 # LocalDagRunner runs the nodes one after another in this process; BeamDagRunner makes
 # each node a step of one Beam pipeline (here on the DirectRunner, in this process too).
-ORCHESTRATORS = {"local": tfx.orchestration.LocalDagRunner, "beam": BeamDagRunner}
+ORCHESTRATORS = dict(zip(config.ORCHESTRATORS, (tfx.orchestration.LocalDagRunner, BeamDagRunner)))
 
 
 def build_pipeline(run_config: config.RunConfig, span_listing: Sequence[int]) -> tfx.dsl.Pipeline:

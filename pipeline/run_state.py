@@ -176,24 +176,30 @@ def save(output_root: str, run_fingerprint: str, report: RunReport) -> None:
 
 @dataclasses.dataclass
 class RunPlan:
-    files: List[str]
-    # The span numbers found, oldest first.
-    spans: List[int]
+    # The spans found, oldest first, with their files.
+    found: List[spans.Span]
     fingerprint: str
     # The last run's report when nothing changed since; None when a run is needed.
     previous: Optional[RunReport]
+
+    @property
+    def files(self) -> List[str]:
+        return [path for span in self.found for path, _ in span.files]
+
+    @property
+    def spans(self) -> List[int]:
+        return [span.number for span in self.found]
 
 
 def plan(run_config: config_lib.RunConfig) -> RunPlan:
     """Lists the data (or raises naming the problem) and decides whether a run is needed."""
     started = time.perf_counter()
     found = preflight.checked_spans(run_config.data_root)
-    files = [path for span in found for path, _ in span.files]
-    run_fingerprint = fingerprint(run_config, files)
+    run_fingerprint = fingerprint(run_config, [path for span in found for path, _ in span.files])
     previous = reusable_report(run_config.output_root, run_fingerprint)
     if previous is not None:
         previous.seconds = time.perf_counter() - started
-    return RunPlan(files, [span.number for span in found], run_fingerprint, previous)
+    return RunPlan(found, run_fingerprint, previous)
 
 
 def _as_reused(report: RunReport, note: str = "") -> RunReport:
