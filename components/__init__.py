@@ -8,3 +8,6 @@ module of this package imports TensorFlow. Child processes (Beam workers) inheri
 import os
 
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
+
+# The curated schema (the data contract), in the `schema/` folder of this package.
+SCHEMA_FILE = "schema.pbtxt"

@@ -1,4 +1,5 @@
-"""A Pusher whose pushes are atomic, idempotent and pruned.
+"""A Pusher whose pushes are atomic, idempotent, serialized and pruned, and which says
+which model serves.
 
 TFX's own filesystem Pusher copies the model straight into `<base>/<version>/`
 (`saved_model.pb` last). A run killed mid-copy leaves a partial version folder behind
@@ -9,29 +10,45 @@ it pushes the same model again on the re-run. This one:
   version folder is either complete or absent (TF Serving ignores non-numeric names);
 - recognizes a model that is already the newest version (same SavedModel fingerprint)
   and records that version instead of pushing a duplicate;
+- holds `<base>/.push.lock` (`fcntl.flock`, released by the kernel when its holder
+  dies) while it chooses a version, copies and prunes, for a local serving folder: two
+  pipelines pushing to one folder get distinct versions even within one second, and a
+  staging folder found under the lock is a dead push's, never a live one's;
 - keeps the newest `keep_versions` versions and deletes older ones (never the newest,
-  which is the one TF Serving's default policy serves), plus stale staging folders.
+  which is the one TF Serving's default policy serves), plus stale staging folders;
+- outputs a `ServedModelBlessing` (blessed, with the model's id, as the Evaluator's
+  blessing has it) when the model serves. The pipeline's baseline resolver reads these,
+  not the Evaluator's blessings: the baseline, and the warm start, is the model that
+  last reached serving. A blessing alone changes nothing: after a kill between the
+  Evaluator and the Pusher, the re-run finds every input as before, reuses the trained
+  and evaluated model, and pushes it once.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
+import fcntl
 import logging
 import os
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import tensorflow as tf
 from tfx import types
-from tfx import v1 as tfx
+from tfx.components.evaluator import constants as evaluator_constants
 from tfx.components.pusher import executor as tfx_pusher_executor
-from tfx.dsl.components.base import executor_spec
+from tfx.dsl.components.base import base_component, executor_spec
 from tfx.proto import pusher_pb2
-from tfx.types import artifact_utils, standard_component_specs
+from tfx.types import artifact_utils, standard_artifacts, standard_component_specs
+from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
 from tfx.utils import io_utils, proto_utils
 
+from components import spans
+
 KEEP_VERSIONS_KEY = "keep_versions"
+SERVED_KEY = "served_blessing"
 STAGING_PREFIX = ".staging-"
+LOCK_FILE = ".push.lock"
 # The PushedModel artifact's properties, as TFX's own Pusher names them.
 PUSHED_PROPERTY = "pushed"
 DESTINATION_PROPERTY = "pushed_destination"
@@ -64,8 +81,26 @@ def already_pushed(model_path: str, base_directory: str) -> Optional[int]:
     return newest if _read(os.path.join(base_directory, str(newest), _FINGERPRINT)) == fingerprint else None
 
 
+@contextlib.contextmanager
+def push_lock(base_directory: str) -> Iterator[None]:
+    """Holds the serving folder for one push (local folders; a remote one is the
+    scheduler's to serialize, e.g. a Vertex schedule's one concurrent run)."""
+    tf.io.gfile.makedirs(base_directory)
+    if spans.is_remote(base_directory):
+        yield
+        return
+    fd = os.open(os.path.join(base_directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # waits: a push takes seconds
+        yield
+    finally:
+        os.close(fd)
+
+
 def push(model_path: str, base_directory: str, version: Optional[int] = None) -> int:
-    """Copies the SavedModel to `<base>/<version>` through a staging folder; returns the version."""
+    """Copies the SavedModel to `<base>/<version>` through a staging folder; returns the
+    version: `version` (default: now, in seconds) or one more than the newest, if larger.
+    Call it under `push_lock`."""
     tf.io.gfile.makedirs(base_directory)
     existing = versions(base_directory)
     version = max([version or int(time.time())] + [v + 1 for v in existing[-1:]])
@@ -78,7 +113,8 @@ def push(model_path: str, base_directory: str, version: Optional[int] = None) ->
 
 
 def prune(base_directory: str, keep_versions: int) -> List[int]:
-    """Deletes all but the newest `keep_versions` versions and any staging leftovers."""
+    """Deletes all but the newest `keep_versions` versions and any staging leftovers.
+    Call it under `push_lock`: a staging folder is then a dead push's."""
     if keep_versions < 1:
         raise ValueError(f"{KEEP_VERSIONS_KEY} must be at least 1, got {keep_versions}")
     for name in tf.io.gfile.listdir(base_directory):
@@ -97,8 +133,42 @@ def mark_pushed(model_push: types.Artifact, destination: str, version: int) -> N
     model_push.set_string_custom_property(VERSION_PROPERTY, str(version))
 
 
+class ServedModelBlessing(standard_artifacts.ModelBlessing):
+    """A model that reached serving: `blessed` 1 and the model's id in `current_model_id`,
+    as in the Evaluator's blessing, so `LatestBlessedModelStrategy` resolves it."""
+
+    # `<namespace>.<Name>`: the form KFP v2 needs of a custom type's schema title.
+    TYPE_NAME = "taxi.ServedModelBlessing"
+
+
+class StagedPusherSpec(ComponentSpec):
+    PARAMETERS = {
+        standard_component_specs.PUSH_DESTINATION_KEY: ExecutionParameter(type=pusher_pb2.PushDestination),
+        KEEP_VERSIONS_KEY: ExecutionParameter(type=int),
+    }
+    INPUTS = {
+        standard_component_specs.MODEL_KEY: ChannelParameter(type=standard_artifacts.Model),
+        standard_component_specs.MODEL_BLESSING_KEY: ChannelParameter(type=standard_artifacts.ModelBlessing),
+    }
+    OUTPUTS = {
+        standard_component_specs.PUSHED_MODEL_KEY: ChannelParameter(type=standard_artifacts.PushedModel),
+        SERVED_KEY: ChannelParameter(type=ServedModelBlessing),
+    }
+
+
+def _mark_served(served: types.Artifact, blessing: types.Artifact, model: types.Artifact, pushed: bool) -> None:
+    served.set_int_custom_property(evaluator_constants.ARTIFACT_PROPERTY_BLESSED_KEY, int(pushed))
+    if pushed:
+        model_id = evaluator_constants.ARTIFACT_PROPERTY_CURRENT_MODEL_ID_KEY
+        served.set_int_custom_property(
+            model_id, blessing.get_int_custom_property(model_id) if blessing.has_custom_property(model_id) else model.id
+        )
+        served.set_string_custom_property(evaluator_constants.ARTIFACT_PROPERTY_CURRENT_MODEL_URI_KEY, model.uri)
+
+
 class Executor(tfx_pusher_executor.Executor):
-    """Pusher executor with staged, idempotent pushes and retention (filesystem only)."""
+    """Pusher executor with staged, idempotent, serialized pushes and retention
+    (filesystem destinations only)."""
 
     def Do(
         self,
@@ -107,8 +177,12 @@ class Executor(tfx_pusher_executor.Executor):
         exec_properties: Dict[str, Any],
     ) -> None:
         model_push = artifact_utils.get_single_instance(output_dict[standard_component_specs.PUSHED_MODEL_KEY])
+        served = artifact_utils.get_single_instance(output_dict[SERVED_KEY])
+        blessing = artifact_utils.get_single_instance(input_dict[standard_component_specs.MODEL_BLESSING_KEY])
+        model = artifact_utils.get_single_instance(input_dict[standard_component_specs.MODEL_KEY])
         if not self.CheckBlessing(input_dict):
             model_push.set_int_custom_property(PUSHED_PROPERTY, 0)
+            _mark_served(served, blessing, model, pushed=False)
             return
         model_path = self.GetModelPath(input_dict)
         destination = pusher_pb2.PushDestination()
@@ -116,27 +190,41 @@ class Executor(tfx_pusher_executor.Executor):
         if destination.WhichOneof("destination") != "filesystem":
             raise ValueError("this Pusher pushes to a filesystem destination only")
         base = destination.filesystem.base_directory
-        custom_config = exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY) or {}
-        if isinstance(custom_config, str):
-            custom_config = json.loads(custom_config or "{}")
-        if KEEP_VERSIONS_KEY not in custom_config:
-            raise ValueError(f"the Pusher's custom_config needs {KEEP_VERSIONS_KEY!r}")
-        keep = int(custom_config[KEEP_VERSIONS_KEY])
+        keep = int(exec_properties[KEEP_VERSIONS_KEY])
 
-        version = already_pushed(model_path, base)
-        if version is None:
-            version = push(model_path, base)
-            logging.info("pushed %s to %s/%d", model_path, base, version)
-        else:
-            logging.info("model %s is already version %d in %s; not pushed again", model_path, version, base)
-        removed = prune(base, keep)
+        with push_lock(base):
+            version = already_pushed(model_path, base)
+            if version is None:
+                version = push(model_path, base)
+                logging.info("pushed %s to %s/%d", model_path, base, version)
+            else:
+                logging.info("model %s is already version %d in %s; not pushed again", model_path, version, base)
+            removed = prune(base, keep)
         if removed:
             logging.info("retention (%d versions): removed %s", keep, removed)
         io_utils.copy_dir(model_path, model_push.uri)
         mark_pushed(model_push, os.path.join(base, str(version)), version)
+        _mark_served(served, blessing, model, pushed=True)
 
 
-class StagedPusher(tfx.components.Pusher):
-    """`tfx.components.Pusher` with the staged, idempotent, pruning executor."""
+class StagedPusher(base_component.BaseComponent):
+    """Pushes a blessed model to a filesystem folder in TF Serving's layout (see the
+    module doc); `outputs[SERVED_KEY]` says which model serves."""
 
+    SPEC_CLASS = StagedPusherSpec
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(Executor)
+
+    def __init__(self, model: types.BaseChannel, model_blessing: types.BaseChannel, serving_model_dir: str,
+                 keep_versions: int):
+        if keep_versions < 1:
+            raise ValueError(f"{KEEP_VERSIONS_KEY} must be at least 1, got {keep_versions}")
+        super().__init__(spec=StagedPusherSpec(
+            model=model,
+            model_blessing=model_blessing,
+            push_destination=pusher_pb2.PushDestination(
+                filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=serving_model_dir)
+            ),
+            keep_versions=keep_versions,
+            pushed_model=types.Channel(type=standard_artifacts.PushedModel),
+            served_blessing=types.Channel(type=ServedModelBlessing),
+        ))

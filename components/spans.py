@@ -6,6 +6,14 @@ listing in the project goes through `list_spans` (the command line's pre-flight 
 given the patterns of this module, so they all agree on which folders are spans and which
 files a span holds.
 
+The files of a span are the entries of its folder that match `FILES_IN_SPAN`:
+`[!._]*.gz`, the GZIP files not hidden (`.DS_Store`, `._x.gz` from macOS copies,
+editor swap files) and not marked as bookkeeping the way Hadoop, Spark and Beam mark it
+(`_SUCCESS`, `_temporary/`). Beam reads a `.gz` file as GZIP by its extension, as the
+pre-flight check does. Every other entry is ignored by both, and listed (`Span.ignored`)
+so the run log can name it. `N` may be zero-padded (`span-007`); two folders of one
+number (`span-7`, `span-007`) are refused.
+
 Local paths are listed with `os` (the command line decides "nothing to do" before
 TensorFlow is imported); remote ones (`gs://...`) through `tf.io.gfile`, imported only then.
 """
@@ -14,12 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import hashlib
 import os
 import re
 from typing import Iterable, List, Optional, Sequence, Tuple
 
-# The files of one span, relative to its folder, as ExampleGen's patterns say them.
-FILES_IN_SPAN = "*"
+# The files of one span, relative to its folder, as ExampleGen's patterns say them
+# (Beam's glob and `fnmatch` read `[!._]` alike: a first character other than . and _).
+FILES_IN_SPAN = "[!._]*.gz"
 # Every file of every span folder (ExampleGen's pattern for the whole data root).
 # ImportExampleGen fingerprints the files, so a new or changed span is ingested again
 # and an unchanged data root is served from cache.
@@ -46,11 +56,18 @@ class Span:
     path: str
     # Every file of the span, sorted, with its size in bytes.
     files: Tuple[Tuple[str, int], ...]
+    # Entries of the span folder that are not its files (neither checked nor ingested).
+    ignored: Tuple[str, ...] = ()
+
+    @property
+    def folder_name(self) -> str:
+        return self.path.rstrip("/").rsplit("/", 1)[-1]
 
     @property
     def pattern(self) -> str:
         """The glob ExampleGen reads this span's files with."""
         return join(self.path, FILES_IN_SPAN)
+
 
 
 def is_remote(path: str) -> bool:
@@ -85,18 +102,49 @@ def _size(path: str) -> int:
     return os.path.getsize(path)
 
 
+# Bytes hashed at a time.
+_CHUNK = 1 << 20
+# Digests of files already hashed in this process, by path, size, mtime and inode: the
+# run's plan and ImportExampleGen's driver hash each file once between them.
+_DIGESTS: dict = {}
+
+
+def _stamp(path: str) -> Tuple[int, int, int]:
+    if is_remote(path):
+        import tensorflow as tf
+
+        stat = tf.io.gfile.stat(path)
+        return stat.length, stat.mtime_nsec, 0
+    stat = os.stat(path)
+    return stat.st_size, stat.st_mtime_ns, stat.st_ino
+
+
+def file_digest(path: str) -> str:
+    """SHA-256 of a file's bytes: what decides whether data changed, never its mtime."""
+    key = (path,) + _stamp(path)
+    if key not in _DIGESTS:
+        digest = hashlib.sha256()
+        if is_remote(path):
+            import tensorflow as tf
+
+            handle = tf.io.gfile.GFile(path, "rb")
+        else:
+            handle = open(path, "rb")
+        with handle:
+            while chunk := handle.read(_CHUNK):
+                digest.update(chunk)
+        _DIGESTS[key] = digest.hexdigest()
+    return _DIGESTS[key]
+
+
 def _require_folder(data_root: str) -> None:
     if not _isdir(data_root):
         raise DataRootError(f"data root {data_root} does not exist or is not a folder")
 
 
 def folder(span: int) -> str:
+    """The folder name `make-data` gives span `span`."""
     return f"span-{span}"
-
-
-def files_pattern(span: int) -> str:
-    """ExampleGen's pattern for one span's files, relative to the data root."""
-    return f"{folder(span)}/{FILES_IN_SPAN}"
 
 
 def number(folder_name: str) -> Optional[int]:
@@ -106,14 +154,27 @@ def number(folder_name: str) -> Optional[int]:
 
 
 def numbered(names: Iterable[str]) -> List[Tuple[int, str]]:
-    """`(span number, name)` of the span folders among `names`, oldest first."""
-    return sorted((span, name.rstrip("/")) for name in names if (span := number(name)) is not None)
+    """`(span number, name)` of the span folders among `names`, oldest first; two names
+    of one number (`span-7`, `span-007`) are refused."""
+    found = sorted((span, name.rstrip("/")) for name in names if (span := number(name)) is not None)
+    for (first, first_name), (second, second_name) in zip(found, found[1:]):
+        if first == second:
+            raise DataRootError(
+                f"{first_name} and {second_name} are both span {first}; keep one folder per span"
+            )
+    return found
+
+
+def span_folders(data_root: str) -> List[Tuple[int, str]]:
+    """`(span number, folder name)` of the spans under `data_root`, oldest first, without
+    listing their files."""
+    _require_folder(data_root)
+    return [(span, name) for span, name in numbered(_listdir(data_root)) if _isdir(join(data_root, name))]
 
 
 def span_numbers(data_root: str) -> List[int]:
-    """The span numbers under `data_root`, oldest first, without listing their files."""
-    _require_folder(data_root)
-    return [span for span, name in numbered(_listdir(data_root)) if _isdir(join(data_root, name))]
+    """The span numbers under `data_root`, oldest first."""
+    return [span for span, _ in span_folders(data_root)]
 
 
 def stray_folders(data_root: str) -> List[str]:
@@ -134,10 +195,24 @@ def list_spans(data_root: str, only: Optional[Sequence[int]] = None) -> List[Spa
         path = join(data_root, name)
         if (only is not None and span not in only) or not _isdir(path):
             continue
-        names = sorted(n for n in _listdir(path) if fnmatch.fnmatchcase(n, FILES_IN_SPAN))
-        files = tuple((join(path, n), _size(join(path, n))) for n in names if not _isdir(join(path, n)))
-        found.append(Span(span, path, files))
+        files, ignored = [], []
+        for entry in sorted(_listdir(path)):
+            entry_path = join(path, entry)
+            if fnmatch.fnmatchcase(entry, FILES_IN_SPAN) and not _isdir(entry_path):
+                files.append((entry_path, _size(entry_path)))
+            else:
+                ignored.append(entry_path)
+        found.append(Span(span, path, tuple(files), tuple(ignored)))
     return found
+
+
+def ignored_entries(data_root: str) -> List[str]:
+    """Entries of `data_root` that are neither span folders nor matched by ExampleGen's
+    `span-*` pattern: never read."""
+    return sorted(
+        join(data_root, name) for name in _listdir(data_root)
+        if number(name) is None and not fnmatch.fnmatchcase(name, FOLDER_PATTERN)
+    )
 
 
 def window_train_splits(size: int) -> List[str]:
@@ -154,3 +229,9 @@ def window(available: Sequence[int], size: int) -> List[Tuple[str, int]]:
     if len(chosen) < size:
         raise WindowError(f"a window of {size} spans needs {size} span folders; found {len(chosen)}: {chosen}")
     return list(zip(names, chosen))
+
+
+def relative_pattern(folder_name: str) -> str:
+    """ExampleGen's pattern for the files of the span folder `folder_name`, relative to the
+    data root."""
+    return f"{folder_name}/{FILES_IN_SPAN}"

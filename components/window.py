@@ -17,8 +17,10 @@ Caching. Its `listing` parameter is the span numbers the local runner found when
 planned the run (`"12,13,16"`): the node is cached while they stay the same, so its
 outputs, and everything downstream that did not change, are reused (a re-run after a
 crash, `--force`, an edit to the model code). ExampleGen still fingerprints the files
-themselves. A compiled pipeline cannot know the spans of a future run: it passes ""
-and `pipeline.compiled_fixes` turns this node's cache off.
+themselves. A compiled pipeline cannot know the spans of a future run: it passes "",
+and `pipeline.compiled_fixes` turns this node's cache off and makes the job's id one of
+its inputs, so it runs on every job even when the job is submitted with caching forced
+on (`aiplatform.PipelineJob(..., enable_caching=True)` overrides per-task settings).
 """
 
 from typing import List, Tuple
@@ -33,18 +35,24 @@ NODE_ID = "SpanWindow"
 # Output keys: ImportExampleGen's input_config (JSON), and the spans chosen ("10,11,12").
 INPUT_CONFIG_KEY = "input_config"
 SPANS_KEY = "spans_used"
+# The parameter a compiled pipeline sets to the pipeline job's id (see `SpanWindow`).
+JOB_PARAMETER = "job"
 ALL_SPANS_SPLIT = "all"
 
 
-def current_window(data_root: str, window_size: int) -> List[Tuple[str, int]]:
-    """`(split name, span)` of the newest `window_size` spans under `data_root`."""
-    return spans.window(spans.span_numbers(data_root), window_size)
+def current_window(data_root: str, window_size: int) -> List[Tuple[str, int, str]]:
+    """`(split name, span, folder name)` of the newest `window_size` spans under `data_root`."""
+    folders = dict(spans.span_folders(data_root))
+    return [(name, span, folders[span]) for name, span in spans.window(list(folders), window_size)]
 
 
-def window_input_config(chosen: List[Tuple[str, int]]) -> tfx.proto.Input:
+def window_input_config(chosen: List[Tuple[str, int, str]]) -> tfx.proto.Input:
     """One ExampleGen input split per span of the window."""
     return tfx.proto.Input(
-        splits=[tfx.proto.Input.Split(name=name, pattern=spans.files_pattern(span)) for name, span in chosen]
+        splits=[
+            tfx.proto.Input.Split(name=name, pattern=spans.relative_pattern(folder_name))
+            for name, _, folder_name in chosen
+        ]
     )
 
 
@@ -65,17 +73,27 @@ def SpanWindow(  # a component is named like a class
     listing: tfx.dsl.components.Parameter[str],
     input_config: tfx.dsl.components.OutputArtifact[standard_artifacts.String],
     spans_used: tfx.dsl.components.OutputArtifact[standard_artifacts.String],
+    job: tfx.dsl.components.Parameter[str] = "",
 ) -> None:
     """Writes ImportExampleGen's `input_config` and the spans it covers.
 
-    `listing` is not read: it is the cache key (see the module doc).
+    `listing` is the cache key (see the module doc); when given, the spans chosen must be
+    those, or the data changed after the run was planned and the run stops, naming both.
+    `job` is not read: in a compiled pipeline it is the pipeline job's id (see
+    `pipeline.compiled_fixes`), so no two jobs share this node's cache key.
     """
-    del listing
+    del job
     if window_size:
         chosen = current_window(data_root, window_size)
         config = window_input_config(chosen)
-        numbers = [span for _, span in chosen]
+        numbers = [span for _, span, _ in chosen]
     else:
         config, numbers = all_spans_input_config(), spans.span_numbers(data_root)
+    planned = ",".join(str(span) for span in numbers)
+    if listing and listing != planned:
+        raise ValueError(
+            f"the spans under {data_root} changed after this run was planned (planned {listing}, now {planned}); "
+            "run again"
+        )
     input_config.value = json_format.MessageToJson(config, sort_keys=True, preserving_proto_field_name=True)
     spans_used.value = ",".join(str(span) for span in numbers)

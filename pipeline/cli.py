@@ -93,6 +93,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _ranges(numbers: Sequence[int]) -> str:
+    """`1-4, 7, 9-10` for [1, 2, 3, 4, 7, 9, 10]."""
+    groups: list = []
+    for number in sorted(numbers):
+        if groups and number == groups[-1][1] + 1:
+            groups[-1][1] = number
+        else:
+            groups.append([number, number])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in groups)
+
+
 def _print_report(report: run_state.RunReport, log_path: str) -> None:
     Outcome = run_state.Outcome  # noqa: N806
     lines = []
@@ -105,6 +116,16 @@ def _print_report(report: run_state.RunReport, log_path: str) -> None:
         lines.append(f"Spans: trained on {', '.join(map(str, train))}; evaluated on {newest}")
     elif report.spans:
         lines.append(f"Spans: {', '.join(map(str, report.spans))} (hash-split train:eval)")
+    if report.span_checks:
+        ok = [int(span) for span, found in report.span_checks.items() if not found]
+        bad = [f"{span} ({len(found)} finding{'s' if len(found) > 1 else ''})"
+               for span, found in report.span_checks.items() if found]
+        verdicts = ([f"ok {_ranges(ok)}"] if ok else []) + ([f"rejected {', '.join(bad)}"] if bad else [])
+        lines.append(f"Spans checked one by one against the schema: {'; '.join(verdicts)}")
+    if report.ignored:
+        more = len(report.ignored) - 3
+        shown = ", ".join(report.ignored[:3]) + (f" and {more} more" if more > 0 else "")
+        lines.append(f"Ignored (not span data, read by nothing; listed in the log): {shown}")
     if report.warm_start:
         lines.append(f"Warm start: {report.warm_start}")
     if report.anomalies:
@@ -121,7 +142,7 @@ def _print_report(report: run_state.RunReport, log_path: str) -> None:
         Outcome.NOT_BLESSED: "Model trained but NOT blessed; the previous version keeps serving.",
         Outcome.DATA_REJECTED: "Data rejected; nothing was trained or pushed.",
     }[report.outcome]
-    lines.append(f"{summary} ({report.seconds:.1f} s, exit {report.outcome.exit_code})")
+    lines.append(f"{summary} ({report.seconds:.1f} s, exit {int(report.exit_code)})")
     lines.append(f"Full log: {log_path}")
     print("\n".join(lines))
 
@@ -144,9 +165,10 @@ def _run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if not args.verbose:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    # Logging first: importing TensorFlow, TFX and their dependencies already logs and warns.
-    log_path = logs.configure(os.path.join(args.output_root, "logs"), args.verbose)
+    # The config first (it refuses a remote output root before anything is written there),
+    # then logging: importing TensorFlow, TFX and their dependencies already logs and warns.
     run_config = _run_config(args)
+    log_path = logs.configure(os.path.join(run_config.output_root, "logs"), args.verbose)
 
     def run_pipeline(resolved: config.RunConfig, plan: run_state.RunPlan) -> run_state.RunReport:
         with speedups.local_runner(speedups.enabled()) as local_runner:
@@ -173,7 +195,7 @@ def _run(args: argparse.Namespace) -> int:
         return config.ExitCode.LOCKED
     report.seconds = time.perf_counter() - started
     _print_report(report, log_path)
-    return report.outcome.exit_code
+    return report.exit_code
 
 
 def _compile(args: argparse.Namespace) -> int:

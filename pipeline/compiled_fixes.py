@@ -11,6 +11,9 @@ from typing import Any, Dict
 
 from components import window
 
+# KFP's placeholder for the pipeline job's id, resolved by the backend when a task runs.
+PIPELINE_JOB_ID = "{{$.pipeline_job_uuid}}"
+
 
 def span_window_uncached_in_job(job: Dict[str, Any]) -> Dict[str, Any]:
     """The KFP v2 PipelineJob JSON with the SpanWindow task's cache off.
@@ -23,6 +26,26 @@ def span_window_uncached_in_job(job: Dict[str, Any]) -> Dict[str, Any]:
     tasks = job["pipelineSpec"]["root"]["dag"]["tasks"]
     if window.NODE_ID in tasks:
         tasks[window.NODE_ID]["cachingOptions"] = {"enableCache": False}
+    return job
+
+
+def span_window_keyed_by_job(job: Dict[str, Any]) -> Dict[str, Any]:
+    """The SpanWindow task takes the pipeline job's id as its `job` parameter.
+
+    Turning its cache off is not enough: `aiplatform.PipelineJob(..., enable_caching=True)`
+    (and the console's "enable caching") sets every task's caching option, and the window
+    would again be the first run's forever. With the job's id among its inputs, no two
+    jobs' SpanWindow tasks have the same cache key, whatever caching is asked for.
+    """
+    spec = job["pipelineSpec"]
+    tasks = spec["root"]["dag"]["tasks"]
+    if window.NODE_ID in tasks:
+        # The spec's schema (2.0.0) form of a constant; the backend resolves the placeholder.
+        parameters = tasks[window.NODE_ID].setdefault("inputs", {}).setdefault("parameters", {})
+        parameters[window.JOB_PARAMETER] = {"runtimeValue": {"constantValue": {"stringValue": PIPELINE_JOB_ID}}}
+        component = spec["components"][tasks[window.NODE_ID]["componentRef"]["name"]]
+        definitions = component.setdefault("inputDefinitions", {}).setdefault("parameters", {})
+        definitions[window.JOB_PARAMETER] = {"type": "STRING"}
     return job
 
 

@@ -141,7 +141,7 @@ class RunConfig:
         is read from the installed package."""
         return dict(
             pipeline_args(self.settings, pipeline_root=self.pipeline_root, data_root=self.data_root,
-                          serving_model_dir=self.model_serving_dir, schema_dir=schema_dir()),
+                          serving_model_dir=self.model_serving_dir, schema_folder=schema_dir()),
             span_listing=",".join(str(span) for span in span_listing),
         )
 
@@ -174,20 +174,22 @@ class KubeflowConfig:
         spans of a future run are unknown: no span listing (see `components.window`)."""
         return dict(
             pipeline_args(self.settings, pipeline_root=self.pipeline_root, data_root=self.data_root,
-                          serving_model_dir=self.model_serving_dir, schema_dir=self.schema_dir),
+                          serving_model_dir=self.model_serving_dir, schema_folder=self.schema_dir),
             span_listing="",
         )
 
 
 def pipeline_args(
-    settings: Settings, *, pipeline_root: str, data_root: str, serving_model_dir: str, schema_dir: str
+    settings: Settings, *, pipeline_root: str, data_root: str, serving_model_dir: str, schema_folder: str
 ) -> Dict[str, Any]:
     """`create_pipeline(...)`'s keyword arguments for these settings and locations."""
     return dict(
         pipeline_name=settings.pipeline_name,
         pipeline_root=pipeline_root,
         data_root=data_root,
-        schema_path=schema_dir,
+        schema_path=schema_folder,
+        # The schema a compiled pipeline reads from its image is this package's own.
+        schema_digest=file_sha256(schema_file()),
         serving_model_dir=serving_model_dir,
         train=settings.train,
         export_settings=ExportConfig(model_name=settings.model_name),
@@ -213,6 +215,16 @@ def local_beam_args() -> Tuple[str, ...]:
 def schema_dir() -> str:
     """Folder of the curated schema shipped inside the `components` package."""
     return os.path.join(os.path.dirname(components.__file__), "schema")
+
+
+def schema_file() -> str:
+    """The curated schema shipped inside the `components` package."""
+    return os.path.join(schema_dir(), components.SCHEMA_FILE)
+
+
+def file_sha256(path: str) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
 
 
 def source_digest(root: str) -> str:

@@ -26,7 +26,12 @@ def compile_pipeline(kfp_config: config.KubeflowConfig, output_path: str) -> Dic
         config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(default_image=kfp_config.image)
     )
     job = runner.run(build_pipeline(kfp_config), write_out=False)
-    job = compiled_fixes.producer_tasks_named_as_compiled(compiled_fixes.span_window_uncached_in_job(job))
+    for fix in (
+        compiled_fixes.span_window_uncached_in_job,
+        compiled_fixes.span_window_keyed_by_job,
+        compiled_fixes.producer_tasks_named_as_compiled,
+    ):
+        job = fix(job)
     with open(output_path, "w") as handle:
         json.dump(job, handle, indent=2, sort_keys=True)
     return job

@@ -8,9 +8,10 @@ before, without TensorFlow (`pipeline.run_state.plan`).
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 import time
-from typing import Sequence
+from typing import Optional, Sequence
 
 from tfx import v1 as tfx
 from tfx.dsl.compiler import compiler, constants
@@ -25,36 +26,72 @@ from pipeline import pipeline as pipeline_lib
 ORCHESTRATORS = dict(zip(config.ORCHESTRATORS, (tfx.orchestration.LocalDagRunner, BeamDagRunner)))
 
 
-def build_pipeline(run_config: config.RunConfig, span_listing: Sequence[int]) -> tfx.dsl.Pipeline:
+def build_pipeline(
+    run_config: config.RunConfig, span_listing: Sequence[int], enable_cache: bool = True
+) -> tfx.dsl.Pipeline:
     return pipeline_lib.create_pipeline(
         **run_config.pipeline_args(span_listing),
         metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
             run_config.metadata_path
         ),
+        enable_cache=enable_cache,
     )
 
 
-def compile_ir(run_config: config.RunConfig, span_listing: Sequence[int], run_id: str):
+def compile_ir(run_config: config.RunConfig, span_listing: Sequence[int], run_id: str, enable_cache: bool = True):
     """The pipeline's IR with `run_id` as its pipeline_run context."""
-    ir = compiler.Compiler().compile(build_pipeline(run_config, span_listing))
+    ir = compiler.Compiler().compile(build_pipeline(run_config, span_listing, enable_cache))
     runtime_parameter_utils.substitute_runtime_parameter(ir, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: run_id})
     return ir
 
 
-def new_run_id() -> str:
-    return f"{datetime.datetime.now():%Y%m%d-%H%M%S-%f}-{os.getpid()}"
+def new_run_id(fingerprint: str) -> str:
+    """`<time>-<pid>-<inputs>`: sorts by start time; ends with the inputs' fingerprint, by
+    which a re-run finds a run of the same inputs that finished but was not recorded."""
+    return f"{datetime.datetime.now():%Y%m%d-%H%M%S-%f}-{os.getpid()}-{fingerprint[:run_report.RUN_KEY_LENGTH]}"
 
 
 def run(run_config: config.RunConfig, plan: run_state.RunPlan, orchestrator: str = "local") -> run_state.RunReport:
     """Runs the pipeline once and records and returns what it did."""
     started = time.perf_counter()
-    preflight.check_records(plan.files)
-    run_id = new_run_id()
-    ir = compile_ir(run_config, plan.spans, run_id)
-    os.makedirs(run_config.output_root, exist_ok=True)  # MLMD's SQLite file is local
-    ORCHESTRATORS[orchestrator]().run_with_ir(ir)
-    report = run_report.read_run(run_config.metadata_path, run_config.settings.pipeline_name, run_id)
+    if os.path.exists(run_config.metadata_path):
+        for node_id in run_report.close_interrupted(run_config.metadata_path):
+            logging.warning("an earlier run was stopped while %s ran; its execution is marked CANCELED", node_id)
+    recovered = _unrecorded(run_config, plan)
+    if recovered is not None:
+        report = recovered
+    else:
+        preflight.check_records(plan.files)
+        if not plan.cache:
+            logging.warning("%s", plan.cache_note)
+        run_id = new_run_id(plan.fingerprint)
+        ir = compile_ir(run_config, plan.spans, run_id, enable_cache=plan.cache)
+        os.makedirs(run_config.output_root, exist_ok=True)  # MLMD's SQLite file is local
+        ORCHESTRATORS[orchestrator]().run_with_ir(ir)
+        report = run_report.read_run(run_config.metadata_path, run_config.settings.pipeline_name, run_id)
     report.window_size = run_config.settings.window_size
+    report.ignored = plan.ignored
+    report.fingerprint = plan.fingerprint
+    report.finished = report.finished or datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     report.seconds = time.perf_counter() - started
-    run_state.save(run_config.output_root, plan.fingerprint, report)
+    run_state.save(run_config.output_root, report)
+    return report
+
+
+def _unrecorded(run_config: config.RunConfig, plan: run_state.RunPlan) -> Optional[run_state.RunReport]:
+    """The report of a run of these very inputs that finished after the last recorded run
+    but was stopped before it was recorded (a kill after the Pusher): its decision stands.
+    Running again would compare the model it pushed with itself."""
+    if not os.path.exists(run_config.metadata_path):
+        return None
+    record = run_state.load(run_config.output_root)
+    recorded = [r.run_id for r in ((record.report, record.window_report) if record else ()) if r is not None]
+    report = run_report.finished_run(
+        run_config.metadata_path, run_config.settings.pipeline_name, plan.fingerprint, after=max(recorded, default="")
+    )
+    if report is not None:
+        report.note = (
+            f"Run {report.run_id} of the same inputs finished but was not recorded (it was stopped before); "
+            "its result stands and nothing was run again."
+        )
     return report

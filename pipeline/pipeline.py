@@ -10,7 +10,8 @@ from typing import Any, Optional, Sequence, Tuple
 import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 
-from components import drift, features, spans, window
+import components
+from components import drift, features, ingest, spans, window
 from components import pusher as staged_pusher
 from components.trainer import export
 from components.trainer.settings import ExportConfig, TrainConfig
@@ -95,7 +96,7 @@ def _example_gen(
 ) -> Any:
     """ImportExampleGen: the window's spans, one split each, or every span hash-split."""
     if window_size is None:
-        return tfx.components.ImportExampleGen(
+        return ingest.ImportExampleGen(
             input_base=data_root,
             input_config=tfx.proto.Input(
                 splits=[tfx.proto.Input.Split(name=window.ALL_SPANS_SPLIT, pattern=spans.ALL_SPANS_PATTERN)]
@@ -111,7 +112,7 @@ def _example_gen(
         )
     # One input split per span, chosen when the pipeline runs; ExampleGen keeps input
     # splits as they are.
-    return tfx.components.ImportExampleGen(
+    return ingest.ImportExampleGen(
         input_base=data_root,
         input_config=span_window.outputs[window.INPUT_CONFIG_KEY].future()[0].value,
         # Empty: keep the input splits (ExampleGen cannot inspect a runtime input_config).
@@ -125,6 +126,7 @@ def create_pipeline(
     pipeline_root: str,
     data_root: str,
     schema_path: str,
+    schema_digest: str,
     serving_model_dir: str,
     train: TrainConfig,
     export_settings: ExportConfig,
@@ -145,6 +147,8 @@ def create_pipeline(
       pipeline_root: Where component outputs are written (local path or gs://).
       data_root: Folder of `span-<N>/` folders of GZIP TFRecords of tf.Example.
       schema_path: Folder holding the curated `schema.pbtxt` imported as the contract.
+      schema_digest: SHA-256 of that file's bytes: the import's cache key, so an edited
+        schema is imported (and the data checked against it) on the next run.
       serving_model_dir: Pusher's destination, `<serving>/<model name>`; versions go below.
       train: The Trainer's training settings (its `custom_config['train']`).
       export_settings: The Trainer's export settings (its `custom_config['export']`).
@@ -160,7 +164,7 @@ def create_pipeline(
       span_listing: The span numbers found when the run was planned ("12,13,16"), the
         SpanWindow node's cache key; "" when unknown (a compiled pipeline, whose
         runner then turns that node's cache off).
-      warm_start: Give the Trainer the latest blessed model as `base_model`; it starts
+      warm_start: Give the Trainer the serving model as `base_model`; it starts
         from those weights when the feature set and shapes still match.
       beam_pipeline_args: Beam options for the Beam-based components.
       metadata_connection_config: MLMD connection; None lets the orchestrator choose.
@@ -175,7 +179,10 @@ def create_pipeline(
     inferred_schema = tfx.components.SchemaGen(
         statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True
     ).with_id("InferredSchemaGen")
-    schema = tfx.components.ImportSchemaGen(schema_file=f"{schema_path.rstrip('/')}/schema.pbtxt")
+    # The node keeps TFX's id: a store's history of schema imports stays one node's.
+    schema = ingest.ImportSchema(
+        schema_file=f"{schema_path.rstrip('/')}/{components.SCHEMA_FILE}", digest=schema_digest
+    ).with_id("ImportSchemaGen")
     example_validator = tfx.components.ExampleValidator(
         statistics=statistics_gen.outputs["statistics"], schema=schema.outputs["schema"]
     ).with_id(NodeId.EXAMPLE_VALIDATOR)
@@ -207,10 +214,12 @@ def create_pipeline(
             ),
             custom_config={"code_version": code_version},
         )
+        # The baseline is the model that last reached serving (the Pusher's served
+        # blessings), not merely the last one the Evaluator blessed: see components.pusher.
         baseline = tfx.dsl.Resolver(
             strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
             model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
-            model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
+            model_blessing=tfx.dsl.Channel(type=staged_pusher.ServedModelBlessing),
         ).with_id("LatestBlessedModelResolver")
         trainer = tfx.components.Trainer(
             run_fn=RUN_FN,
@@ -236,10 +245,8 @@ def create_pipeline(
         pusher = staged_pusher.StagedPusher(
             model=trainer.outputs["model"],
             model_blessing=evaluator.outputs["blessing"],
-            push_destination=tfx.proto.PushDestination(
-                filesystem=tfx.proto.PushDestination.Filesystem(base_directory=serving_model_dir)
-            ),
-            custom_config={staged_pusher.KEEP_VERSIONS_KEY: keep_versions},
+            serving_model_dir=serving_model_dir,
+            keep_versions=keep_versions,
         ).with_id(NodeId.PUSHER)
     nodes += [transform, baseline, trainer, evaluator, pusher]
 

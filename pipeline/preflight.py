@@ -7,6 +7,7 @@ and needs no TensorFlow; `check_records` reads every file through.
 
 from __future__ import annotations
 
+import os
 from typing import List
 
 from components import spans
@@ -39,10 +40,20 @@ def checked_spans(data_root: str) -> List[spans.Span]:
     empty = [path for path, size in files if size == 0]
     if empty:
         raise BadDataError(f"empty data files: {', '.join(empty)}")
-    empty_spans = [span.path for span in found if not span.files]
+    empty_spans = [
+        span.path + (f" (holds only {', '.join(os.path.basename(p) for p in span.ignored)})" if span.ignored else "")
+        for span in found if not span.files
+    ]
     if empty_spans:
-        raise BadDataError(f"span folders without files: {', '.join(empty_spans)}")
+        raise BadDataError(
+            f"span folders without data files ({spans.FILES_IN_SPAN}): {'; '.join(empty_spans)}"
+        )
     return found
+
+
+def ignored_entries(data_root: str, found: List[spans.Span]) -> List[str]:
+    """Everything under `data_root` that neither the check nor ExampleGen reads."""
+    return spans.ignored_entries(data_root) + [path for span in found for path in span.ignored]
 
 
 def check_records(files: List[str]) -> int:

@@ -6,6 +6,7 @@ through MLMD's public API; every execution of that context is one node of the ru
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 from typing import Any, Dict, List, Optional
@@ -14,7 +15,6 @@ import tensorflow as tf
 from google.protobuf import json_format
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
-from tensorflow_metadata.proto.v0 import anomalies_pb2
 from tfx.types import standard_component_specs
 
 from components import drift, window
@@ -24,6 +24,8 @@ from pipeline.pipeline import NodeId
 from pipeline.run_state import NodeRun, Outcome, RunReport
 
 PIPELINE_RUN_CONTEXT = "pipeline_run"
+# Characters of the inputs' fingerprint that end a run id (`local_runner.new_run_id`).
+RUN_KEY_LENGTH = 16
 NODE_CONTEXT = "node"
 _STATES = {
     metadata_store_pb2.Execution.CACHED: "cached",
@@ -31,11 +33,31 @@ _STATES = {
 }
 
 
-def connect(metadata_path: str) -> metadata_store.MetadataStore:
+def connect(metadata_path: str, writable: bool = False) -> metadata_store.MetadataStore:
     config = metadata_store_pb2.ConnectionConfig()
     config.sqlite.filename_uri = metadata_path
-    config.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
+    config.sqlite.connection_mode = (
+        metadata_store_pb2.SqliteMetadataSourceConfig.READWRITE if writable
+        else metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
+    )
     return metadata_store.MetadataStore(config)
+
+
+def close_interrupted(metadata_path: str) -> List[str]:
+    """Marks CANCELED the executions a killed run left RUNNING (or NEW), so the store says
+    what happened; returns their types. Call it holding the output root's lock: then no
+    execution is running."""
+    store = connect(metadata_path, writable=True)
+    stale = [
+        execution for execution in store.get_executions()
+        if execution.last_known_state in (metadata_store_pb2.Execution.RUNNING, metadata_store_pb2.Execution.NEW)
+    ]
+    for execution in stale:
+        execution.last_known_state = metadata_store_pb2.Execution.CANCELED
+    if stale:
+        store.put_executions(stale)
+    types = {t.id: t.name for t in store.get_execution_types()} if stale else {}
+    return [types.get(execution.type_id, str(execution.type_id)) for execution in stale]
 
 
 def _node_ids(store: metadata_store.MetadataStore, pipeline_name: str) -> Dict[int, str]:
@@ -83,18 +105,16 @@ def _value(artifact: metadata_store_pb2.Artifact) -> str:
 
 
 def describe_anomalies(anomalies_uri: str) -> List[str]:
+    """ExampleValidator's findings, split by split."""
     lines = []
     for split_dir in sorted(tf.io.gfile.glob(os.path.join(anomalies_uri, "Split-*"))):
         split = os.path.basename(split_dir)[len("Split-"):]
-        for path in tf.io.gfile.glob(os.path.join(split_dir, "SchemaDiff.pb")):
-            with tf.io.gfile.GFile(path, "rb") as handle:
-                anomalies = anomalies_pb2.Anomalies.FromString(handle.read())
-            for feature, info in sorted(anomalies.anomaly_info.items()):
-                kinds = ", ".join(anomalies_pb2.AnomalyInfo.Type.Name(r.type) for r in info.reason)
-                lines.append(f"[{split}] feature {feature!r}: {kinds}: {info.description}")
-            if anomalies.HasField("dataset_anomaly_info"):
-                lines.append(f"[{split}] dataset: {anomalies.dataset_anomaly_info.description}")
+        lines += [f"[{split}] {line}" for line in drift.anomaly_lines(drift.split_anomalies(anomalies_uri, split))]
     return lines
+
+
+def _window_mode(anomalies_uri: str) -> bool:
+    return bool(tf.io.gfile.glob(os.path.join(anomalies_uri, f"Split-{drift.PREVIOUS_SPAN_SPLIT}")))
 
 
 def eval_metrics(evaluation_uri: str) -> Dict[str, float]:
@@ -136,25 +156,33 @@ def read_run(metadata_path: str, pipeline_name: str, run_id: str) -> RunReport:
             nodes.append(NodeRun(node_id, _STATES.get(execution.last_known_state, "failed"), seconds))
             outputs[node_id] = _outputs(store, execution.id)
     nodes.sort(key=lambda n: n.node_id)
+    last_update = max((e.last_update_time_since_epoch for e in store.get_executions_by_id(list(in_run))), default=0)
 
     def output(node_id: str, key: str) -> Optional[metadata_store_pb2.Artifact]:
         return outputs.get(node_id, {}).get(key)
 
     report = RunReport(outcome=Outcome.NOT_BLESSED, nodes=nodes, run_id=run_id)
+    if last_update:
+        report.finished = datetime.datetime.fromtimestamp(last_update / 1000).astimezone().isoformat(timespec="seconds")
     spans_used = output(window.NODE_ID, window.SPANS_KEY)
     if spans_used is not None:
         report.spans = window.parse_spans(_value(spans_used))
     anomalies = output(NodeId.EXAMPLE_VALIDATOR, standard_component_specs.ANOMALIES_KEY)
+    verdict = output(NodeId.DATA_GATE, drift.VERDICT_KEY)
+    found: List[str] = []
+    if verdict is not None:
+        checks = json.loads(_string(verdict, drift.SPAN_CHECKS_PROPERTY) or "{}")
+        report.span_checks = {span: checks[span] for span in sorted(checks, key=int)}
+        found += [f"[span {span}] {line}" for span, lines in report.span_checks.items() for line in lines]
+        found += _string(verdict, drift.REPORT_PROPERTY).splitlines()
     if anomalies is not None:
         blessed = _json(anomalies, drift.BLESSED_PROPERTY) or {}
-        if not all(int(v) == 1 for v in blessed.values()):
-            report.outcome = Outcome.DATA_REJECTED
-            report.anomalies = describe_anomalies(anomalies.uri)
-            return report
-    verdict = output(NodeId.DATA_GATE, drift.VERDICT_KEY)
-    if verdict is not None and _int(verdict, drift.BLESSED_PROPERTY) != 1:
+        # In window mode each split is a span, and the span lines above say it all.
+        if not all(int(v) == 1 for v in blessed.values()) and (verdict is None or not _window_mode(anomalies.uri)):
+            found = describe_anomalies(anomalies.uri) + found
+    if found or (verdict is not None and _int(verdict, drift.BLESSED_PROPERTY) != 1):
         report.outcome = Outcome.DATA_REJECTED
-        report.anomalies = _string(verdict, drift.REPORT_PROPERTY).splitlines()
+        report.anomalies = found
         return report
     model_run = output(NodeId.TRAINER, standard_component_specs.MODEL_RUN_KEY)
     if model_run is not None:
@@ -167,3 +195,21 @@ def read_run(metadata_path: str, pipeline_name: str, run_id: str) -> RunReport:
         report.outcome = Outcome.PUSHED
         report.pushed_version_dir = _string(pushed, staged_pusher.DESTINATION_PROPERTY)
     return report
+
+
+def finished_run(metadata_path: str, pipeline_name: str, fingerprint: str, after: str = "") -> Optional[RunReport]:
+    """The newest run of these inputs (by its id's fingerprint) started after run id
+    `after` that reached its decision: the Pusher finished, or the data gate rejected."""
+    store = connect(metadata_path)
+    suffix = f"-{fingerprint[:RUN_KEY_LENGTH]}"
+    contexts = store.get_contexts_by_type(PIPELINE_RUN_CONTEXT)
+    names = sorted((c.name for c in contexts if c.name.endswith(suffix) and c.name > after), reverse=True)
+    for run_id in names:
+        report = read_run(metadata_path, pipeline_name, run_id)
+        states = {node.node_id: node.state for node in report.nodes}
+        decided = states.get(NodeId.PUSHER) in ("ran", "cached") or (
+            report.outcome is Outcome.DATA_REJECTED and states.get(NodeId.DATA_GATE) in ("ran", "cached")
+        )
+        if decided:
+            return report
+    return None

@@ -1,20 +1,20 @@
-"""What a run did (`RunReport`), and the one record of the last finished run.
+"""What a run did (`RunReport`), and the one record of the last finished runs.
 
 Nothing here imports TensorFlow for local paths: an unchanged re-run is decided and
 reported in well under a second, before any heavy import.
 
 `<output root>/last_run.json` (the output root is always local) is written once per
-finished `run` or `retrain`, by one atomic writer. It holds the run's report, the
-fingerprint of its inputs and the last window run's report. Two decisions read it:
+finished `run` or `retrain`, by one atomic writer. It holds the last run's report and the
+last window run's report (`retrain`), each with the fingerprint of its inputs: the bytes
+of the data files it ingested, this project's source and schema, the resolved settings,
+the versions of the libraries that execute it. When a run is asked for with the
+fingerprint of the last one and what that run pushed still serves, the last run is
+reported instead of starting another. Content decides, never paths or mtimes: a
+`make-data` that rewrites identical bytes is not a change, and any changed byte is.
 
-- `run`: when the fingerprint of the inputs (the data files' path, size and mtime, this
-  project's source and schema, the resolved settings, the versions of the libraries that
-  execute it) matches the last finished run and that run's pushed version is still in
-  place, the last run is reported instead of starting another. Without this the
-  latest-blessed baseline would change under an unchanged candidate on every re-run, and
-  the Evaluator and Pusher would run again and push a duplicate version.
-- `retrain`: when the last window run already evaluated on the newest span, there is
-  nothing to do.
+A change of library versions also turns the components' cache off for that run
+(`RunPlan.cache`): TFX's cache keys do not include library versions, so without this a
+new TensorFlow would reuse statistics, transform graph and model made by the old one.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import dataclasses
 import enum
 import hashlib
 import json
+import logging
 import os
 import time
 from importlib import metadata as package_metadata
@@ -84,6 +85,20 @@ class RunReport:
     note: str = ""
     # The orchestrator's run id (MLMD's pipeline_run context).
     run_id: str = ""
+    # Fingerprint of the run's inputs (see the module doc).
+    fingerprint: str = ""
+    # When the run finished (local time, ISO 8601).
+    finished: str = ""
+    # Spans checked on their own against the schema, with what was found in each.
+    span_checks: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
+    # Entries under the data root that nothing read (see `components.spans`).
+    ignored: List[str] = dataclasses.field(default_factory=list)
+    # A decision already reported by an earlier call (`retrain` with nothing new): exit 0.
+    acknowledged: bool = False
+
+    @property
+    def exit_code(self) -> config_lib.ExitCode:
+        return config_lib.ExitCode.OK if self.acknowledged else self.outcome.exit_code
 
     def to_json(self) -> Dict[str, object]:
         record = dataclasses.asdict(self)
@@ -98,26 +113,22 @@ class RunReport:
         return cls(**record)
 
 
-def _file_stamp(path: str) -> str:
-    if spans.is_remote(path):
-        import tensorflow as tf
-
-        stat = tf.io.gfile.stat(path)
-        return f"{stat.length}\0{stat.mtime_nsec}"
-    stat = os.stat(path)
-    return f"{stat.st_size}\0{stat.st_mtime_ns}"
+def runtime_versions() -> Dict[str, str]:
+    return {name: package_metadata.version(name) for name in _RUNTIME_DISTRIBUTIONS}
 
 
-def fingerprint(run_config: config_lib.RunConfig, files: Sequence[str]) -> str:
-    """Changes whenever the data, the project's code, the settings or the runtime change."""
+def fingerprint(run_config: config_lib.RunConfig, found: Sequence[spans.Span]) -> str:
+    """Changes whenever the data's bytes, the project's code or schema, the settings or
+    the runtime change."""
     digest = hashlib.sha256()
     for package in (components, pipeline_package):
         digest.update(config_lib.source_digest(os.path.dirname(package.__file__)).encode())
     digest.update(json.dumps(dataclasses.asdict(run_config), sort_keys=True).encode())
-    for name in _RUNTIME_DISTRIBUTIONS:
-        digest.update(f"{name}=={package_metadata.version(name)}\n".encode())
-    for path in files:
-        digest.update(f"{path}\0{_file_stamp(path)}\n".encode())
+    digest.update(json.dumps(runtime_versions(), sort_keys=True).encode())
+    for span in found:
+        digest.update(f"span {span.number}\n".encode())
+        for file_digest in sorted(spans.file_digest(path) for path, _ in span.files):
+            digest.update(f"{file_digest}\n".encode())
     return digest.hexdigest()
 
 
@@ -133,11 +144,12 @@ def _exists(path: str) -> bool:
 class Record:
     """What `last_run.json` holds."""
 
-    fingerprint: str
     report: RunReport
     # The last run over a window of spans (`retrain`), kept when a `run` over every span
     # comes after it: it is what tells `retrain` the newest span was already trained on.
     window_report: Optional[RunReport] = None
+    # The library versions the last run ran with.
+    runtime: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def load(output_root: str) -> Optional[Record]:
@@ -149,21 +161,21 @@ def load(output_root: str) -> Optional[Record]:
         record = json.load(handle)
     window = record.get("window_report")
     return Record(
-        record["fingerprint"],
         RunReport.from_json(record["report"]),
         RunReport.from_json(window) if window else None,
+        record.get("runtime") or {},
     )
 
 
-def save(output_root: str, run_fingerprint: str, report: RunReport) -> None:
+def save(output_root: str, report: RunReport) -> None:
     """Written after the run finished, by an atomic rename: never half a record."""
     previous = load(output_root)
     window = report if report.window_size is not None else (previous.window_report if previous else None)
     path = os.path.join(output_root, LAST_RUN_FILE)
     staged = path + ".tmp"
     text = json.dumps(
-        {"fingerprint": run_fingerprint, "report": report.to_json(),
-         "window_report": window.to_json() if window else None},
+        {"report": report.to_json(), "window_report": window.to_json() if window else None,
+         "runtime": runtime_versions()},
         indent=2,
     )
     os.makedirs(output_root, exist_ok=True)
@@ -176,11 +188,17 @@ def save(output_root: str, run_fingerprint: str, report: RunReport) -> None:
 
 @dataclasses.dataclass
 class RunPlan:
-    # The spans found, oldest first, with their files.
+    # The spans the run ingests, oldest first, with their files: every span, or in
+    # window mode the window's.
     found: List[spans.Span]
     fingerprint: str
     # The last run's report when nothing changed since; None when a run is needed.
     previous: Optional[RunReport]
+    # Entries under the data root that nothing reads (logged, and named on the console).
+    ignored: List[str] = dataclasses.field(default_factory=list)
+    # Whether components may reuse cached outputs; why not, when they may not.
+    cache: bool = True
+    cache_note: str = ""
 
     @property
     def files(self) -> List[str]:
@@ -195,40 +213,42 @@ def plan(run_config: config_lib.RunConfig) -> RunPlan:
     """Lists the data (or raises naming the problem) and decides whether a run is needed."""
     started = time.perf_counter()
     found = preflight.checked_spans(run_config.data_root)
-    run_fingerprint = fingerprint(run_config, [path for span in found for path, _ in span.files])
-    previous = reusable_report(run_config.output_root, run_fingerprint)
+    ignored = preflight.ignored_entries(run_config.data_root, found)
+    window_size = run_config.settings.window_size
+    if window_size is not None:
+        found = found[-window_size:]
+    run_fingerprint = fingerprint(run_config, found)
+    record = load(run_config.output_root)
+    last = None if record is None else (record.report if window_size is None else record.window_report)
+    for path in ignored:
+        logging.warning("ignored (not a span folder or span data file, read by nothing): %s", path)
+    previous = reusable_report(last, run_fingerprint)
     if previous is not None:
         previous.seconds = time.perf_counter() - started
-    return RunPlan(found, run_fingerprint, previous)
+        previous.ignored = ignored
+    cache, cache_note = True, ""
+    if record is not None and record.runtime and record.runtime != runtime_versions():
+        changed = ", ".join(
+            f"{name} {record.runtime.get(name, '?')} -> {version}"
+            for name, version in sorted(runtime_versions().items()) if record.runtime.get(name) != version
+        )
+        cache, cache_note = False, f"library versions changed since the last run ({changed}): every component runs"
+    return RunPlan(found, run_fingerprint, previous, ignored, cache, cache_note)
 
 
-def _as_reused(report: RunReport, note: str = "") -> RunReport:
+def _as_reused(report: RunReport) -> RunReport:
     report.reused_previous_run = True
-    report.note = note
     if report.outcome is Outcome.PUSHED:
         report.outcome = Outcome.UP_TO_DATE
     report.nodes = []
     return report
 
 
-def reusable_report(output_root: str, run_fingerprint: str) -> Optional[RunReport]:
-    """The last run's report, if it had this fingerprint and what it pushed still serves."""
-    last = load(output_root)
+def reusable_report(last: Optional[RunReport], run_fingerprint: str) -> Optional[RunReport]:
+    """`last`, if it had this fingerprint and what it pushed still serves."""
     if last is None or last.fingerprint != run_fingerprint:
         return None
-    previous = last.report
-    if previous.outcome in (Outcome.PUSHED, Outcome.UP_TO_DATE):
-        if not (previous.pushed_version_dir and _exists(previous.pushed_version_dir)):
+    if last.outcome in (Outcome.PUSHED, Outcome.UP_TO_DATE):
+        if not (last.pushed_version_dir and _exists(last.pushed_version_dir)):
             return None
-    return _as_reused(previous)
-
-
-def window_done(output_root: str, newest_span: int) -> Optional[RunReport]:
-    """The last window run's report, if it already evaluated on `newest_span`."""
-    last = load(output_root)
-    report = last.window_report if last else None
-    if report is None or not report.spans or report.spans[-1] != newest_span:
-        return None
-    if report.outcome is Outcome.DATA_REJECTED:
-        return None
-    return _as_reused(report, f"span {newest_span} was already trained on; nothing to do")
+    return _as_reused(last)

@@ -8,6 +8,17 @@ Signatures:
   treated as missing when it is NaN (floats), -1 (integers) or "" (strings).
 - `transform_features`: serialized examples -> the transformed features (for TFMA).
 
+The two prediction signatures refuse, with `INVALID_ARGUMENT` naming the feature, a
+request that holds a value the model cannot score (`_invalid_values`): NaN or an
+infinity in a required float (a required feature has no missing value), an infinity
+in an optional one, an empty required string. Transform would turn these into a NaN
+probability, or an id nothing was trained on, without a word. A tf.Example says
+"missing" by leaving a feature out, so `serving_default` refuses the same values
+(a required feature left out fails parsing). `transform_features` does not check: it
+shows what Transform makes of an example, as Transform does in the pipeline. A
+required integer has no missing marker: -1 there is out of range and gets the OOV
+id, as in `serving_default` and in training.
+
 The SavedModel is written from a plain `tf.Module` that tracks only the model's
 variables and TFT's Transform layer (`TFTransformOutput.transform_features_layer()`),
 which tracks its own resources (vocabularies, tables), so the export does not need the
@@ -19,7 +30,7 @@ it.
 from __future__ import annotations
 
 import os
-from typing import Dict, Iterable, Mapping
+from typing import Dict, Iterable, List, Mapping, Tuple
 
 import tensorflow as tf
 import tensorflow_transform as tft
@@ -45,7 +56,10 @@ TFLITE_FILE = os.path.join("assets.extra", "model.tflite")
 
 
 def _as_transform_input(feature: features.Feature, values: tf.Tensor) -> object:
-    """A `[batch]` raw input as Transform expects it: dense `[batch, 1]` or sparse."""
+    """A `[batch]` raw input as Transform expects it: dense `[batch, 1]` or sparse.
+
+    The one place that reads `MISSING_VALUES`: a required feature's value is never
+    missing (`_invalid_values` refuses NaN and "" there)."""
     if feature.required:
         return tf.expand_dims(values, -1)
     missing = MISSING_VALUES[feature.dtype]
@@ -58,6 +72,32 @@ def _as_transform_input(feature: features.Feature, values: tf.Tensor) -> object:
         values=tf.gather_nd(values, rows),
         dense_shape=tf.stack([tf.shape(values, out_type=tf.int64)[0], tf.constant(1, tf.int64)]),
     )
+
+
+def _invalid_values(raw: Mapping[str, object]) -> List[Tuple[str, tf.Tensor]]:
+    """For each feature that may hold a value the model cannot score, a message naming it
+    and the rows (int64 `[n]`) that hold one, from Transform's inputs (see
+    `_as_transform_input`; parsed examples are the same): a present float must be
+    finite, a required string must not be empty."""
+    checks = []
+    for feature in features.FEATURES:
+        x = raw[feature.name]
+        if isinstance(x, tf.SparseTensor):
+            values, rows = x.values, x.indices[:, 0]
+        else:
+            values = tf.reshape(x, [-1])
+            rows = tf.range(tf.shape(values, out_type=tf.int64)[0])
+        if feature.dtype.is_floating:
+            invalid = tf.logical_not(tf.math.is_finite(values))
+            what = "a finite number, got NaN or an infinity"
+        elif feature.dtype == tf.string and feature.required:
+            invalid = tf.equal(values, "")
+            what = "a non-empty string"
+        else:
+            continue
+        message = f"{feature.name} {'is required and ' if feature.required else ''}must be {what}"
+        checks.append((message, tf.boolean_mask(rows, invalid)))
+    return checks
 
 
 class ServingModule(tf.Module):
@@ -91,7 +131,12 @@ def make_signatures(
     full_spec = features.raw_feature_spec(include_label=True)
 
     def predict(raw: Mapping[str, object]) -> Dict[str, tf.Tensor]:
-        probability = _probability(model, transform(raw))
+        asserts = [
+            tf.debugging.Assert(tf.equal(tf.size(rows), 0), [message, "in rows", rows])
+            for message, rows in _invalid_values(raw)
+        ]
+        with tf.control_dependencies(asserts):
+            probability = _probability(model, transform(raw))
         return {
             PROBABILITY_KEY: probability,
             CLASS_KEY: tf.cast(probability > DECISION_THRESHOLD, tf.int64),
@@ -134,7 +179,9 @@ class TFLiteModule(tf.Module):
     vocabulary features are looked up in constant tables built from the same
     vocabularies, with the same ids (line order, then `Feature.oov_id` and
     `Feature.missing_id`); every other feature goes through the Transform layer, pruned
-    to what needs no table.
+    to what needs no table. Inputs become Transform's inputs as in `serving_raw`, so a
+    value is missing, or refused (`_invalid_values`), in both models alike: a refused
+    value fails the call with an error naming the feature (`_fail_if_any`).
     """
 
     def __init__(self, model: tf.keras.Model, tf_transform_output: tft.TFTransformOutput):
@@ -156,18 +203,34 @@ class TFLiteModule(tf.Module):
 
         @tf.function(input_signature=[_raw_specs()], autograph=False)
         def predict(inputs: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
-            transformed = dict(transform({
-                f.name: _as_transform_input(f, inputs[f.name])
-                for f in features.FEATURES if f.kind is not features.Kind.CATEGORICAL
-            }))
+            raw = {f.name: _as_transform_input(f, inputs[f.name]) for f in features.FEATURES}
+            transformed = dict(transform({name: x for name, x in raw.items() if name not in self.tables}))
             for f, table in looked_up:
-                values = inputs[f.name]
-                missing = tf.equal(values, MISSING_VALUES[f.dtype])
-                transformed[f.transformed_name] = tf.where(
-                    missing, tf.constant(f.missing_id, tf.int64), table.lookup(values))
-            return {PROBABILITY_KEY: _probability(model, transformed)}
+                transformed[f.transformed_name] = _looked_up(f, table, raw[f.name])
+            # 0.0 when every value is valid; added to the output because the converter
+            # prunes ops whose result nothing reads.
+            failed = tf.add_n([_fail_if_any(rows, message) for message, rows in _invalid_values(raw)])
+            return {PROBABILITY_KEY: _probability(model, transformed) + failed}
 
         self.predict = predict
+
+
+def _looked_up(feature: features.Feature, table: tf.lookup.StaticHashTable, x: object) -> tf.Tensor:
+    """The `[batch]` ids of a CATEGORICAL Transform input, as Transform gives them: a
+    value absent from a sparse input (a missing optional value) gets `missing_id`; a
+    dense input (a required feature) has no missing value, and its "" is looked up like
+    any token (Transform gives it the OOV id; `_invalid_values` refuses it)."""
+    if isinstance(x, tf.SparseTensor):
+        ids = tf.SparseTensor(x.indices, table.lookup(x.values), x.dense_shape)
+        return tf.reshape(tf.sparse.to_dense(ids, default_value=tf.constant(feature.missing_id, tf.int64)), [-1])
+    return tf.reshape(table.lookup(x), [-1])
+
+
+def _fail_if_any(rows: tf.Tensor, message: str) -> tf.Tensor:
+    """0.0, or, when `rows` is not empty, a TFLite call that fails with `message` in its
+    error. The converter drops `Assert` and `CheckNumerics`, so the failure is a Flex
+    `StringToNumber` of the message, which cannot be read as a number."""
+    return tf.strings.to_number(tf.where(tf.size(rows) > 0, message, "0"))
 
 
 def write_tflite(model: tf.keras.Model, tf_transform_output: tft.TFTransformOutput, export_dir: str) -> str:

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
-from typing import Iterator, Sequence, Tuple
+from typing import Iterator, Optional, Sequence, Tuple
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 from tfx import v1 as tfx
+from tfx.types import standard_component_specs
 
 from components.trainer import data, export, loop, model, settings, warm_start
 
 TRAINING_SUMMARY_FILE = "training_summary.json"
+# Under the Trainer's folder: `<key>/` per training in progress (see `checkpoint_dir`).
+CHECKPOINTS_FOLDER = "checkpoints"
 
 
 def _serialized_examples(file_patterns: Sequence[str]) -> Iterator[bytes]:
@@ -22,10 +27,56 @@ def _serialized_examples(file_patterns: Sequence[str]) -> Iterator[bytes]:
         yield record.numpy()
 
 
+def trainer_folder(model_run_dir: str) -> Optional[str]:
+    """`<pipeline root>/<Trainer id>`, from the `<pipeline root>/<Trainer id>/model_run/<execution id>`
+    TFX's local and Beam runners give each Trainer execution; None for any other layout."""
+    parent, execution_id = os.path.split(model_run_dir.rstrip("/"))
+    folder, name = os.path.split(parent)
+    if name != standard_component_specs.MODEL_RUN_KEY or not execution_id.isdigit():
+        return None
+    return folder
+
+
+def checkpoint_dir(fn_args: tfx.components.FnArgs, config: settings.TrainConfig) -> str:
+    """Where this training keeps the checkpoints it resumes from:
+    `<Trainer folder>/checkpoints/<key>/`, found by every execution of the Trainer (each
+    has a new `model_run` folder) that trains on the same inputs.
+
+    The key digests everything that determines the training: the input URIs (train and
+    eval files, Transform output, base model), the `custom_config` (with the code
+    version) and the training settings with their defaults (with the seed). Other
+    inputs give another key, and never resume this training. Outside TFX's folder layout
+    (see `trainer_folder`) the checkpoints stay in the execution's `model_run` folder.
+    """
+    determinants = {
+        "train_files": list(fn_args.train_files),
+        "eval_files": list(fn_args.eval_files),
+        "transform_output": fn_args.transform_output,
+        "base_model": fn_args.base_model,
+        "custom_config": fn_args.custom_config,
+        "train": dataclasses.asdict(config),
+    }
+    key = hashlib.sha256(json.dumps(determinants, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return os.path.join(trainer_folder(fn_args.model_run_dir) or fn_args.model_run_dir, CHECKPOINTS_FOLDER, key)
+
+
+def epoch_batches(rows: data.Batch, batch_size: int, seed: int) -> loop.EpochBatches:
+    """Each epoch's training batches: a permutation of `rows` drawn from `seed` and the
+    epoch's index alone, so that a resumed Trainer trains on the batches an uninterrupted
+    one would have."""
+
+    def batches(epoch: int) -> tf.data.Dataset:
+        shuffle_seed = int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0])
+        return data.batched(rows, batch_size, shuffle_seed=shuffle_seed)
+
+    return batches
+
+
 def _datasets(
     fn_args: tfx.components.FnArgs, tf_transform_output: tft.TFTransformOutput, config: settings.TrainConfig
-) -> Tuple[tf.data.Dataset, tf.data.Dataset, settings.TrainConfig]:
-    """The train and eval datasets, and `config` with the batch size they were cut to."""
+) -> Tuple[loop.EpochBatches, tf.data.Dataset, settings.TrainConfig]:
+    """Each epoch's training batches, the eval dataset, and `config` with the batch size
+    they were cut to."""
     transform = data.transform_fn(tf_transform_output)
     train_rows = data.transformed_rows(fn_args.train_files, transform)
     train_examples = data.count_rows(train_rows)
@@ -34,9 +85,9 @@ def _datasets(
         logging.info("%d training examples: batches of %d instead of %d, for %d steps an epoch",
                      train_examples, batch_size, config.batch_size, config.min_steps_per_epoch)
         config = dataclasses.replace(config, batch_size=batch_size)
-    train_dataset = data.batched(train_rows, config.batch_size, shuffle_seed=config.seed)
+    train_batches = epoch_batches(train_rows, config.batch_size, config.seed)
     eval_dataset = data.make_dataset(fn_args.eval_files, transform, config.batch_size)
-    return train_dataset, eval_dataset, config
+    return train_batches, eval_dataset, config
 
 
 def _write_summary(
@@ -56,12 +107,16 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
     """TFX Trainer entry point, referred to as `components.trainer.run.run_fn`.
 
     `fn_args.train_files` / `eval_files` are raw examples; the Transform layer is
-    applied while the datasets are built, and saved inside the exported model.
+    applied while the datasets are built, and saved inside the exported model. An
+    execution killed while training is resumed by the next one on the same inputs, from
+    its last epoch checkpoint (see `checkpoint_dir`); the checkpoints are deleted once
+    the model is exported.
     """
     config = settings.TrainConfig.from_custom_config(fn_args.custom_config)
     export_config = settings.ExportConfig.from_custom_config(fn_args.custom_config)
+    resume_dir = checkpoint_dir(fn_args, config)
     tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
-    train_dataset, eval_dataset, config = _datasets(fn_args, tf_transform_output, config)
+    train_batches, eval_dataset, config = _datasets(fn_args, tf_transform_output, config)
 
     tf.keras.utils.set_random_seed(config.seed)
     strategy = loop.choose_strategy()
@@ -75,7 +130,9 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
     logging.info("warm start: %s: %s", "yes" if started.used else "no, training from scratch", started.reason)
 
     signature = data.input_signature(tf_transform_output.transformed_feature_spec())
-    result = loop.train(keras_model, train_dataset, eval_dataset, signature, config, fn_args.model_run_dir, strategy)
+    result = loop.train(
+        keras_model, train_batches, eval_dataset, signature, config, fn_args.model_run_dir, strategy, resume_dir
+    )
     _write_summary(fn_args.model_run_dir, config, started, result)
     logging.info(
         "trained %d epochs, %d steps on %d replica(s): eval AUC %.4f, %.0f examples/s, traces %s",
@@ -93,3 +150,5 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
         export_config.model_name,
         export_config.warmup_requests,
     )
+    # The checkpoints only serve to resume an unfinished execution.
+    loop.delete_checkpoints(resume_dir)

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow  # Beam pipelines
 
 
 def _schema():
-    return tfdv.load_schema_text(f"{config.schema_dir()}/schema.pbtxt")
+    return tfdv.load_schema_text(config.schema_file())
 
 
 def _pipeline():

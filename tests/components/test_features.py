@@ -12,7 +12,7 @@ SCHEMA_TYPES = {tf.float32: schema_pb2.FLOAT, tf.int64: schema_pb2.INT, tf.strin
 
 
 def _schema():
-    return tfdv.load_schema_text(f"{config.schema_dir()}/schema.pbtxt")
+    return tfdv.load_schema_text(config.schema_file())
 
 
 def test_every_feature_is_in_the_schema_with_its_type_and_presence():

@@ -24,7 +24,7 @@ def test_list_spans_gives_each_span_its_files_with_sizes(tmp_path):
     assert [span.number for span in found] == [2, 10]
     assert found[0].files == ((str(tmp_path / "span-2" / "a.gz"), 1), (str(tmp_path / "span-2" / "b.gz"), 5))
     assert found[1].files == ()
-    assert found[0].pattern == str(tmp_path / "span-2" / "*")
+    assert found[0].pattern == str(tmp_path / "span-2" / spans.FILES_IN_SPAN)
     assert [span.number for span in spans.list_spans(str(tmp_path), only=[10])] == [10]
     assert spans.span_numbers(str(tmp_path)) == [2, 10]
 
@@ -36,18 +36,71 @@ def test_a_missing_data_root_is_named(tmp_path):
         spans.span_numbers(str(tmp_path / "nowhere"))
 
 
-def test_example_gen_patterns_match_exactly_the_files_listed(tmp_path):
-    import fnmatch
+# Entries people leave in span folders, and whether they are data.
+SPAN_FOLDER_ENTRIES = {
+    "span-1/part-0.gz": True,
+    "span-1/trips-2013Q1.tfrecord.gz": True,
+    "span-1/.hidden.gz": False,  # hidden
+    "span-1/._part-0.gz": False,  # macOS AppleDouble copy
+    "span-1/.#part-0.gz": False,  # Emacs lock file
+    "span-1/part-0.gz~": False,  # editor backup
+    "span-1/part-0.gz.swp": False,
+    "span-1/_SUCCESS": False,  # Hadoop/Spark/Beam marker
+    "span-1/.DS_Store": False,
+    "span-1/trips.tfrecord": False,  # uncompressed: not read as GZIP by anyone
+    "span-1/notes.txt": False,
+    "span-1/old/part-0.gz": False,  # a subfolder
+    "span-007/part-0.gz": True,  # zero-padded span number
+    "notes/c.gz": False,
+    "top.gz": False,
+}
 
-    for name in ("span-1/a.gz", "span-1/.hidden", "span-2/b.gz", "notes/c.gz", "top.gz"):
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_bytes(b"x")
-    every_file = [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()]
-    listed = sorted(path for span in spans.list_spans(str(tmp_path)) for path, _ in span.files)
-    matched = sorted(str(tmp_path / f) for f in every_file if fnmatch.fnmatchcase(f, spans.ALL_SPANS_PATTERN))
-    assert listed == matched
-    one = sorted(str(tmp_path / f) for f in every_file if fnmatch.fnmatchcase(f, spans.files_pattern(1)))
-    assert one == [path for path, _ in spans.list_spans(str(tmp_path), only=[1])[0].files]
+
+def _lay_out(root, entries):
+    for name in entries:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(b"x")
+
+
+def test_the_files_of_a_span_are_its_visible_gz_files_and_everything_else_is_listed_as_ignored(tmp_path):
+    _lay_out(tmp_path, SPAN_FOLDER_ENTRIES)
+    found = spans.list_spans(str(tmp_path))
+    assert [(span.number, span.folder_name) for span in found] == [(1, "span-1"), (7, "span-007")]
+    listed = sorted(path for span in found for path, _ in span.files)
+    assert listed == sorted(str(tmp_path / name) for name, data in SPAN_FOLDER_ENTRIES.items() if data)
+    ignored = set(path for span in found for path in span.ignored) | set(spans.ignored_entries(str(tmp_path)))
+    # Listed as the data root or a span folder holds them: a folder as itself.
+    expected = {
+        str(tmp_path / name) for name, data in SPAN_FOLDER_ENTRIES.items()
+        if not data and name not in ("span-1/old/part-0.gz", "notes/c.gz")
+    } | {str(tmp_path / "span-1" / "old"), str(tmp_path / "notes")}
+    assert ignored == expected
+
+
+def test_example_gen_reads_exactly_the_files_listed(tmp_path):
+    """Beam's glob (what ImportExampleGen reads) and TensorFlow's (what its driver
+    fingerprints) match the files `list_spans` lists, and nothing else."""
+    import tensorflow as tf
+    from apache_beam.io.filesystems import FileSystems
+
+    _lay_out(tmp_path, SPAN_FOLDER_ENTRIES)
+    found = spans.list_spans(str(tmp_path))
+    listed = sorted(path for span in found for path, _ in span.files)
+
+    def beam(pattern):
+        return sorted(m.path for m in FileSystems.match([str(tmp_path / pattern)])[0].metadata_list)
+
+    assert beam(spans.ALL_SPANS_PATTERN) == listed
+    assert sorted(tf.io.gfile.glob(str(tmp_path / spans.ALL_SPANS_PATTERN))) == listed
+    for span in found:
+        assert beam(spans.relative_pattern(span.folder_name)) == [path for path, _ in span.files]
+
+
+def test_two_folders_of_one_span_number_are_refused_naming_both(tmp_path):
+    for name in ("span-7", "span-007", "span-8"):
+        (tmp_path / name).mkdir()
+    with pytest.raises(spans.DataRootError, match="span-007 and span-7 are both span 7"):
+        spans.list_spans(str(tmp_path))
 
 
 def test_folders_the_pattern_matches_that_are_not_spans_are_named(tmp_path):

@@ -23,15 +23,16 @@ def test_too_few_spans_or_too_small_a_window_is_refused():
         spans.window([1, 2, 3], 1)
 
 
-def test_input_config_has_one_split_per_span_of_the_window(tmp_path):
-    for name in ("span-1", "span-2", "span-10", "span-3", "notes", "span-x"):
+def test_input_config_has_one_split_per_span_of_the_window_named_as_its_folder(tmp_path):
+    for name in ("span-1", "span-2", "span-010", "span-03", "notes", "span-x"):
         (tmp_path / name).mkdir()
     (tmp_path / "span-11").write_text("a file, not a span folder")
     chosen = window.current_window(str(tmp_path), 3)
-    assert chosen == [("train_2", 2), ("train_1", 3), ("eval", 10)]
+    assert chosen == [("train_2", 2, "span-2"), ("train_1", 3, "span-03"), ("eval", 10, "span-010")]
     config = window.window_input_config(chosen)
     assert [(split.name, split.pattern) for split in config.splits] == [
-        ("train_2", "span-2/*"), ("train_1", "span-3/*"), ("eval", "span-10/*"),
+        ("train_2", f"span-2/{spans.FILES_IN_SPAN}"), ("train_1", f"span-03/{spans.FILES_IN_SPAN}"),
+        ("eval", f"span-010/{spans.FILES_IN_SPAN}"),
     ]
 
 

@@ -1,7 +1,10 @@
 """Each fix to what TFX compiles: TFX still compiles the thing being fixed (else the fix
 is dead code to remove), and the fix applies."""
 
+import json
+
 import pytest
+from google.protobuf import json_format
 
 from pipeline import compiled_fixes, config, kubeflow_runner
 
@@ -41,3 +44,58 @@ def test_runtime_parameters_are_compiled_from_a_missing_task_and_the_fix_names_t
     assert producer == "SpanWindow"
 
 
+
+
+def test_the_job_id_keys_the_span_window_and_is_declared_as_its_input(compiled_job):
+    assert "job" not in compiled_job["pipelineSpec"]["root"]["dag"]["tasks"]["SpanWindow"]["inputs"]["parameters"]
+    fixed = compiled_fixes.span_window_keyed_by_job(_job())["pipelineSpec"]
+    job_input = fixed["root"]["dag"]["tasks"]["SpanWindow"]["inputs"]["parameters"]["job"]
+    assert job_input == {"runtimeValue": {"constantValue": {"stringValue": compiled_fixes.PIPELINE_JOB_ID}}}
+    assert fixed["components"]["SpanWindow"]["inputDefinitions"]["parameters"]["job"] == {"type": "STRING"}
+
+
+def _cache_key(spec, task_name, job_id):
+    """What Vertex AI keys a task's cache on, as far as the JSON decides it: the component
+    and the task's input values, the job id placeholder resolved for this job; None when
+    the task's cache is off."""
+    task = spec["root"]["dag"]["tasks"][task_name]
+    if not task.get("cachingOptions", {}).get("enableCache", False):
+        return None
+    values = {
+        name: json.dumps(value, sort_keys=True).replace(compiled_fixes.PIPELINE_JOB_ID, job_id)
+        for name, value in task.get("inputs", {}).get("parameters", {}).items()
+    }
+    return json.dumps([task["componentRef"], values], sort_keys=True)
+
+
+@pytest.mark.parametrize("enable_caching", [None, True, False])
+def test_submitted_as_readme_says_the_window_is_chosen_again_by_every_job(tmp_path, enable_caching):
+    """The JSON `taxi-pipeline compile` writes, loaded by `aiplatform.PipelineJob` offline as
+    README says to submit it: two jobs never share the SpanWindow task's cache, whatever
+    `enable_caching` is, while the Transform task keeps what was asked for."""
+    from google.auth import credentials
+    from google.cloud import aiplatform
+
+    from pipeline import kubeflow_runner
+
+    path = tmp_path / "pipeline.json"
+    kubeflow_runner.compile_pipeline(
+        config.KubeflowConfig(image=IMAGE, pipeline_root="gs://b/p", data_root="gs://b/d", serving_dir="gs://b/s"),
+        str(path),
+    )
+    specs = []
+    for day in ("monday", "tuesday"):
+        job = aiplatform.PipelineJob(
+            display_name="taxi", template_path=str(path), job_id=f"taxi-{day}", enable_caching=enable_caching,
+            project="project", location="europe-west4", credentials=credentials.AnonymousCredentials(),
+        )
+        specs.append((json_format.MessageToDict(job._gca_resource._pb.pipeline_spec), job.job_id))
+    (monday, monday_id), (tuesday, tuesday_id) = specs
+    window_monday = _cache_key(monday, "SpanWindow", monday_id)
+    window_tuesday = _cache_key(tuesday, "SpanWindow", tuesday_id)
+    assert window_monday is None or window_monday != window_tuesday
+    if enable_caching:
+        assert window_monday is not None  # aiplatform forced the cache on: the job id is what keeps it fresh
+    transform = [_cache_key(spec, "Transform", job_id) for spec, job_id in specs]
+    assert (transform[0] is not None) is (enable_caching is not False)
+    assert transform[0] == transform[1]

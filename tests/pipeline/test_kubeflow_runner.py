@@ -8,6 +8,7 @@ import pytest
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
+from components import spans
 from pipeline import cli
 
 IMAGE = "europe-west4-docker.pkg.dev/project/repo/taxi-pipeline:1.0"
@@ -108,7 +109,7 @@ def test_window_zero_compiles_the_all_spans_pipeline(tmp_path):
     window_size = tasks["SpanWindow"]["inputs"]["parameters"]["window_size"]["runtimeValue"]
     assert window_size == {"constantValue": {"intValue": "0"}}
     input_config = tasks["ImportExampleGen"]["inputs"]["parameters"]["input_config"]
-    assert "taskOutputParameter" not in input_config and "span-*/*" in json.dumps(input_config)
+    assert "taskOutputParameter" not in input_config and spans.ALL_SPANS_PATTERN in json.dumps(input_config)
 
 
 def test_local_paths_are_refused_for_a_remote_pipeline(tmp_path, capsys):

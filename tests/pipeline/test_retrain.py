@@ -1,12 +1,14 @@
 """`taxi-pipeline retrain`: the lock, the nothing-to-do path, the window."""
 
+import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-from pipeline import lock, run_state
+from pipeline import cli, lock, run_state
 from pipeline.run_state import Outcome, RunReport
 
 HOLD_LOCK = """
@@ -61,38 +63,72 @@ def test_a_second_holder_in_the_same_process_is_refused(tmp_path):
         pass
 
 
-def test_a_span_already_trained_on_means_nothing_to_do(workspace, copy_spans, taxi_pipeline):
+def _window_plan(ws, window):
+    """The plan `taxi-pipeline retrain --window N` makes for this workspace."""
+    args = cli._parser().parse_args(["retrain", "--window", str(window), *ws.locations()])
+    run_config = cli._run_config(args)
+    return run_state.plan(dataclasses.replace(
+        run_config, settings=dataclasses.replace(run_config.settings, window_size=window)))
+
+
+def _record_window_run(ws, outcome, window=2, **fields):
+    """Records a window run of the workspace's current inputs, as `retrain` would have."""
+    plan = _window_plan(ws, window)
+    report = RunReport(outcome=outcome, spans=plan.spans, window_size=window, run_id="20261121-030000-1-abc",
+                       fingerprint=plan.fingerprint, finished="2026-11-21T03:04:05+00:00", **fields)
+    run_state.save(str(ws.out), report)
+    return report
+
+
+@pytest.mark.parametrize("outcome, then", [
+    (Outcome.PUSHED, "pushed, exit 0"), (Outcome.NOT_BLESSED, "not blessed, exit 3 then"),
+    (Outcome.DATA_REJECTED, "data rejected, exit 4 then"),
+])
+def test_nothing_new_exits_0_and_says_what_was_decided_when(workspace, copy_spans, taxi_pipeline, outcome, then):
+    """A scheduler alerts once per decision: the call that made it exits 3 or 4, the later
+    calls with nothing new exit 0 and name the run and its outcome."""
     copy_spans(workspace.data, (15, 16))
-    report = RunReport(outcome=Outcome.PUSHED, pushed_version_dir=str(workspace.model_dir / "7"),
-                       spans=[15, 16], window_size=2, run_id="earlier")
-    run_state.save(str(workspace.out), "an earlier fingerprint", report)
+    version_dir = workspace.model_dir / "7"
+    version_dir.mkdir(parents=True)
+    _record_window_run(workspace, outcome, pushed_version_dir=str(version_dir) if outcome is Outcome.PUSHED else None)
     result = taxi_pipeline("retrain", "--window", "2", *workspace.locations())
-    assert result.returncode == 0, result.stderr
-    assert "span 16 was already trained on; nothing to do" in result.stdout
-    assert "Up to date" in result.stdout
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert ("Nothing new: span 16 was already trained on with the same data, code and settings "
+            f"(run 20261121-030000-1-abc, finished 2026-11-21T03:04:05+00:00: {then}). Nothing to do.") in result.stdout
     assert not workspace.metadata.exists()
 
 
-def test_a_run_over_every_span_does_not_count_as_a_window_run(tmp_path):
-    report = RunReport(outcome=Outcome.PUSHED, spans=[15, 16], window_size=None)
-    run_state.save(str(tmp_path), "fingerprint", report)
-    assert run_state.window_done(str(tmp_path), 16) is None
+def test_rewritten_identical_bytes_are_no_change_and_a_changed_byte_is(workspace, copy_spans):
+    copy_spans(workspace.data, (15, 16))
+    _record_window_run(workspace, Outcome.NOT_BLESSED)
+    (data_file,) = (workspace.data / "span-16").iterdir()
+    content = data_file.read_bytes()
+    data_file.unlink()
+    data_file.write_bytes(content)  # a new file, a new mtime: the same data
+    os.utime(data_file, (1, 1))
+    assert _window_plan(workspace, 2).previous is not None
+    (workspace.data / "span-16" / "more.tfrecord.gz").write_bytes(content[: len(content) // 2])
+    assert _window_plan(workspace, 2).previous is None
 
 
-def test_a_run_between_two_retrains_does_not_make_the_second_retrain_again(tmp_path):
-    window = RunReport(outcome=Outcome.PUSHED, spans=[15, 16], window_size=2, run_id="retrain")
-    run_state.save(str(tmp_path), "first", window)
-    run_state.save(str(tmp_path), "second", RunReport(outcome=Outcome.PUSHED, spans=[1, 16], run_id="run"))
-    done = run_state.window_done(str(tmp_path), 16)
-    assert done is not None and done.run_id == "retrain" and done.outcome is Outcome.UP_TO_DATE
-    assert run_state.load(str(tmp_path)).report.run_id == "run"
-    assert run_state.window_done(str(tmp_path), 17) is None
+def test_a_run_over_every_span_does_not_count_as_a_window_run(workspace, copy_spans):
+    copy_spans(workspace.data, (15, 16))
+    plan = _window_plan(workspace, 2)
+    run_state.save(str(workspace.out), RunReport(outcome=Outcome.PUSHED, spans=[15, 16], fingerprint=plan.fingerprint))
+    assert _window_plan(workspace, 2).previous is None
 
 
-def test_rejected_data_is_looked_at_again(tmp_path):
-    report = RunReport(outcome=Outcome.DATA_REJECTED, spans=[15, 16], window_size=2)
-    run_state.save(str(tmp_path), "fingerprint", report)
-    assert run_state.window_done(str(tmp_path), 16) is None
+def test_a_run_between_two_retrains_does_not_make_the_second_retrain_again(workspace, copy_spans):
+    copy_spans(workspace.data, (15, 16))
+    window = _record_window_run(workspace, Outcome.NOT_BLESSED)
+    run_state.save(str(workspace.out), RunReport(outcome=Outcome.PUSHED, spans=[1, 16], run_id="run"))
+    again = _window_plan(workspace, 2).previous
+    assert again is not None and again.run_id == window.run_id and again.outcome is Outcome.NOT_BLESSED
+    assert run_state.load(str(workspace.out)).report.run_id == "run"
+    copy_spans(workspace.data, (14,))  # an older span: outside the window of 2, no change
+    assert _window_plan(workspace, 2).previous is not None
+    shutil.copytree(workspace.data / "span-16", workspace.data / "span-17")  # a new span
+    assert _window_plan(workspace, 2).previous is None
 
 
 def test_a_window_of_one_span_is_refused(workspace, copy_spans, taxi_pipeline):

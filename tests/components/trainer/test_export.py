@@ -1,4 +1,5 @@
-"""The exported SavedModel: its three signatures, hermeticity, warmup file and bad input."""
+"""The exported SavedModel and TFLite model: signatures, hermeticity, warmup file, bad
+input, and the two models agreeing on every input fed to both."""
 
 import math
 import os
@@ -32,12 +33,13 @@ def copied_transform_output(copied_transform_dir):
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory, copied_transform_dir, copied_transform_output, examples_file, rows, to_example):
-    """An untrained model exported over the copied Transform output, which is then
-    deleted. The input pipeline ran on the same output first, as in the Trainer."""
+    """An untrained model exported, with its TFLite twin, over the copied Transform output,
+    which is then deleted. The input pipeline ran on the same output first, as in the Trainer."""
     data.transformed_rows([examples_file], data.transform_fn(copied_transform_output))
     export_dir = str(tmp_path_factory.mktemp("export") / "1")
     model = model_lib.build_model()
     export.export_serving_model(model, copied_transform_output, export_dir)
+    export.write_tflite(model, copied_transform_output, export_dir)
     written = export.write_warmup_requests(export_dir, (to_example(r) for r in rows), "big_tip", limit=25)
     shutil.rmtree(copied_transform_dir)  # the export must not need it any more
     return export_dir, written
@@ -48,13 +50,38 @@ def loaded(exported):
     return tf.saved_model.load(exported[0])
 
 
-def _raw_inputs(rows):
+@pytest.fixture
+def lite(exported):
+    """The TFLite model's signature runner, as an app would run it. One interpreter per
+    test: an interpreter's error message holds every earlier failure's too."""
+    return tf.lite.Interpreter(model_path=os.path.join(exported[0], export.TFLITE_FILE)).get_signature_runner()
+
+
+def _raw_inputs(rows, **changes):
+    """`serving_raw` inputs for `rows`; `changes` maps a feature to `(row number, value)`."""
     inputs = {}
     for feature in features.FEATURES:
         missing = export.MISSING_VALUES[feature.dtype]
         values = [row[feature.name][0] if row[feature.name] else missing for row in rows]
+        if feature.name in changes:
+            row, value = changes[feature.name]
+            values[row] = value
         inputs[feature.name] = tf.constant(values, dtype=feature.dtype)
     return inputs
+
+
+def _invalid_values():
+    """`(feature, value)` pairs `serving_raw` must refuse, from the feature spec: NaN and
+    infinities in a required float, infinities in an optional one (NaN there means
+    missing), an empty required string."""
+    cases = []
+    for feature in features.FEATURES:
+        if feature.dtype.is_floating:
+            refused = (math.nan, math.inf, -math.inf) if feature.required else (math.inf, -math.inf)
+            cases += [pytest.param(feature.name, value, id=f"{feature.name}={value}") for value in refused]
+        elif feature.dtype == tf.string and feature.required:
+            cases.append(pytest.param(feature.name, b"", id=f"{feature.name}=empty"))
+    return cases
 
 
 def test_serving_default_scores_examples_without_label_after_transform_output_is_gone(
@@ -157,19 +184,51 @@ def test_missing_optional_features_get_the_documented_missing_ids(loaded, rows, 
     assert 0.0 <= float(probability[0]) <= 1.0
 
 
-def test_tflite_model_matches_the_saved_model_on_raw_features(tmp_path, transform_output, rows):
-    model = model_lib.build_model()
-    export_dir = str(tmp_path / "1")
-    export.export_serving_model(model, transform_output, export_dir)
-    path = export.write_tflite(model, transform_output, export_dir)
-    assert path.endswith(os.path.join("assets.extra", "model.tflite"))
-    raw = _raw_inputs(rows)
-    companies = raw["company"].numpy()
-    companies[0] = b"a company never seen"  # out of vocabulary
-    raw["company"] = tf.constant(companies)
-    inputs = {name: tensor.numpy() for name, tensor in raw.items()}
-    saved = tf.saved_model.load(export_dir).signatures[export.RAW_SIGNATURE](**raw)
-    runner = tf.lite.Interpreter(model_path=path).get_signature_runner()
-    lite = runner(**inputs)[export.PROBABILITY_KEY]
-    assert lite.shape == (len(rows),)
-    np.testing.assert_allclose(lite, saved[export.PROBABILITY_KEY].numpy(), atol=1e-5)
+@pytest.mark.parametrize("name, value", _invalid_values())
+def test_raw_signature_refuses_a_nan_or_empty_value_naming_the_feature(loaded, rows, name, value):
+    raw = loaded.signatures[export.RAW_SIGNATURE]
+    with pytest.raises(tf.errors.InvalidArgumentError, match=name):
+        raw(**_raw_inputs(rows[:3], **{name: (1, value)}))
+    assert np.isfinite(raw(**_raw_inputs(rows[:3]))[export.PROBABILITY_KEY].numpy()).all()
+
+
+@pytest.mark.parametrize("name, value", [("fare", math.nan), ("trip_seconds", math.inf), ("payment_type", b"")])
+def test_serving_default_refuses_the_same_values_in_examples(loaded, rows, to_example, name, value):
+    """A tf.Example says "missing" by leaving a feature out, so a NaN, an infinity or an
+    empty required string in it is as invalid as in `serving_raw`."""
+    examples = tf.constant([to_example(dict(rows[0], **{name: [value]}), include_label=False)])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=name):
+        loaded.signatures[export.SERVING_SIGNATURE](examples=examples)
+
+
+def test_tflite_model_matches_the_saved_model_on_raw_features(exported, loaded, lite, rows):
+    assert os.path.isfile(os.path.join(exported[0], "assets.extra", "model.tflite"))
+    # Edge values each model must read as the other does: unknown tokens (OOV ids),
+    # integers and coordinates out of range, a missing optional value; the rows already
+    # leave optional features out (NaN, -1 and "" in `serving_raw`).
+    raw = _raw_inputs(
+        rows,
+        payment_type=(0, b"a payment type never seen"),
+        company=(1, b"a company never seen"),
+        dropoff_census_tract=(2, 123),
+        trip_start_hour=(3, 30),
+        trip_start_day=(4, -1),
+        pickup_latitude=(5, math.nan),
+        dropoff_longitude=(6, 0.0),
+    )
+    saved = loaded.signatures[export.RAW_SIGNATURE](**raw)[export.PROBABILITY_KEY].numpy()
+    on_lite = lite(**{name: tensor.numpy() for name, tensor in raw.items()})[export.PROBABILITY_KEY]
+    assert on_lite.shape == (len(rows),)
+    assert np.isfinite(saved).all()
+    np.testing.assert_allclose(on_lite, saved, atol=1e-5)
+
+
+@pytest.mark.parametrize("name, value", _invalid_values())
+def test_tflite_model_refuses_what_the_saved_model_refuses(lite, rows, name, value):
+    """The values of `test_raw_signature_refuses_a_nan_or_empty_value_naming_the_feature`.
+    TFLite has no INVALID_ARGUMENT: the call fails with a RuntimeError naming the feature."""
+    raw = _raw_inputs(rows[:3], **{name: (1, value)})
+    with pytest.raises(RuntimeError, match=name):
+        lite(**{feature: tensor.numpy() for feature, tensor in raw.items()})
+    valid = {feature: tensor.numpy() for feature, tensor in _raw_inputs(rows[:3]).items()}
+    assert np.isfinite(lite(**valid)[export.PROBABILITY_KEY]).all()

@@ -1,7 +1,9 @@
-"""The epoch loop on synthetic transformed batches: traces, checkpoints, early stopping,
-divergence, strategies and TensorBoard scalars."""
+"""The epoch loop on synthetic transformed batches: traces, checkpoints and resuming,
+early stopping, divergence, strategies and TensorBoard scalars."""
 
+import dataclasses
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -10,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components.trainer import data, loop, settings
+from components.trainer import data, loop, run, settings
 from components.trainer import model as model_lib
 from components.trainer import steps as steps_lib
 
@@ -34,15 +36,87 @@ def test_one_trace_per_function_over_epochs_with_a_partial_last_batch(signature,
     assert result.trace_counts == traced_once
 
 
-def test_restart_resumes_from_the_last_epoch_checkpoint(signature, synthetic, tmp_path):
+def test_restart_resumes_from_the_last_epoch_checkpoint(signature, synthetic, tmp_path, caplog):
     first = _config(synthetic, epochs=2)
     loop.train(model_lib.build_model(), synthetic.dataset(), synthetic.dataset(1), signature, first, str(tmp_path))
     more = _config(synthetic, epochs=3)
-    result = loop.train(
-        model_lib.build_model(), synthetic.dataset(), synthetic.dataset(1), signature, more, str(tmp_path)
-    )
-    assert result.epochs_run == 1
+    with caplog.at_level(logging.INFO):
+        result = loop.train(
+            model_lib.build_model(), synthetic.dataset(), synthetic.dataset(1), signature, more, str(tmp_path)
+        )
+    assert result.resumed_from_epoch == 2
+    assert "resumed from checkpoint at epoch 2 of 3" in caplog.text
+    assert result.epochs_run == 3 and [record["epoch"] for record in result.history] == [1, 2, 3]
     assert result.steps == 3 * synthetic.batches_per_epoch
+
+
+def test_a_run_resumed_after_any_epoch_ends_as_the_uninterrupted_run(
+    synthetic, signature, traced_once, tmp_path, caplog
+):
+    # The rows in a new order each epoch, as the Trainer draws them.
+    rows = synthetic.dataset().unbatch().batch(synthetic.examples).get_single_element()
+    train_batches = run.epoch_batches(rows, synthetic.batch_size, seed=5)
+    # A learning rate this high overshoots: eval loss improves, then stops improving.
+    config = _config(synthetic, epochs=10, learning_rate=0.5, early_stopping_patience=3)
+
+    def train(epochs: int, folder: str):
+        tf.keras.utils.set_random_seed(7)
+        model = model_lib.build_model()
+        result = loop.train(model, train_batches, synthetic.dataset(1), signature,
+                            dataclasses.replace(config, epochs=epochs), str(tmp_path / folder))
+        return model, result
+
+    model, uninterrupted = train(config.epochs, "uninterrupted")
+    assert uninterrupted.trace_counts == traced_once
+    assert uninterrupted.best_epoch + 1 < uninterrupted.epochs_run < config.epochs, "early stopping must happen"
+    # Killed while waiting for an improvement, and killed after deciding to stop.
+    for killed_after in (uninterrupted.best_epoch + 1, uninterrupted.epochs_run):
+        folder = f"killed_after_{killed_after}"
+        train(killed_after, folder)
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            resumed_model, resumed = train(config.epochs, folder)
+        assert f"resumed from checkpoint at epoch {killed_after} of {config.epochs}" in caplog.text
+        assert resumed.resumed_from_epoch == killed_after
+        assert (resumed.best_epoch, resumed.epochs_run, resumed.steps) == (
+            uninterrupted.best_epoch, uninterrupted.epochs_run, uninterrupted.steps)
+        assert [record["epoch"] for record in resumed.history] == [record["epoch"] for record in uninterrupted.history]
+        for resumed_record, record in zip(resumed.history, uninterrupted.history):
+            assert resumed_record == pytest.approx(record, abs=1e-6)
+        assert resumed.eval_loss == pytest.approx(uninterrupted.eval_loss, abs=1e-6)
+        for resumed_weight, weight in zip(resumed_model.get_weights(), model.get_weights()):
+            np.testing.assert_allclose(resumed_weight, weight, rtol=0, atol=1e-6)
+
+
+def test_the_checkpoint_holds_the_early_stopping_state(signature, synthetic, tmp_path):
+    config = _config(synthetic, epochs=2, early_stopping_patience=3)
+    model = model_lib.build_model()
+    loop.train(model, synthetic.dataset(), synthetic.dataset(1), signature, config, str(tmp_path),
+               checkpoint_dir=str(tmp_path / "elsewhere"))
+    assert not tf.io.gfile.exists(str(tmp_path / "checkpoints"))
+    names = {name for name, _ in tf.train.list_variables(str(tmp_path / "elsewhere"))}
+    for state in ("best_eval_loss", "best_epoch", "epochs_without_improvement"):
+        assert f"early_stopping/{state}/.ATTRIBUTES/VARIABLE_VALUE" in names
+    best_weights = [name for name in names if name.startswith("early_stopping/best_weights/")]
+    assert len(best_weights) == len(model.weights)
+
+
+def test_deleting_checkpoints_removes_the_index_first(signature, synthetic, tmp_path, monkeypatch):
+    config = _config(synthetic, epochs=1)
+    loop.train(model_lib.build_model(), synthetic.dataset(), synthetic.dataset(1), signature, config, str(tmp_path))
+    checkpoints = str(tmp_path / "checkpoints")
+    # Killed right after the index went: what is left is not resumed from.
+    monkeypatch.setattr(tf.io.gfile, "rmtree", lambda path: None)
+    loop.delete_checkpoints(checkpoints)
+    assert tf.io.gfile.glob(os.path.join(checkpoints, "ckpt-1*"))
+    assert tf.train.latest_checkpoint(checkpoints) is None
+    monkeypatch.undo()
+    result = loop.train(model_lib.build_model(), synthetic.dataset(), synthetic.dataset(1), signature,
+                        _config(synthetic, epochs=2), str(tmp_path))
+    assert result.resumed_from_epoch == 0 and result.epochs_run == 2
+    loop.delete_checkpoints(checkpoints)
+    assert not tf.io.gfile.exists(checkpoints)
+    loop.delete_checkpoints(checkpoints)
 
 
 def test_nan_loss_stops_training_with_a_clear_error(signature, synthetic, tmp_path):
@@ -120,7 +194,9 @@ for name, strategy in (("default", tf.distribute.get_strategy()),
     tf.keras.utils.set_random_seed(3)
     with strategy.scope():
         model = model_lib.build_model()
-    result = loop.train(model, train, evaluate, data.input_signature(spec), config, f"{work_dir}/{name}", strategy)
+    # Each epoch's batches by the epoch's index, as the Trainer gives them.
+    result = loop.train(model, lambda epoch: train, evaluate, data.input_signature(spec), config,
+                        f"{work_dir}/{name}", strategy)
     losses[name] = [result.history, result.trace_counts, strategy.num_replicas_in_sync]
 print(json.dumps(losses))
 """
