@@ -27,10 +27,14 @@ from components import SCHEMA_FILE, spans
 
 
 def files_digest(paths: List[str]) -> str:
-    """Digest of the bytes of `paths`, whatever their names and order."""
+    """Digest of the bytes of `paths` and of the span each is in, whatever the files'
+    names and order (a file moved to another span is a change: spans are checked and
+    windowed one by one)."""
     digest = hashlib.sha256()
-    for file_digest in sorted(spans.file_digest(path) for path in paths):
-        digest.update(file_digest.encode())
+    keyed = sorted(f"{spans.number(os.path.basename(os.path.dirname(path)))}:{spans.file_digest(path)}"
+                   for path in paths)
+    for key in keyed:
+        digest.update(key.encode())
     return digest.hexdigest()
 
 
@@ -52,11 +56,6 @@ class ImportExampleGen(tfx.components.ImportExampleGen):
     """TFX's ImportExampleGen, its cache keyed by the bytes of the files it ingests."""
 
     DRIVER_CLASS = _ContentDriver
-
-
-def schema_digest(schema_file: str) -> str:
-    with tf.io.gfile.GFile(schema_file, "rb") as handle:
-        return hashlib.sha256(handle.read()).hexdigest()
 
 
 @tfx.dsl.components.component

@@ -137,8 +137,9 @@ class ServedModelBlessing(standard_artifacts.ModelBlessing):
     """A model that reached serving: `blessed` 1 and the model's id in `current_model_id`,
     as in the Evaluator's blessing, so `LatestBlessedModelStrategy` resolves it."""
 
-    # `<namespace>.<Name>`: the form KFP v2 needs of a custom type's schema title.
-    TYPE_NAME = "taxi.ServedModelBlessing"
+    # `<module>.<Class>`: KFP v2 needs a custom type's name in that form, and its
+    # containers import the class by it (`components/__init__.py` provides it).
+    TYPE_NAME = "components.ServedModelBlessing"
 
 
 class StagedPusherSpec(ComponentSpec):

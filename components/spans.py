@@ -20,12 +20,14 @@ TensorFlow is imported); remote ones (`gs://...`) through `tf.io.gfile`, importe
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 import hashlib
+import json
 import os
 import re
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 # The files of one span, relative to its folder, as ExampleGen's patterns say them
 # (Beam's glob and `fnmatch` read `[!._]` alike: a first character other than . and _).
@@ -104,24 +106,47 @@ def _size(path: str) -> int:
 
 # Bytes hashed at a time.
 _CHUNK = 1 << 20
-# Digests of files already hashed in this process, by path, size, mtime and inode: the
-# run's plan and ImportExampleGen's driver hash each file once between them.
+# Digests of files already hashed, by path and stat (size, mtime, inode, ctime): the run's
+# plan and ImportExampleGen's driver hash each file once between them, and with
+# `remembered_digests` a file is hashed again only once any of those changed (rewriting a
+# file changes its ctime, whatever its mtime says).
 _DIGESTS: dict = {}
+_USED: set = set()
 
 
-def _stamp(path: str) -> Tuple[int, int, int]:
+def _stamp(path: str) -> Tuple[int, ...]:
     if is_remote(path):
         import tensorflow as tf
 
         stat = tf.io.gfile.stat(path)
-        return stat.length, stat.mtime_nsec, 0
+        return stat.length, stat.mtime_nsec
     stat = os.stat(path)
-    return stat.st_size, stat.st_mtime_ns, stat.st_ino
+    return stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns
+
+
+@contextlib.contextmanager
+def remembered_digests(cache_file: str) -> Iterator[None]:
+    """Digests computed before (kept in the local `cache_file`) are reused; the cache file
+    then holds those of the files hashed inside this block."""
+    _USED.clear()
+    try:
+        with open(cache_file) as handle:
+            for entry in json.load(handle):
+                _DIGESTS.setdefault(tuple(entry["key"]), entry["sha256"])
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        pass  # no cache yet, or an unreadable one: hash again
+    yield
+    os.makedirs(os.path.dirname(cache_file) or ".", exist_ok=True)
+    staged = f"{cache_file}.tmp"
+    with open(staged, "w") as handle:
+        json.dump([{"key": list(key), "sha256": _DIGESTS[key]} for key in sorted(_USED)], handle)
+    os.replace(staged, cache_file)
 
 
 def file_digest(path: str) -> str:
     """SHA-256 of a file's bytes: what decides whether data changed, never its mtime."""
     key = (path,) + _stamp(path)
+    _USED.add(key)
     if key not in _DIGESTS:
         digest = hashlib.sha256()
         if is_remote(path):

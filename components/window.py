@@ -13,8 +13,8 @@ artifacts (`SpanRangeStrategy`, or `LatestArtifactStrategy` for more than one ar
 refused by `KubeflowV2DagRunner`. With `window_size` 0 every span is ingested as one
 `all` split (ExampleGen hash-splits it).
 
-Caching. Its `listing` parameter is the span numbers the local runner found when it
-planned the run (`"12,13,16"`): the node is cached while they stay the same, so its
+Caching. Its `listing` parameter is the span folders the local runner found when it
+planned the run (`"span-12,span-13,span-016"`): the node is cached while they stay the same, so its
 outputs, and everything downstream that did not change, are reused (a re-run after a
 crash, `--force`, an edit to the model code). ExampleGen still fingerprints the files
 themselves. A compiled pipeline cannot know the spans of a future run: it passes "",
@@ -79,20 +79,27 @@ def SpanWindow(  # a component is named like a class
 
     `listing` is the cache key (see the module doc); when given, the spans chosen must be
     those, or the data changed after the run was planned and the run stops, naming both.
-    `job` is not read: in a compiled pipeline it is the pipeline job's id (see
+    `job` is only checked: in a compiled pipeline it is the pipeline job's id (see
     `pipeline.compiled_fixes`), so no two jobs share this node's cache key.
     """
-    del job
+    if job.startswith("{{$"):
+        raise ValueError(
+            f"the pipeline job's id reached this task as the placeholder {job}: this backend does not resolve "
+            "KFP placeholders, and with caching forced on the window would never move; run on Vertex AI "
+            "Pipelines or a Kubeflow Pipelines backend that resolves them"
+        )
     if window_size:
         chosen = current_window(data_root, window_size)
         config = window_input_config(chosen)
         numbers = [span for _, span, _ in chosen]
+        folders = [folder_name for _, _, folder_name in chosen]
     else:
-        config, numbers = all_spans_input_config(), spans.span_numbers(data_root)
-    planned = ",".join(str(span) for span in numbers)
-    if listing and listing != planned:
+        found = spans.span_folders(data_root)
+        config, numbers, folders = all_spans_input_config(), [n for n, _ in found], [f for _, f in found]
+    now = ",".join(folders)
+    if listing and listing != now:
         raise ValueError(
-            f"the spans under {data_root} changed after this run was planned (planned {listing}, now {planned}); "
+            f"the span folders under {data_root} changed after this run was planned (planned {listing}, now {now}); "
             "run again"
         )
     input_config.value = json_format.MessageToJson(config, sort_keys=True, preserving_proto_field_name=True)

@@ -172,7 +172,7 @@ def _run(args: argparse.Namespace) -> int:
 
     def run_pipeline(resolved: config.RunConfig, plan: run_state.RunPlan) -> run_state.RunReport:
         with speedups.local_runner(speedups.enabled()) as local_runner:
-            return local_runner.run(resolved, plan, orchestrator=args.orchestrator)
+            return local_runner.run(resolved, plan, orchestrator=args.orchestrator, recover=not args.force)
 
     try:
         with lock.RunLock(run_config.output_root, args.command):

@@ -136,13 +136,13 @@ class RunConfig:
                 f"got {self.output_root!r}; data root and serving folder may be remote"
             )
 
-    def pipeline_args(self, span_listing: Sequence[int]) -> Dict[str, Any]:
-        """`create_pipeline(...)`'s arguments for a run that found `span_listing`; the schema
-        is read from the installed package."""
+    def pipeline_args(self, span_listing: Sequence[str]) -> Dict[str, Any]:
+        """`create_pipeline(...)`'s arguments for a run that found the span folders
+        `span_listing`; the schema is read from the installed package."""
         return dict(
             pipeline_args(self.settings, pipeline_root=self.pipeline_root, data_root=self.data_root,
                           serving_model_dir=self.model_serving_dir, schema_folder=schema_dir()),
-            span_listing=",".join(str(span) for span in span_listing),
+            span_listing=",".join(span_listing),
         )
 
 

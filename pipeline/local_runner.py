@@ -18,6 +18,7 @@ from tfx.dsl.compiler import compiler, constants
 from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 from tfx.orchestration.portable import runtime_parameter_utils
 
+from components import pusher
 from pipeline import config, preflight, run_report, run_state
 from pipeline import pipeline as pipeline_lib
 
@@ -27,7 +28,7 @@ ORCHESTRATORS = dict(zip(config.ORCHESTRATORS, (tfx.orchestration.LocalDagRunner
 
 
 def build_pipeline(
-    run_config: config.RunConfig, span_listing: Sequence[int], enable_cache: bool = True
+    run_config: config.RunConfig, span_listing: Sequence[str], enable_cache: bool = True
 ) -> tfx.dsl.Pipeline:
     return pipeline_lib.create_pipeline(
         **run_config.pipeline_args(span_listing),
@@ -38,7 +39,7 @@ def build_pipeline(
     )
 
 
-def compile_ir(run_config: config.RunConfig, span_listing: Sequence[int], run_id: str, enable_cache: bool = True):
+def compile_ir(run_config: config.RunConfig, span_listing: Sequence[str], run_id: str, enable_cache: bool = True):
     """The pipeline's IR with `run_id` as its pipeline_run context."""
     ir = compiler.Compiler().compile(build_pipeline(run_config, span_listing, enable_cache))
     runtime_parameter_utils.substitute_runtime_parameter(ir, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: run_id})
@@ -46,18 +47,22 @@ def compile_ir(run_config: config.RunConfig, span_listing: Sequence[int], run_id
 
 
 def new_run_id(fingerprint: str) -> str:
-    """`<time>-<pid>-<inputs>`: sorts by start time; ends with the inputs' fingerprint, by
-    which a re-run finds a run of the same inputs that finished but was not recorded."""
-    return f"{datetime.datetime.now():%Y%m%d-%H%M%S-%f}-{os.getpid()}-{fingerprint[:run_report.RUN_KEY_LENGTH]}"
+    """`<UTC time>-<pid>-<inputs>`: sorts by start time; ends with the inputs' fingerprint,
+    by which a re-run finds a run of the same inputs that finished but was not recorded."""
+    started = datetime.datetime.now(datetime.timezone.utc)
+    return f"{started:%Y%m%d-%H%M%S-%f}-{os.getpid()}-{fingerprint[:run_report.RUN_KEY_LENGTH]}"
 
 
-def run(run_config: config.RunConfig, plan: run_state.RunPlan, orchestrator: str = "local") -> run_state.RunReport:
-    """Runs the pipeline once and records and returns what it did."""
+def run(
+    run_config: config.RunConfig, plan: run_state.RunPlan, orchestrator: str = "local", recover: bool = True
+) -> run_state.RunReport:
+    """Runs the pipeline once and records and returns what it did; with `recover`, a run
+    of the same inputs that finished unrecorded is recorded instead (see `_unrecorded`)."""
     started = time.perf_counter()
     if os.path.exists(run_config.metadata_path):
         for node_id in run_report.close_interrupted(run_config.metadata_path):
             logging.warning("an earlier run was stopped while %s ran; its execution is marked CANCELED", node_id)
-    recovered = _unrecorded(run_config, plan)
+    recovered = _unrecorded(run_config, plan) if recover else None
     if recovered is not None:
         report = recovered
     else:
@@ -65,7 +70,7 @@ def run(run_config: config.RunConfig, plan: run_state.RunPlan, orchestrator: str
         if not plan.cache:
             logging.warning("%s", plan.cache_note)
         run_id = new_run_id(plan.fingerprint)
-        ir = compile_ir(run_config, plan.spans, run_id, enable_cache=plan.cache)
+        ir = compile_ir(run_config, plan.folders, run_id, enable_cache=plan.cache)
         os.makedirs(run_config.output_root, exist_ok=True)  # MLMD's SQLite file is local
         ORCHESTRATORS[orchestrator]().run_with_ir(ir)
         report = run_report.read_run(run_config.metadata_path, run_config.settings.pipeline_name, run_id)
@@ -89,6 +94,11 @@ def _unrecorded(run_config: config.RunConfig, plan: run_state.RunPlan) -> Option
     report = run_report.finished_run(
         run_config.metadata_path, run_config.settings.pipeline_name, plan.fingerprint, after=max(recorded, default="")
     )
+    if report is not None and report.outcome is run_state.Outcome.PUSHED:
+        # What it pushed must still be what serves (another root may push to one folder).
+        version = os.path.basename(report.pushed_version_dir or "")
+        if pusher.versions(run_config.model_serving_dir)[-1:] != [int(version) if version.isdigit() else None]:
+            return None
     if report is not None:
         report.note = (
             f"Run {report.run_id} of the same inputs finished but was not recorded (it was stopped before); "

@@ -161,7 +161,7 @@ def create_pipeline(
         eval split, the others are trained on, each span its own ExampleGen split. None:
         every span, split train:eval by a deterministic hash of each example. Either
         way SpanWindow records the spans the run ingests, for the data gate.
-      span_listing: The span numbers found when the run was planned ("12,13,16"), the
+      span_listing: The span folders found when the run was planned ("span-12,span-13"), the
         SpanWindow node's cache key; "" when unknown (a compiled pipeline, whose
         runner then turns that node's cache off).
       warm_start: Give the Trainer the serving model as `base_model`; it starts

@@ -198,18 +198,19 @@ def read_run(metadata_path: str, pipeline_name: str, run_id: str) -> RunReport:
 
 
 def finished_run(metadata_path: str, pipeline_name: str, fingerprint: str, after: str = "") -> Optional[RunReport]:
-    """The newest run of these inputs (by its id's fingerprint) started after run id
-    `after` that reached its decision: the Pusher finished, or the data gate rejected."""
+    """The run of these inputs (by its id's fingerprint) that reached its decision (the
+    Pusher finished, or the data gate rejected) after run id `after`, if no run of other
+    inputs decided after it."""
     store = connect(metadata_path)
     suffix = f"-{fingerprint[:RUN_KEY_LENGTH]}"
     contexts = store.get_contexts_by_type(PIPELINE_RUN_CONTEXT)
-    names = sorted((c.name for c in contexts if c.name.endswith(suffix) and c.name > after), reverse=True)
-    for run_id in names:
+    # Run ids start with their UTC start time: newest first.
+    for run_id in sorted((c.name for c in contexts if c.name > after), reverse=True):
         report = read_run(metadata_path, pipeline_name, run_id)
         states = {node.node_id: node.state for node in report.nodes}
         decided = states.get(NodeId.PUSHER) in ("ran", "cached") or (
             report.outcome is Outcome.DATA_REJECTED and states.get(NodeId.DATA_GATE) in ("ran", "cached")
         )
         if decided:
-            return report
+            return report if run_id.endswith(suffix) else None
     return None

@@ -36,10 +36,13 @@ from pipeline import config as config_lib
 from pipeline import preflight
 
 LAST_RUN_FILE = "last_run.json"
+# The data files' digests by path and stat, so unchanged files are not read again.
+DIGESTS_FILE = "file_digests.json"
 # Distributions whose version changes what a run computes.
 _RUNTIME_DISTRIBUTIONS = (
-    "tfx", "tensorflow", "tensorflow-transform", "tensorflow-model-analysis",
-    "tensorflow-data-validation", "apache-beam", "ml-metadata",
+    "tfx", "tfx-bsl", "tensorflow", "tf-keras", "tensorflow-transform", "tensorflow-model-analysis",
+    "tensorflow-data-validation", "tensorflow-metadata", "apache-beam", "ml-metadata", "numpy", "pyarrow",
+    "protobuf",
 )
 
 
@@ -208,6 +211,10 @@ class RunPlan:
     def spans(self) -> List[int]:
         return [span.number for span in self.found]
 
+    @property
+    def folders(self) -> List[str]:
+        return [span.folder_name for span in self.found]
+
 
 def plan(run_config: config_lib.RunConfig) -> RunPlan:
     """Lists the data (or raises naming the problem) and decides whether a run is needed."""
@@ -217,7 +224,8 @@ def plan(run_config: config_lib.RunConfig) -> RunPlan:
     window_size = run_config.settings.window_size
     if window_size is not None:
         found = found[-window_size:]
-    run_fingerprint = fingerprint(run_config, found)
+    with spans.remembered_digests(os.path.join(run_config.output_root, DIGESTS_FILE)):
+        run_fingerprint = fingerprint(run_config, found)
     record = load(run_config.output_root)
     last = None if record is None else (record.report if window_size is None else record.window_report)
     for path in ignored:

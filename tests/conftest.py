@@ -74,6 +74,13 @@ class Workspace:
                 "--serving-dir", str(self.serving)]
 
     def versions(self) -> List[str]:
+        """The version folders, as TF Serving sees them (numeric names only)."""
+        if not self.model_dir.exists():
+            return []
+        return sorted(name for name in os.listdir(self.model_dir) if name.isdigit())
+
+    def serving_entries(self) -> List[str]:
+        """Everything in the model's serving folder."""
         return sorted(os.listdir(self.model_dir)) if self.model_dir.exists() else []
 
 
@@ -191,3 +198,21 @@ def cli_argv() -> Callable[..., List[str]]:
 @pytest.fixture(scope="session")
 def run_timeout() -> int:
     return RUN_TIMEOUT_SECONDS
+
+
+@pytest.fixture
+def project_copy(tmp_path) -> Callable[..., subprocess.CompletedProcess]:
+    """A copy of the project's packages an operator can edit (its schema, its code):
+    `project_copy.path`, and `project_copy(*args)` runs `taxi-pipeline *args` from it."""
+    root = tmp_path / "project"
+    for package in ("components", "pipeline"):
+        shutil.copytree(REPO_ROOT / package, root / package, ignore=shutil.ignore_patterns("__pycache__"))
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, cwd=root,
+            timeout=RUN_TIMEOUT_SECONDS, env={**os.environ, "PYTHONPATH": str(root)},
+        )
+
+    run.path = root
+    return run

@@ -1,41 +1,96 @@
-"""SIGKILL in the middle of a run, then a re-run: it completes with exactly one push."""
+"""SIGKILL at any point of a run, then a plain re-run: the re-run completes what the killed
+run began, and the data is pushed exactly once, with the decision an uninterrupted run
+makes, and MLMD says what happened."""
 
+import shutil
 import signal
 import subprocess
 
 import pytest
+from ml_metadata.proto import metadata_store_pb2
 
 pytestmark = pytest.mark.slow
 
+RESOLVER = "LatestBlessedModelResolver"
+NODES = {
+    "SpanWindow", "ImportExampleGen", "StatisticsGen", "InferredSchemaGen", "ImportSchemaGen", "ExampleValidator",
+    "DataGate", "Transform", "Trainer", RESOLVER, "Evaluator", "Pusher",
+}
 
-@pytest.mark.parametrize("kill_after", ["StatisticsGen", "Transform", "Trainer"])
-def test_a_run_killed_after_a_component_is_completed_by_the_next_run_with_one_push(
-    slice_workspace, cli_argv, run_timeout, taxi_pipeline, last_run, kill_after
-):
-    ws = slice_workspace
-    process = subprocess.Popen(cli_argv("run", *ws.locations()), stdout=subprocess.PIPE, text=True)
-    seen = []
+
+def _run_until_a_node_finishes(argv, timeout, already_killed_after):
+    """Runs the command line and SIGKILLs it as soon as a node it executed (not one served
+    from cache) has finished, the first not in `already_killed_after`; returns that
+    node (None if the run ended first) and the output."""
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    seen, killed_after = [], None
     try:
         for line in process.stdout:
             seen.append(line)
-            if f"] {kill_after} " in line:
-                process.send_signal(signal.SIGKILL)  # the next component is starting
-                break
-        process.wait(timeout=run_timeout)
+            if line.startswith("["):
+                node, how = line.split("]", 1)[1].split()[0], line.split()[-1]
+                if how != "cached" and node not in already_killed_after and node != RESOLVER:
+                    process.send_signal(signal.SIGKILL)  # the next node is about to start
+                    killed_after = node
+                    break
+        process.wait(timeout=timeout)
     finally:
         process.kill()
-    assert process.returncode == -signal.SIGKILL, seen
-    assert ws.versions() == []
+    return killed_after, process.returncode, "".join(seen)
 
-    finished = [line.split("]")[1].split()[0] for line in seen if line.startswith("[")]
+
+def test_a_run_killed_after_every_node_in_turn_ends_as_one_uninterrupted_run(
+    slice_workspace, finished_run, cli_argv, run_timeout, executions, last_run
+):
+    """Kill after the first node, re-run, kill after the next node the re-run executes,
+    and so on to after the Pusher (before the run is recorded): the final re-run pushes
+    one version, blesses as the uninterrupted run did, and every node executed once."""
+    ws = slice_workspace
+    killed_after = []
+    for _ in range(len(NODES) + 1):
+        node, status, out = _run_until_a_node_finishes(cli_argv("run", *ws.locations()), run_timeout, killed_after)
+        if node is None:
+            break
+        assert status == -signal.SIGKILL, out
+        killed_after.append(node)
+        assert len(ws.versions()) == (1 if "Pusher" in killed_after else 0), (killed_after, out)
+        assert set(ws.serving_entries()) <= set(ws.versions()) | {".push.lock"}  # no partial version
+    assert set(killed_after) == NODES - {RESOLVER}, killed_after
+    assert killed_after[-1] == "Pusher"
+    assert status == 0, out
+    assert "finished but was not recorded" in out  # the run killed after its Pusher stands
+
+    assert len(ws.versions()) == 1
+    record, reference = last_run(ws.out), last_run(finished_run.workspace.out)
+    assert record["outcome"] == reference["outcome"] == "pushed"
+    assert record["pushed_version_dir"] == str(ws.model_dir / ws.versions()[0])
+    assert record["eval_metrics"]["auc"] == pytest.approx(reference["eval_metrics"]["auc"], abs=1e-3)
+    states = executions(ws.metadata)
+    complete, cached = metadata_store_pb2.Execution.COMPLETE, metadata_store_pb2.Execution.CACHED
+    canceled = metadata_store_pb2.Execution.CANCELED
+    for node in NODES - {RESOLVER}:
+        assert states[node].count(complete) == 1, (node, states[node])
+        assert set(states[node]) <= {complete, cached, canceled}, (node, states[node])
+
+
+def test_a_kill_inside_the_pusher_after_its_rename_pushes_once(
+    slice_workspace, cli_argv, run_timeout, taxi_pipeline, last_run
+):
+    """The Pusher renamed the version into place and was killed before MLMD recorded it:
+    the re-run reuses the evaluated model and recognizes the version as its own."""
+    ws = slice_workspace
+    killed_after = []
+    while "Evaluator" not in killed_after:
+        node, status, out = _run_until_a_node_finishes(cli_argv("run", *ws.locations()), run_timeout, killed_after)
+        assert node is not None and status == -signal.SIGKILL, out
+        killed_after.append(node)
+    (model,) = (ws.out / "pipeline_root" / "Trainer" / "model").glob("*/Format-Serving")
+    shutil.copytree(model, ws.model_dir / "1700000000")  # what the Pusher's rename leaves
+
     rerun = taxi_pipeline("run", *ws.locations())
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert ws.versions() == ["1700000000"]
     record = last_run(ws.out)
-    assert record["outcome"] == "pushed"
-    assert len(ws.versions()) == 1
-    # What finished before the kill is reused, not computed again (a resolver only
-    # looks MLMD up, on every run).
+    assert record["outcome"] == "pushed" and record["pushed_version_dir"] == str(ws.model_dir / "1700000000")
     states = {node["node_id"]: node["state"] for node in record["nodes"]}
-    assert kill_after in finished
-    recomputed = [n for n in finished if states[n] != "cached" and n != "LatestBlessedModelResolver"]
-    assert recomputed == [], (recomputed, states)
+    assert states["Trainer"] == states["Evaluator"] == "cached", states

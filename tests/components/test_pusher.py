@@ -70,3 +70,58 @@ def test_versions_ignores_what_tf_serving_ignores(tmp_path):
     assert pusher.versions(str(base)) == [7, 12]
     assert pusher.versions(str(tmp_path / "nowhere")) == []
     assert tf.io.gfile.exists(str(base / "README.md"))
+
+
+PUSH_IN_A_PROCESS = """
+import sys, time
+from components import pusher
+model, base, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
+time.sleep(max(0.0, start - time.time()))
+with pusher.push_lock(base):
+    print(pusher.push(model, base, version=1700000000))
+"""
+
+
+def test_two_pushes_in_the_same_second_from_two_processes_get_two_versions(tmp_path):
+    """Two pipelines with their own output roots, one serving folder: the serving folder's
+    lock makes the second push see the first's version."""
+    import subprocess
+    import sys
+    import time
+
+    base = str(tmp_path / "serving")
+    start = str(time.time() + 3)  # both start pushing at the same moment
+    processes = [
+        subprocess.Popen([sys.executable, "-c", PUSH_IN_A_PROCESS, _model(tmp_path, name, name.encode()), base, start],
+                         stdout=subprocess.PIPE, text=True)
+        for name in ("a", "b")
+    ]
+    pushed = sorted(int(process.communicate(timeout=60)[0]) for process in processes)
+    assert pushed == [1700000000, 1700000001]
+    assert pusher.versions(base) == pushed
+
+
+def test_prune_waits_for_a_push_in_progress_and_never_deletes_its_staging_folder(tmp_path):
+    import threading
+
+    base = tmp_path / "serving"
+    pusher.push(_model(tmp_path, "a", b"fa"), str(base), version=100)
+    staging = base / f"{pusher.STAGING_PREFIX}101"
+    holding, pruned = threading.Event(), []
+
+    def slow_push():
+        with pusher.push_lock(str(base)):
+            staging.mkdir()
+            holding.set()
+            (staging / "saved_model.pb").write_bytes(b"graph")
+            threading.Event().wait(1.0)  # still copying
+            staging.rename(base / "101")
+
+    pushing = threading.Thread(target=slow_push)
+    pushing.start()
+    holding.wait(10)
+    with pusher.push_lock(str(base)):  # a second pipeline's Pusher: waits for the first
+        pruned = pusher.prune(str(base), keep_versions=3)
+    pushing.join(10)
+    assert pruned == [] and pusher.versions(str(base)) == [100, 101]
+    assert (base / "101" / "saved_model.pb").read_bytes() == b"graph"

@@ -112,3 +112,23 @@ def test_folders_the_pattern_matches_that_are_not_spans_are_named(tmp_path):
 def test_remote_paths_are_joined_with_slashes():
     assert spans.join("gs://bucket/data/", "span-1") == "gs://bucket/data/span-1"
     assert spans.is_remote("gs://b") and not spans.is_remote("/data")
+
+
+def test_digests_follow_the_bytes_and_are_remembered_until_a_file_is_rewritten(tmp_path, monkeypatch):
+    cache = str(tmp_path / "out" / "digests.json")
+    data = tmp_path / "a.gz"
+    data.write_bytes(b"bytes")
+    with spans.remembered_digests(cache):
+        first = spans.file_digest(str(data))
+    reads = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda path, *a, **k: reads.append(path) or real_open(path, *a, **k))
+    monkeypatch.setattr(spans, "_DIGESTS", {})  # a new process
+    with spans.remembered_digests(cache):
+        assert spans.file_digest(str(data)) == first
+    assert str(data) not in reads  # remembered, not read again
+    data.unlink()
+    data.write_bytes(b"other")
+    with spans.remembered_digests(cache):
+        assert spans.file_digest(str(data)) != first
+    assert str(data) in reads

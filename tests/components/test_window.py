@@ -44,3 +44,28 @@ def test_a_missing_data_root_is_named(tmp_path):
 def test_spans_used_round_trips():
     assert window.parse_spans("3,10,12") == [3, 10, 12]
     assert window.parse_spans("") == []
+
+
+def test_a_run_stops_naming_both_listings_when_span_folders_changed_since_planning(tmp_path):
+    """The component itself, as the pipeline runs it: its choice must be what was planned."""
+    from tfx.types import standard_artifacts
+
+    for name in ("span-1", "span-2", "span-3"):
+        (tmp_path / name).mkdir()
+
+    def run(listing, job=""):
+        input_config, spans_used = standard_artifacts.String(), standard_artifacts.String()
+        input_config.uri, spans_used.uri = str(tmp_path / "input_config"), str(tmp_path / "spans_used")
+        window.SpanWindow.EXECUTOR_SPEC.executor_class._FUNCTION(
+            data_root=str(tmp_path), window_size=2, listing=listing, input_config=input_config,
+            spans_used=spans_used, job=job,
+        )
+        return spans_used.value
+
+    assert run("span-2,span-3") == "2,3"
+    (tmp_path / "span-3").rename(tmp_path / "span-003")
+    with pytest.raises(ValueError, match=r"planned span-2,span-3, now span-2,span-003\); run again"):
+        run("span-2,span-3")
+    with pytest.raises(ValueError, match="does not resolve KFP placeholders"):
+        run("", job="{{$.pipeline_job_uuid}}")
+    assert run("", job="2f1c0a4e") == "2,3"

@@ -99,3 +99,32 @@ def test_submitted_as_readme_says_the_window_is_chosen_again_by_every_job(tmp_pa
     transform = [_cache_key(spec, "Transform", job_id) for spec, job_id in specs]
     assert (transform[0] is not None) is (enable_caching is not False)
     assert transform[0] == transform[1]
+
+
+def test_every_artifact_type_of_the_compiled_job_is_importable_as_its_container_does(compiled_job):
+    """A KFP v2 container finds each artifact's class by its type's title: a custom type
+    whose class cannot be imported by that name fails the task at run time."""
+    from kfp.pipeline_spec import pipeline_spec_pb2
+    from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_entrypoint_utils
+    from tfx.utils import import_utils
+
+    schemas = set()
+
+    def collect(node):
+        if isinstance(node, dict):
+            if "instanceSchema" in node:
+                schemas.add(node["instanceSchema"])
+            for value in node.values():
+                collect(value)
+        elif isinstance(node, list):
+            for value in node:
+                collect(value)
+
+    collect(compiled_job["pipelineSpec"])
+    titles = set()
+    for schema in schemas:
+        type_schema = pipeline_spec_pb2.ArtifactTypeSchema(instance_schema=schema)
+        class_path = kubeflow_v2_entrypoint_utils._retrieve_class_path(type_schema)
+        titles.add(class_path)
+        assert import_utils.import_class_by_path(class_path) is not None, class_path
+    assert "components.ServedModelBlessing" in titles

@@ -1,0 +1,139 @@
+"""What operators do between runs: edit the schema, copy data around, name folders their
+way, land a span with a problem of its own. Each as the command line meets it."""
+
+import glob
+import math
+import re
+import shutil
+
+import pytest
+import tensorflow as tf
+
+pytestmark = pytest.mark.slow
+
+
+def _gzip_records(path, records):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tf.io.TFRecordWriter(str(path), tf.io.TFRecordOptions(compression_type="GZIP")) as writer:
+        for record in records:
+            writer.write(record)
+
+
+def _span_like(source_dir, every, edit):
+    """The examples of a span folder, `edit` applied to one in `every`."""
+    records = []
+    files = sorted(glob.glob(str(source_dir / "*.gz")))
+    for index, record in enumerate(tf.data.TFRecordDataset(files, compression_type="GZIP")):
+        example = tf.train.Example.FromString(record.numpy())
+        if index % every == 0:
+            edit(example)
+        records.append(example.SerializeToString())
+    return records
+
+
+def _states(record):
+    return {node["node_id"]: node["state"] for node in record["nodes"]}
+
+
+def test_an_edited_schema_is_used_by_the_next_run_and_undoing_the_edit_restores_the_verdict(
+    copy_of_finished_run, project_copy, last_run
+):
+    ws = copy_of_finished_run
+    first = project_copy("run", *ws.locations())
+    assert first.returncode == 0, first.stdout + first.stderr
+    versions = ws.versions()
+    schema = project_copy.path / "components" / "schema" / "schema.pbtxt"
+    original = schema.read_text()
+    hour = re.search(r'name: "trip_start_hour"\n(?:.*\n)*?  int_domain \{\n    min: 0\n    max: 23', original)
+    assert hour, "the schema's trip_start_hour domain"
+    schema.write_text(original.replace(hour.group(0), hour.group(0)[:-2] + "10"))
+
+    narrowed = project_copy("run", *ws.locations())
+    assert narrowed.returncode == 4, narrowed.stdout + narrowed.stderr
+    record = last_run(ws.out)
+    assert any("'trip_start_hour'" in line for line in record["anomalies"])
+    assert _states(record)["ImportSchemaGen"] == _states(record)["ExampleValidator"] == "ran"
+    assert "trip_start_hour" in narrowed.stdout
+    assert ws.versions() == versions
+
+    schema.write_text(original)
+    restored = project_copy("run", *ws.locations())
+    assert restored.returncode in (0, 3), restored.stdout + restored.stderr
+    record = last_run(ws.out)
+    assert record["outcome"] != "data rejected" and record["span_checks"]
+    # The verdict on the original contract comes back from cache; the model serving since
+    # is the new baseline, so training runs again (and may push).
+    states = _states(record)
+    assert states["ImportSchemaGen"] == states["ExampleValidator"] == states["DataGate"] == "cached", states
+
+
+def test_rewriting_identical_bytes_is_not_a_change(copy_of_finished_run, taxi_pipeline, executions):
+    ws = copy_of_finished_run
+    first = taxi_pipeline("run", *ws.locations())
+    assert first.returncode == 0, first.stdout + first.stderr
+    before, versions = executions(ws.metadata), ws.versions()
+    for path in ws.data.glob("span-*/*.gz"):  # what `cp -r` or a re-run of an export job does
+        content = path.read_bytes()
+        path.unlink()
+        path.write_bytes(content)
+    again = taxi_pipeline("run", *ws.locations())
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "Nothing changed since the last run" in again.stdout
+    assert executions(ws.metadata) == before and ws.versions() == versions
+
+
+def _unknown_payment(example):
+    example.features.feature["payment_type"].bytes_list.value[:] = [b"Bitcoin"]
+
+
+def _nan_fare(example):
+    example.features.feature["fare"].float_list.value[:] = [math.nan]
+
+
+@pytest.mark.parametrize("edit, every, feature", [
+    (_unknown_payment, 20, "payment_type"),  # 5% of the new span, 0.3% of all spans
+    (_nan_fare, 100, "fare"),
+])
+def test_a_problem_confined_to_the_new_span_is_rejected_naming_the_span(
+    copy_of_finished_run, taxi_pipeline, last_run, edit, every, feature
+):
+    ws = copy_of_finished_run
+    versions = ws.versions()
+    _gzip_records(ws.data / "span-17" / "trips.tfrecord.gz", _span_like(ws.data / "span-16", every, edit))
+    result = taxi_pipeline("run", *ws.locations())
+    assert result.returncode == 4, result.stdout + result.stderr
+    record = last_run(ws.out)
+    assert record["outcome"] == "data rejected"
+    assert record["span_checks"]["17"] and not any(record["span_checks"][s] for s in ("12", "13", "14", "15", "16"))
+    assert any(line.startswith("[span 17]") and repr(feature) in line for line in record["anomalies"])
+    assert "rejected 17 (1 finding)" in result.stdout
+    assert ws.versions() == versions
+
+
+def test_span_folders_as_people_make_them(workspace, repo, taxi_pipeline, last_run):
+    """Zero-padded numbers, hidden and bookkeeping files, editor leftovers, notes: the
+    spans are read, the rest is listed as ignored, in a window and over every span."""
+    for span in (14, 15, 16):
+        shutil.copytree(repo / "data" / f"span-{span}", workspace.data / f"span-{span:03d}")
+    leftovers = {
+        "span-016/._trips.tfrecord.gz": b"\x00\x05\x16\x07 AppleDouble",
+        "span-016/_SUCCESS": b"",
+        "span-016/trips.tfrecord.gz~": b"editor backup",
+        "span-015/.trips.tfrecord.gz.swp": b"swap",
+        "span-015/notes.txt": b"re-exported on Monday",
+        "README.md": b"# taxi trips",
+    }
+    for name, content in leftovers.items():
+        (workspace.data / name).write_bytes(content)
+
+    windowed = taxi_pipeline("retrain", "--window", "2", *workspace.locations())
+    assert windowed.returncode in (0, 3), windowed.stdout + windowed.stderr
+    assert last_run(workspace.out)["spans"] == [15, 16]
+    assert "Spans: trained on 15; evaluated on 16" in windowed.stdout
+    everything = taxi_pipeline("run", *workspace.locations())
+    assert everything.returncode in (0, 3), everything.stdout + everything.stderr
+    assert last_run(workspace.out)["spans"] == [14, 15, 16]
+    (log,) = [line for line in everything.stdout.splitlines() if line.startswith("Full log: ")]
+    logged = open(log[len("Full log: "):]).read()
+    for name in leftovers:
+        assert f"ignored (not a span folder or span data file, read by nothing): {workspace.data / name}" in logged
