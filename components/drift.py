@@ -152,6 +152,9 @@ def compute_span_statistics(
     for dataset in sliced.datasets:
         if dataset.name != tfdv.constants.DEFAULT_SLICE_KEY:
             result[int(dataset.name)] = statistics_pb2.DatasetFeatureStatisticsList(datasets=[dataset])
+    empty = sorted(set(numbers) - set(result))
+    if empty:
+        raise ValueError(f"spans {empty} under {data_root} hold no examples")
     return result
 
 

@@ -71,8 +71,9 @@ def ImportSchema(  # a component is named like a class
     found = hashlib.sha256(content).hexdigest()
     if found != digest:
         raise ValueError(
-            f"{schema_file} changed after this run was planned (sha256 {found[:12]}, planned {digest[:12]}); "
-            "run again to use the new schema"
+            f"{schema_file} is not the schema this pipeline was built with (sha256 {found[:12]}, built with "
+            f"{digest[:12]}): it changed after the run was planned (run again), or the image was built from "
+            "other sources than the compiled pipeline (rebuild it from the same commit)"
         )
     try:
         text_format.Parse(content.decode(), schema_pb2.Schema())

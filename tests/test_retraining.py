@@ -23,7 +23,7 @@ def test_retrain_trains_on_the_window_then_warm_starts_on_the_next_span(
 
     again = retrain()
     assert again.returncode == 0
-    assert "span 13 was already trained on; nothing to do" in again.stdout
+    assert "Nothing new: span 13 was already trained on with the same data, code and settings" in again.stdout
     assert last_run(ws.out)["run_id"] == record["run_id"]
 
     copy_spans(ws.data, (14,))
