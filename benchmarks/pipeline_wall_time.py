@@ -39,7 +39,7 @@ def _cold_and_rerun(data_root: str, source: Optional[str]) -> Tuple[float, float
         output_root, serving = os.path.join(scratch, "out"), os.path.join(scratch, "serving")
         cold, cold_out = _timed_run(data_root, output_root, serving, source)
         warm, _ = _timed_run(data_root, output_root, serving, source)
-        versions = len(os.listdir(os.path.join(serving, MODEL_NAME)))
+        versions = len([name for name in os.listdir(os.path.join(serving, MODEL_NAME)) if name.isdigit()])
     return cold, warm, versions, cold_out
 
 
