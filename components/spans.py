@@ -162,9 +162,20 @@ def file_digest(path: str) -> str:
     return _DIGESTS[key]
 
 
+# Characters Beam's and TensorFlow's globs read as patterns, with no way to quote them.
+_GLOB_CHARACTERS = "*?[]"
+
+
 def _require_folder(data_root: str) -> None:
     if not _isdir(data_root):
         raise DataRootError(f"data root {data_root} does not exist or is not a folder")
+    special = sorted({c for c in data_root if c in _GLOB_CHARACTERS})
+    if special:
+        raise DataRootError(
+            f"data root {data_root} has {' '.join(special)} in its path: ExampleGen finds span files with "
+            "glob patterns below the data root, which read these as patterns and cannot quote them; "
+            "rename the folder or point a symlink without them at it"
+        )
 
 
 def folder(span: int) -> str:

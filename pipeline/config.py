@@ -130,6 +130,12 @@ class RunConfig:
         return os.path.join(self.serving_dir, self.settings.model_name)
 
     def __post_init__(self) -> None:
+        special = sorted({c for c in self.output_root if c in "*?[]"})
+        if special:
+            raise ValueError(
+                f"the output root {self.output_root!r} has {' '.join(special)} in its path: TFX reads the pipeline "
+                "root's files with glob patterns, which cannot quote them; pick a folder without them"
+            )
         if spans.is_remote(self.output_root):
             raise ValueError(
                 f"the output root must be a local folder (MLMD's SQLite file, logs and the lock live there), "

@@ -132,3 +132,13 @@ def test_digests_follow_the_bytes_and_are_remembered_until_a_file_is_rewritten(t
     with spans.remembered_digests(cache):
         assert spans.file_digest(str(data)) != first
     assert str(data) in reads
+
+
+def test_a_data_root_whose_path_globs_cannot_quote_is_refused_naming_why(tmp_path):
+    root = tmp_path / "taxi [prod]"
+    (root / "span-1").mkdir(parents=True)
+    (root / "span-1" / "a.gz").write_bytes(b"x")
+    with pytest.raises(spans.DataRootError, match=r"has \[ \] in its path: ExampleGen finds span files with glob"):
+        spans.list_spans(str(root))
+    (tmp_path / "taxi prod").symlink_to(root)
+    assert [span.number for span in spans.list_spans(str(tmp_path / "taxi prod"))] == [1]

@@ -45,6 +45,21 @@ def test_a_remote_output_root_is_refused_naming_why(workspace, copy_spans, taxi_
     assert "output root must be a local folder" in result.stderr
 
 
+@pytest.mark.parametrize("where", ["data", "out"])
+def test_a_path_with_glob_characters_is_refused_before_anything_is_written(workspace, copy_spans, taxi_pipeline, where):
+    data, out = workspace.data, workspace.out
+    if where == "data":
+        data = workspace.root / "taxi [prod]"
+    else:
+        out = workspace.root / "out [run 2]"
+    copy_spans(data, (15, 16))
+    result = taxi_pipeline("run", "--data-root", str(data), "--output-root", str(out),
+                           "--serving-dir", str(workspace.serving))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "[ ] in its path" in result.stderr and "glob" in result.stderr
+    assert not (out / "metadata.sqlite").exists() and not (workspace.root / "out [run 2]").exists()
+
+
 def test_a_folder_named_like_a_span_that_is_not_one_is_refused(workspace, copy_spans, taxi_pipeline):
     copy_spans(workspace.data, (16,))
     (workspace.data / "span-old").mkdir()
