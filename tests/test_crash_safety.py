@@ -94,3 +94,37 @@ def test_a_kill_inside_the_pusher_after_its_rename_pushes_once(
     assert record["outcome"] == "pushed" and record["pushed_version_dir"] == str(ws.model_dir / "1700000000")
     states = {node["node_id"]: node["state"] for node in record["nodes"]}
     assert states["Trainer"] == states["Evaluator"] == "cached", states
+
+
+def test_a_trainer_killed_mid_training_is_resumed_by_the_next_run(slice_workspace, cli_argv, run_timeout,
+                                                                  taxi_pipeline, last_run):
+    """SIGKILL once the Trainer has checkpointed an epoch: the re-run's Trainer (upstream
+    all cached, so the same inputs) resumes from that epoch instead of starting afresh."""
+    import json
+    import time
+
+    ws = slice_workspace
+    checkpoints = ws.out / "pipeline_root" / "Trainer" / "checkpoints"
+    process = subprocess.Popen(cli_argv("run", *ws.locations()), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + run_timeout
+        while not list(checkpoints.glob("*/checkpoint")) and time.monotonic() < deadline:
+            assert process.poll() is None, "the run ended before the Trainer checkpointed an epoch"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=60)
+    finally:
+        process.kill()
+    assert list(checkpoints.glob("*/checkpoint")), "no checkpoint was written"
+
+    rerun = taxi_pipeline("run", *ws.locations())
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    states = {node["node_id"]: node["state"] for node in last_run(ws.out)["nodes"]}
+    assert states["Transform"] == "cached" and states["Trainer"] == "ran", states
+    summaries = sorted((ws.out / "pipeline_root" / "Trainer" / "model_run").glob("*/training_summary.json"))
+    assert len(summaries) == 1  # the killed execution wrote none
+    summary = json.loads(summaries[0].read_text())
+    assert summary["resumed_from_epoch"] >= 1, summary
+    assert not list(checkpoints.glob("*/checkpoint"))  # deleted once the model was exported
+    assert len(ws.versions()) == 1
