@@ -94,7 +94,7 @@ def _unrecorded(run_config: config.RunConfig, plan: run_state.RunPlan) -> Option
     report = run_report.finished_run(
         run_config.metadata_path, run_config.settings.pipeline_name, plan.fingerprint, after=max(recorded, default="")
     )
-    if report is not None and report.outcome is run_state.Outcome.PUSHED:
+    if report is not None and report.outcome in (run_state.Outcome.PUSHED, run_state.Outcome.UP_TO_DATE):
         # What it pushed must still be what serves (another root may push to one folder).
         version = os.path.basename(report.pushed_version_dir or "")
         if pusher.versions(run_config.model_serving_dir)[-1:] != [int(version) if version.isdigit() else None]:

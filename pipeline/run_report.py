@@ -192,7 +192,9 @@ def read_run(metadata_path: str, pipeline_name: str, run_id: str) -> RunReport:
         report.eval_metrics = eval_metrics(evaluation.uri)
     pushed = output(NodeId.PUSHER, standard_component_specs.PUSHED_MODEL_KEY)
     if pushed is not None and _int(pushed, staged_pusher.PUSHED_PROPERTY) == 1:
-        report.outcome = Outcome.PUSHED
+        # A Pusher served from cache pushed nothing in this run: what it pushed before serves.
+        pusher_ran = any(node.node_id == NodeId.PUSHER and node.state == "ran" for node in nodes)
+        report.outcome = Outcome.PUSHED if pusher_ran else Outcome.UP_TO_DATE
         report.pushed_version_dir = _string(pushed, staged_pusher.DESTINATION_PROPERTY)
     return report
 
