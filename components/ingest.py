@@ -14,7 +14,6 @@
 
 import hashlib
 import os
-from typing import List
 
 import tensorflow as tf
 from google.protobuf import text_format
@@ -26,24 +25,12 @@ from tfx.types import standard_artifacts
 from components import SCHEMA_FILE, spans
 
 
-def files_digest(paths: List[str]) -> str:
-    """Digest of the bytes of `paths` and of the span each is in, whatever the files'
-    names and order (a file moved to another span is a change: spans are checked and
-    windowed one by one)."""
-    digest = hashlib.sha256()
-    keyed = sorted(f"{spans.number(os.path.basename(os.path.dirname(path)))}:{spans.file_digest(path)}"
-                   for path in paths)
-    for key in keyed:
-        digest.update(key.encode())
-    return digest.hexdigest()
-
-
 class _ContentInputProcessor(input_processor.FileBasedInputProcessor):
     def get_input_fingerprint(self, span: int, version) -> str:
         parts = []
         for split in self._splits:
             matched = tf.io.gfile.glob(spans.join(self._input_base_uri, split.pattern))
-            parts.append(f"split:{split.name},files:{len(matched)},sha256:{files_digest(matched)}")
+            parts.append(f"split:{split.name},files:{len(matched)},sha256:{spans.files_digest(matched)}")
         return "\n".join(parts)
 
 

@@ -143,33 +143,55 @@ def remembered_digests(cache_file: str) -> Iterator[None]:
     os.replace(staged, cache_file)
 
 
+def sha256(path: str) -> str:
+    """SHA-256 of a file's bytes, read in chunks (local or remote)."""
+    digest = hashlib.sha256()
+    if is_remote(path):
+        import tensorflow as tf
+
+        handle = tf.io.gfile.GFile(path, "rb")
+    else:
+        handle = open(path, "rb")
+    with handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def file_digest(path: str) -> str:
-    """SHA-256 of a file's bytes: what decides whether data changed, never its mtime."""
+    """SHA-256 of a data file's bytes, hashed once per stat: what decides whether data
+    changed, never its mtime."""
     key = (path,) + _stamp(path)
     _USED.add(key)
     if key not in _DIGESTS:
-        digest = hashlib.sha256()
-        if is_remote(path):
-            import tensorflow as tf
-
-            handle = tf.io.gfile.GFile(path, "rb")
-        else:
-            handle = open(path, "rb")
-        with handle:
-            while chunk := handle.read(_CHUNK):
-                digest.update(chunk)
-        _DIGESTS[key] = digest.hexdigest()
+        _DIGESTS[key] = sha256(path)
     return _DIGESTS[key]
 
 
-# Characters Beam's and TensorFlow's globs read as patterns, with no way to quote them.
-_GLOB_CHARACTERS = "*?[]"
+def files_digest(paths: Iterable[str]) -> str:
+    """Digest of the bytes of span files and of the span each is in, whatever the files'
+    names and order (a file moved to another span is a change: spans are checked and
+    windowed one by one). The run's fingerprint and ImportExampleGen's cache key."""
+    digest = hashlib.sha256()
+    for key in sorted(f"{number(_parent_name(path))}:{file_digest(path)}" for path in paths):
+        digest.update(key.encode())
+    return digest.hexdigest()
+
+
+def _parent_name(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 2)[-2]
+
+
+def unquotable_glob_characters(path: str) -> List[str]:
+    """The characters of `path` that Beam's and TensorFlow's globs read as patterns, with
+    no way to quote them: a folder whose path has any cannot be globbed below."""
+    return sorted({c for c in path if c in "*?[]"})
 
 
 def _require_folder(data_root: str) -> None:
     if not _isdir(data_root):
         raise DataRootError(f"data root {data_root} does not exist or is not a folder")
-    special = sorted({c for c in data_root if c in _GLOB_CHARACTERS})
+    special = unquotable_glob_characters(data_root)
     if special:
         raise DataRootError(
             f"data root {data_root} has {' '.join(special)} in its path: ExampleGen finds span files with "

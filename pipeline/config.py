@@ -130,7 +130,7 @@ class RunConfig:
         return os.path.join(self.serving_dir, self.settings.model_name)
 
     def __post_init__(self) -> None:
-        special = sorted({c for c in self.output_root if c in "*?[]"})
+        special = spans.unquotable_glob_characters(self.output_root)
         if special:
             raise ValueError(
                 f"the output root {self.output_root!r} has {' '.join(special)} in its path: TFX reads the pipeline "
@@ -195,7 +195,7 @@ def pipeline_args(
         data_root=data_root,
         schema_path=schema_folder,
         # The schema a compiled pipeline reads from its image is this package's own.
-        schema_digest=file_sha256(schema_file()),
+        schema_digest=spans.sha256(schema_file()),
         serving_model_dir=serving_model_dir,
         train=settings.train,
         export_settings=ExportConfig(model_name=settings.model_name),
@@ -226,11 +226,6 @@ def schema_dir() -> str:
 def schema_file() -> str:
     """The curated schema shipped inside the `components` package."""
     return os.path.join(schema_dir(), components.SCHEMA_FILE)
-
-
-def file_sha256(path: str) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.sha256(handle.read()).hexdigest()
 
 
 def source_digest(root: str) -> str:

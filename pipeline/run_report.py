@@ -145,7 +145,8 @@ def read_run(metadata_path: str, pipeline_name: str, run_id: str) -> RunReport:
     run_context = store.get_context_by_type_and_name(PIPELINE_RUN_CONTEXT, run_id)
     if run_context is None:
         raise LookupError(f"no run {run_id!r} in {metadata_path}")
-    in_run = {execution.id for execution in store.get_executions_by_context(run_context.id)}
+    run_executions = store.get_executions_by_context(run_context.id)
+    in_run = {execution.id for execution in run_executions}
     nodes: List[NodeRun] = []
     outputs: Dict[str, Dict[str, metadata_store_pb2.Artifact]] = {}
     for context_id, node_id in _node_ids(store, pipeline_name).items():
@@ -156,7 +157,7 @@ def read_run(metadata_path: str, pipeline_name: str, run_id: str) -> RunReport:
             nodes.append(NodeRun(node_id, _STATES.get(execution.last_known_state, "failed"), seconds))
             outputs[node_id] = _outputs(store, execution.id)
     nodes.sort(key=lambda n: n.node_id)
-    last_update = max((e.last_update_time_since_epoch for e in store.get_executions_by_id(list(in_run))), default=0)
+    last_update = max((e.last_update_time_since_epoch for e in run_executions), default=0)
 
     def output(node_id: str, key: str) -> Optional[metadata_store_pb2.Artifact]:
         return outputs.get(node_id, {}).get(key)

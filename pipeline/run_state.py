@@ -128,10 +128,7 @@ def fingerprint(run_config: config_lib.RunConfig, found: Sequence[spans.Span]) -
         digest.update(config_lib.source_digest(os.path.dirname(package.__file__)).encode())
     digest.update(json.dumps(dataclasses.asdict(run_config), sort_keys=True).encode())
     digest.update(json.dumps(runtime_versions(), sort_keys=True).encode())
-    for span in found:
-        digest.update(f"span {span.number}\n".encode())
-        for file_digest in sorted(spans.file_digest(path) for path, _ in span.files):
-            digest.update(f"{file_digest}\n".encode())
+    digest.update(spans.files_digest(path for span in found for path, _ in span.files).encode())
     return digest.hexdigest()
 
 
