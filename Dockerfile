@@ -1,15 +1,29 @@
-# The pipeline image for Kubeflow Pipelines v2 / Vertex AI:
-#   docker build -t REGION-docker.pkg.dev/PROJECT/REPO/taxi-pipeline:TAG .
+# The pipeline image for Kubeflow Pipelines v2 / Vertex AI, on either stack:
+#   docker build -t REGION-docker.pkg.dev/PROJECT/REPO/taxi-pipeline:TAG .                       # tfx-1.16
+#   docker build --build-arg TFX_VERSION=1.21.0 -t REGION-docker.pkg.dev/PROJECT/REPO/taxi-pipeline:TAG .  # tfx-1.21
 #   taxi-pipeline compile --image REGION-docker.pkg.dev/PROJECT/REPO/taxi-pipeline:TAG ...
-# TFX's own 1.16 image (Python 3.10, the TFX executors' entry points), then the same
-# lock as every other install, then this package. The source stays at /pipeline: the
-# compiled pipeline reads the curated schema from /pipeline/components/schema.
-FROM gcr.io/tfx-oss-public/tfx:1.16.0
+# TFX's own image of that version (the TFX executors' entry points), then the stack's lock
+# (locks/tfx-<major.minor>.txt), then this package. The lock was made on the stack's
+# Python (3.10 for 1.16, 3.13 for 1.21); the build stops, naming both versions, when the
+# image's Python is another one rather than install a set of packages never tested
+# together. The source stays at /pipeline: the compiled pipeline reads the curated schema
+# from /pipeline/components/schema. The Keras switch is set by the package itself
+# (components.compat) on the stack that needs it.
+ARG TFX_VERSION=1.16.0
+FROM gcr.io/tfx-oss-public/tfx:${TFX_VERSION}
+ARG TFX_VERSION
 
-ENV TF_USE_LEGACY_KERAS=1
 WORKDIR /pipeline
-COPY constraints.txt setup.py pyproject.toml ./
+COPY locks ./locks
+COPY setup.py pyproject.toml ./
 COPY components ./components
 COPY pipeline ./pipeline
-RUN python -m pip install --no-cache-dir -c constraints.txt . \
-    && python -c "import components, pipeline.pipeline, tfx; assert tfx.__version__ == '1.16.0'"
+RUN set -e; \
+    stack="tfx-$(echo "${TFX_VERSION}" | cut -d. -f1,2)"; \
+    lock="locks/${stack}.txt"; \
+    test -f "${lock}" || { echo "no lock for TFX ${TFX_VERSION} (${lock}); the stacks are: $(ls locks)"; exit 1; }; \
+    case "${stack}" in tfx-1.16) want=3.10 ;; tfx-1.21) want=3.13 ;; esac; \
+    have=$(python -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+    test "${have}" = "${want}" || { echo "${lock} is for Python ${want}; this image has Python ${have}"; exit 1; }; \
+    python -m pip install --no-cache-dir -c "${lock}" . \
+    && python -c "import components, pipeline.pipeline, tfx; assert tfx.__version__ == '${TFX_VERSION}', tfx.__version__"

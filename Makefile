@@ -1,21 +1,38 @@
 # Two entry points for a fresh machine: `make run` and `make test`.
-# Both create the virtual environment from the committed lock when it is missing or stale.
+#
+# Two stacks, each with a complete lock in locks/ (see scripts/stack):
+#   tfx-1.21  TFX 1.21, TensorFlow 2.21, Keras 3, Python 3.13 (needs glibc >= 2.39)
+#   tfx-1.16  TFX 1.16, TensorFlow 2.16, Keras 2, Python 3.10
+# `make` picks the newest one this machine loads and says which; `make STACK=tfx-1.16 ...`
+# forces one. Each stack has its own virtual environment, .venv-<stack>, created from its
+# lock when missing or stale; .venv points at the one `make` picked.
+# `make test-all-stacks` also runs the suite on the other stack, in a Debian 13 root
+# (scripts/debian-root) when this machine cannot load it.
 
-VENV        := .venv
+STACKS      := tfx-1.21 tfx-1.16
+STACK       ?= $(shell scripts/stack pick 2>/dev/null)
+VENV        := .venv-$(STACK)
 BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.installed
+LOCK        := locks/$(STACK).txt
 PIP_TOOLS   := pip==24.2 setuptools==84.2.1 wheel==0.48.0
 PYTEST_ARGS ?=
 
-.PHONY: run test test-fast lint data benchmark lock clean venv
+.PHONY: run test test-fast test-all-stacks lint data benchmark lock clean venv stack
+
+# Fails, naming what is missing, when no stack fits (or the forced one does not).
+stack:
+	@test -n "$(STACK)" || scripts/stack pick >/dev/null
+	@scripts/stack describe $(STACK)
 
 venv: $(STAMP)
 
-$(STAMP): setup.py pyproject.toml constraints.txt
-	@test -x $(BIN)/python || $$(scripts/find-python3.10) -m venv $(VENV)
+$(STAMP): setup.py pyproject.toml $(LOCK) | stack
+	@test -x $(BIN)/python || $$(scripts/stack python $(STACK)) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(PIP_TOOLS)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test]"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c $(LOCK) -e ".[test]"
 	@touch $@
+	@if [ -z "$$TAXI_STACK_ROOT" ] && { [ -L .venv ] || [ ! -e .venv ]; }; then ln -sfn $(VENV) .venv; fi
 
 run: $(STAMP)
 	$(BIN)/taxi-pipeline run
@@ -25,6 +42,12 @@ test: lint
 
 test-fast: lint
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# This stack's suite, then every other stack's, each where it loads.
+test-all-stacks: test
+	@for other in $(filter-out $(STACK),$(STACKS)); do \
+	  scripts/stack run $$other $(MAKE) --no-print-directory STACK=$$other test PYTEST_ARGS='$(PYTEST_ARGS)' || exit $$?; \
+	done
 
 lint: $(STAMP)
 	$(BIN)/ruff check pipeline components tests benchmarks setup.py
@@ -36,9 +59,9 @@ benchmark: $(STAMP)
 	$(BIN)/python benchmarks/pipeline_wall_time.py
 
 lock: $(STAMP)
-	@{ echo "# Complete lock of the Python 3.10 environment (pip freeze of a working install)."; \
-	   echo "# Regenerate with: make lock"; \
-	   $(BIN)/python -m pip freeze --exclude-editable; } > constraints.txt
+	@{ echo "# Complete lock of the $(STACK) stack (pip freeze of a working install)."; \
+	   echo "# Regenerate with: make STACK=$(STACK) lock"; \
+	   $(BIN)/python -m pip freeze --exclude-editable; } > $(LOCK)
 
 clean:
 	rm -rf tfx_pipeline_output serving_model/*/

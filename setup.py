@@ -6,10 +6,18 @@ setuptools.setup(
     name="taxi-tfx-pipeline",
     version="0.1.0",
     description="Production TFX pipeline for the Chicago taxi big-tip model.",
-    python_requires=">=3.10,<3.11",
+    # Two stacks (see Makefile and locks/): TFX 1.16 on Python 3.10, TFX 1.21 on Python 3.13.
+    python_requires=">=3.10,<3.14",
     packages=setuptools.find_packages(include=["pipeline", "pipeline.*", "components", "components.*"]),
     package_data={"components": ["schema/*.pbtxt"]},
-    install_requires=["tfx[kfp]==1.16.0"],
+    install_requires=[
+        'tfx[kfp]==1.16.0; python_version < "3.11"',
+        # TF 2.21 no longer brings TensorBoard (`tf.summary` needs it); TFX 1.21 brings kfp
+        # only below Python 3.12, and compiling for KFP v2 needs only its PipelineSpec.
+        'tfx==1.21.0; python_version >= "3.11"',
+        'tensorboard; python_version >= "3.11"',
+        'kfp-pipeline-spec; python_version >= "3.11"',
+    ],
     extras_require={"test": ["pytest", "pytest-timeout", "pytest-randomly", "ruff"]},
     entry_points={"console_scripts": ["taxi-pipeline=pipeline.cli:console_main"]},
 )

@@ -1,13 +1,11 @@
 """Model code of the taxi pipeline: feature spec, Transform and Trainer functions.
 
-TFX 1.16, TFT and TFMA need Keras 2 (`tf_keras`). TensorFlow 2.16 picks the Keras
-version when `tf.keras` is first touched, so the switch is set here, before any
-module of this package imports TensorFlow. Child processes (Beam workers) inherit it.
+`components.compat` is imported first: on the stack that needs it, it sets the Keras
+switch before any module of this package imports TensorFlow (child processes, Beam
+workers among them, inherit it).
 """
 
-import os
-
-os.environ["TF_USE_LEGACY_KERAS"] = "1"
+from components import compat  # noqa: F401
 
 # The curated schema (the data contract), in the `schema/` folder of this package.
 SCHEMA_FILE = "schema.pbtxt"

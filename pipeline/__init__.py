@@ -1,3 +1,3 @@
 """Pipeline definition, runners and command line of the taxi pipeline."""
 
-import components  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import components  # noqa: F401  (sets the Keras switch before TensorFlow loads, see components.compat)

@@ -59,6 +59,10 @@ class EvaluationConfig:
 # The Beam DirectRunner in one process: for data of this size, worker processes cost
 # more to start and feed than they save.
 LOCAL_BEAM_ARGS: Tuple[str, ...] = (
+    # The DirectRunner's in-memory engine, named: Beam >= 2.68's DirectRunner (TFX 1.21's
+    # Beam) first tries the Prism runner, which downloads a binary of its own and ignores
+    # the settings below, then falls back to this engine.
+    "--runner=apache_beam.runners.portability.fn_api_runner.FnApiRunner",
     "--direct_running_mode=in_memory",
     "--direct_num_workers=1",
     # Beam >= 2.52 weighs every cached side input with objsize, which walks all loaded

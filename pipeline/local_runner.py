@@ -18,7 +18,7 @@ from tfx.dsl.compiler import compiler, constants
 from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 from tfx.orchestration.portable import runtime_parameter_utils
 
-from components import pusher
+from components import compat, pusher
 from pipeline import config, preflight, run_report, run_state
 from pipeline import pipeline as pipeline_lib
 
@@ -75,6 +75,7 @@ def run(
         ORCHESTRATORS[orchestrator]().run_with_ir(ir)
         report = run_report.read_run(run_config.metadata_path, run_config.settings.pipeline_name, run_id)
     report.window_size = run_config.settings.window_size
+    report.stack = compat.describe()
     report.ignored = plan.ignored
     report.fingerprint = plan.fingerprint
     report.finished = report.finished or datetime.datetime.now().astimezone().isoformat(timespec="seconds")

@@ -7,7 +7,8 @@ import dataclasses
 import json
 from typing import Any, Optional, Sequence, Tuple
 
-import tensorflow_model_analysis as tfma
+from tensorflow_model_analysis import constants as tfma_constants
+from tensorflow_model_analysis.proto import config_pb2 as tfma_config
 from tfx import v1 as tfx
 
 import components
@@ -34,40 +35,44 @@ class NodeId:
 AUC_THRESHOLDS = 1000
 
 
-def _eval_config(evaluation: EvaluationConfig) -> tfma.EvalConfig:
-    auc_threshold = tfma.MetricThreshold(
-        value_threshold=tfma.GenericValueThreshold(lower_bound={"value": evaluation.min_auc}),
-        change_threshold=tfma.GenericChangeThreshold(
-            direction=tfma.MetricDirection.HIGHER_IS_BETTER,
+def _eval_config(evaluation: EvaluationConfig) -> tfma_config.EvalConfig:
+    """The Evaluator's config, built from TFMA's protos: TFMA >= 0.48 (TFX 1.21) no longer
+    exports every config class at its top level; the protos are the same on both stacks."""
+    auc_threshold = tfma_config.MetricThreshold(
+        value_threshold=tfma_config.GenericValueThreshold(lower_bound={"value": evaluation.min_auc}),
+        change_threshold=tfma_config.GenericChangeThreshold(
+            direction=tfma_config.MetricDirection.HIGHER_IS_BETTER,
             absolute={"value": -evaluation.max_auc_drop},
         ),
     )
-    return tfma.EvalConfig(
+    return tfma_config.EvalConfig(
         model_specs=[
-            tfma.ModelSpec(
+            tfma_config.ModelSpec(
                 # Said, not detected: detection loads the model once more, as Keras.
-                model_type=tfma.constants.TF_GENERIC,
+                model_type=tfma_constants.TF_GENERIC,
                 signature_name=export.SERVING_SIGNATURE,
                 prediction_key=export.PROBABILITY_KEY,
                 label_key=features.LABEL_KEY,
             )
         ],
-        slicing_specs=[tfma.SlicingSpec()]
-        + [tfma.SlicingSpec(feature_keys=[name]) for name in features.SLICE_FEATURES],
+        slicing_specs=[tfma_config.SlicingSpec()]
+        + [tfma_config.SlicingSpec(feature_keys=[name]) for name in features.SLICE_FEATURES],
         metrics_specs=[
-            tfma.MetricsSpec(
+            tfma_config.MetricsSpec(
                 metrics=[
-                    tfma.MetricConfig(class_name="ExampleCount"),
-                    tfma.MetricConfig(class_name="BinaryAccuracy"),
-                    tfma.MetricConfig(class_name="Calibration"),
+                    tfma_config.MetricConfig(class_name="ExampleCount"),
+                    tfma_config.MetricConfig(class_name="BinaryAccuracy"),
+                    tfma_config.MetricConfig(class_name="Calibration"),
                     # The gate applies to the overall slice; small slices are reported only.
-                    tfma.MetricConfig(
+                    tfma_config.MetricConfig(
                         class_name="AUC",
                         # TFMA's default of 10,000 thresholds costs ~1 s per run in histogram
                         # work; 1,000 keeps the AUC within ~1e-4, far inside the gate's margin.
                         config=json.dumps({"num_thresholds": AUC_THRESHOLDS}),
                         per_slice_thresholds=[
-                            tfma.PerSliceMetricThreshold(slicing_specs=[tfma.SlicingSpec()], threshold=auc_threshold)
+                            tfma_config.PerSliceMetricThreshold(
+                                slicing_specs=[tfma_config.SlicingSpec()], threshold=auc_threshold
+                            )
                         ],
                     ),
                 ],

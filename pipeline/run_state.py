@@ -40,7 +40,7 @@ LAST_RUN_FILE = "last_run.json"
 DIGESTS_FILE = "file_digests.json"
 # Distributions whose version changes what a run computes.
 _RUNTIME_DISTRIBUTIONS = (
-    "tfx", "tfx-bsl", "tensorflow", "tf-keras", "tensorflow-transform", "tensorflow-model-analysis",
+    "tfx", "tfx-bsl", "tensorflow", "tf-keras", "keras", "tensorflow-transform", "tensorflow-model-analysis",
     "tensorflow-data-validation", "tensorflow-metadata", "apache-beam", "ml-metadata", "numpy", "pyarrow",
     "protobuf",
 )
@@ -98,6 +98,8 @@ class RunReport:
     ignored: List[str] = dataclasses.field(default_factory=list)
     # A decision already reported by an earlier call (`retrain` with nothing new): exit 0.
     acknowledged: bool = False
+    # The stack the run ran on (`components.compat.describe()`).
+    stack: str = ""
 
     @property
     def exit_code(self) -> config_lib.ExitCode:

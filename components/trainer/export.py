@@ -35,7 +35,8 @@ from typing import Dict, Iterable, List, Mapping, Tuple
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from components import features
+from components import compat, features
+from components.compat import keras
 from components.trainer import data
 from components.trainer import model as model_lib
 from components.trainer.settings import MAX_WARMUP_RECORDS
@@ -101,15 +102,20 @@ def _invalid_values(raw: Mapping[str, object]) -> List[Tuple[str, tf.Tensor]]:
 
 
 class ServingModule(tf.Module):
-    """What the SavedModel tracks: the model's variables and the Transform layer.
+    """What the SavedModel tracks: the model's variables with their names, and the Transform layer.
 
     Only these. The Keras model would pull in Keras' serialization, and a tracked
     `tf.function` would be saved again beside its signature and cost every load.
     """
 
-    def __init__(self, model: tf.keras.Model, tf_transform_output: tft.TFTransformOutput):
+    def __init__(self, model: keras.Model, tf_transform_output: tft.TFTransformOutput):
         super().__init__(name="big_tip_serving")
         self.model_variables = list(model.variables)
+        # Their names, the same on both stacks (see `compat.variable_key`): warm start
+        # matches variables by these.
+        self.model_variable_keys = tf.Variable(
+            [compat.variable_key(v) for v in model.variables], trainable=False, name="model_variable_keys"
+        )
         self.transform_layer = tf_transform_output.transform_features_layer()
 
 
@@ -118,12 +124,12 @@ def _raw_specs() -> Dict[str, tf.TensorSpec]:
     return {f.name: tf.TensorSpec([None], f.dtype, name=f.name) for f in features.FEATURES}
 
 
-def _probability(model: tf.keras.Model, transformed: Mapping[str, tf.Tensor]) -> tf.Tensor:
+def _probability(model: keras.Model, transformed: Mapping[str, tf.Tensor]) -> tf.Tensor:
     return tf.sigmoid(tf.cast(model(model_lib.model_inputs(transformed), training=False), tf.float32))
 
 
 def make_signatures(
-    model: tf.keras.Model, tf_transform_output: tft.TFTransformOutput
+    model: keras.Model, tf_transform_output: tft.TFTransformOutput
 ) -> Dict[str, tf.types.experimental.ConcreteFunction]:
     """`serving_default`, `serving_raw` and `transform_features` (see the module doc)."""
     transform = data.transform_fn(tf_transform_output)
@@ -184,7 +190,7 @@ class TFLiteModule(tf.Module):
     value fails the call with an error naming the feature (`_fail_if_any`).
     """
 
-    def __init__(self, model: tf.keras.Model, tf_transform_output: tft.TFTransformOutput):
+    def __init__(self, model: keras.Model, tf_transform_output: tft.TFTransformOutput):
         super().__init__(name="big_tip_tflite")
         self.model_variables = list(model.variables)
         self.transform_layer = tf_transform_output.transform_features_layer()
@@ -233,7 +239,7 @@ def _fail_if_any(rows: tf.Tensor, message: str) -> tf.Tensor:
     return tf.strings.to_number(tf.where(tf.size(rows) > 0, message, "0"))
 
 
-def write_tflite(model: tf.keras.Model, tf_transform_output: tft.TFTransformOutput, export_dir: str) -> str:
+def write_tflite(model: keras.Model, tf_transform_output: tft.TFTransformOutput, export_dir: str) -> str:
     """Converts the raw-feature model to `assets.extra/model.tflite` (TF ops via Flex)."""
     module = TFLiteModule(model, tf_transform_output)
     converter = tf.lite.TFLiteConverter.from_concrete_functions([module.predict.get_concrete_function()], module)
@@ -279,7 +285,7 @@ def write_warmup_requests(
     return count
 
 
-def export_serving_model(model: tf.keras.Model, tf_transform_output: tft.TFTransformOutput, export_dir: str) -> None:
+def export_serving_model(model: keras.Model, tf_transform_output: tft.TFTransformOutput, export_dir: str) -> None:
     """Writes the hermetic SavedModel: its assets are copies of the Transform output's
     vocabularies, so it serves after that output is gone."""
     module = ServingModule(model, tf_transform_output)

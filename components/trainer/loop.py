@@ -21,6 +21,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import tensorflow as tf
 
+from components.compat import keras
 from components.trainer.settings import TrainConfig
 from components.trainer.steps import LOSS_CHECK_MESSAGE, TrainingDivergedError, make_optimizer, make_steps
 
@@ -52,7 +53,7 @@ class TrainResult:
 class EarlyStopping(tf.Module):
     """The early-stopping state, in variables so that the checkpoint carries it."""
 
-    def __init__(self, model: tf.keras.Model):
+    def __init__(self, model: keras.Model):
         super().__init__(name="early_stopping")
         self.best_eval_loss = tf.Variable(float("inf"), dtype=tf.float64, trainable=False, name="best_eval_loss")
         # 0: no epoch has improved on the initial infinity yet.
@@ -62,25 +63,25 @@ class EarlyStopping(tf.Module):
         )
         # Every weight of the model (trainable or not), as of `best_epoch`.
         self.best_weights = [
-            tf.Variable(weight.read_value(), trainable=False, name=f"best_{i}")
+            tf.Variable(tf.convert_to_tensor(weight), trainable=False, name=f"best_{i}")
             for i, weight in enumerate(model.weights)
         ]
 
-    def update(self, epoch: int, eval_loss: float, model: tf.keras.Model) -> None:
+    def update(self, epoch: int, eval_loss: float, model: keras.Model) -> None:
         """Records `epoch`'s eval loss; keeps the model's weights if it is the best yet."""
         if eval_loss < float(self.best_eval_loss):
             self.best_eval_loss.assign(eval_loss)
             self.best_epoch.assign(epoch)
             self.epochs_without_improvement.assign(0)
             for best, weight in zip(self.best_weights, model.weights):
-                best.assign(weight.read_value())
+                best.assign(tf.convert_to_tensor(weight))
         else:
             self.epochs_without_improvement.assign_add(1)
 
     def should_stop(self, patience: int) -> bool:
         return patience > 0 and int(self.epochs_without_improvement) >= patience
 
-    def restore_best(self, model: tf.keras.Model) -> None:
+    def restore_best(self, model: keras.Model) -> None:
         for weight, best in zip(model.weights, self.best_weights):
             weight.assign(best)
 
@@ -104,7 +105,7 @@ def delete_checkpoints(checkpoint_dir: str) -> None:
 
 
 def train(
-    model: tf.keras.Model,
+    model: keras.Model,
     train_batches: Union[EpochBatches, tf.data.Dataset],
     eval_dataset: tf.data.Dataset,
     signature: Tuple,

@@ -8,6 +8,7 @@ from typing import Dict, Mapping, Optional, Tuple
 import tensorflow as tf
 
 from components import features
+from components.compat import keras
 
 # The two layers that hold the shared id table (see `build_model`): a row per id of
 # every id feature (`features.ID_KINDS`). Warm start remaps their rows by token.
@@ -39,7 +40,7 @@ def table_offsets() -> Dict[str, int]:
     return offsets
 
 
-class _Columns(tf.keras.layers.Layer):
+class _Columns(keras.layers.Layer):
     """Stacks `[batch]` inputs into one `[batch, n]` tensor. With `offsets`, shifts each
     column of ids into its own range of one shared table, so that every feature is
     looked up in a single gather."""
@@ -58,7 +59,7 @@ class _Columns(tf.keras.layers.Layer):
         return {**super().get_config(), "offsets": self._offsets}
 
 
-def build_model(config: ModelConfig = ModelConfig()) -> tf.keras.Model:
+def build_model(config: ModelConfig = ModelConfig()) -> keras.Model:
     """A wide-and-deep binary classifier that returns one logit per example.
 
     Inputs are the transformed features, each a `[batch]` tensor. The ids of every
@@ -67,33 +68,33 @@ def build_model(config: ModelConfig = ModelConfig()) -> tf.keras.Model:
     wide part (the same as a linear layer over one-hot vectors). z-scored numbers feed
     both parts directly.
     """
-    dtype = tf.keras.mixed_precision.Policy("mixed_float16" if config.mixed_precision else "float32")
-    inputs: Dict[str, tf.keras.Input] = {}
+    dtype = keras.mixed_precision.Policy("mixed_float16" if config.mixed_precision else "float32")
+    inputs: Dict[str, keras.Input] = {}
     numeric, ids = [], []
     offsets = table_offsets()
     for feature in features.FEATURES:
         name = feature.transformed_name
         if feature.kind is features.Kind.NUMERIC:
-            inputs[name] = tf.keras.Input(shape=(), name=name, dtype=tf.float32)
+            inputs[name] = keras.Input(shape=(), name=name, dtype=tf.float32)
             numeric.append(inputs[name])
             continue
-        inputs[name] = tf.keras.Input(shape=(), name=name, dtype=tf.int64)
+        inputs[name] = keras.Input(shape=(), name=name, dtype=tf.int64)
         ids.append(inputs[name])
     table_size = sum(f.cardinality for f in features.FEATURES)
 
     numbers = _Columns(name="numbers")(numeric)
     table_ids = _Columns(tuple(offsets.values()), name="table_ids")(ids)
-    embedded = tf.keras.layers.Embedding(
+    embedded = keras.layers.Embedding(
         table_size, config.embedding_dim, name=EMBEDDINGS_LAYER, dtype=dtype)(table_ids)
-    wide_weights = tf.keras.layers.Embedding(table_size, 1, name=WIDE_WEIGHTS_LAYER, dtype=dtype)(table_ids)
+    wide_weights = keras.layers.Embedding(table_size, 1, name=WIDE_WEIGHTS_LAYER, dtype=dtype)(table_ids)
 
-    x = tf.keras.layers.Concatenate(name="deep_inputs", dtype=dtype)(
-        [numbers, tf.keras.layers.Flatten(name="embeddings_flat", dtype=dtype)(embedded)]
+    x = keras.layers.Concatenate(name="deep_inputs", dtype=dtype)(
+        [numbers, keras.layers.Flatten(name="embeddings_flat", dtype=dtype)(embedded)]
     )
     for i, units in enumerate(config.hidden_units):
-        x = tf.keras.layers.Dense(units, activation="relu", name=f"hidden_{i}", dtype=dtype)(x)
-    wide = tf.keras.layers.Flatten(name="wide_flat", dtype=dtype)(wide_weights)
-    combined = tf.keras.layers.Concatenate(name="wide_and_deep", dtype=dtype)([x, wide, numbers])
-    logits = tf.keras.layers.Dense(1, name="logit", dtype="float32")(combined)
-    logits = tf.keras.layers.Reshape((), name="logits", dtype="float32")(logits)
-    return tf.keras.Model(inputs=inputs, outputs=logits, name="big_tip")
+        x = keras.layers.Dense(units, activation="relu", name=f"hidden_{i}", dtype=dtype)(x)
+    wide = keras.layers.Flatten(name="wide_flat", dtype=dtype)(wide_weights)
+    combined = keras.layers.Concatenate(name="wide_and_deep", dtype=dtype)([x, wide, numbers])
+    logits = keras.layers.Dense(1, name="logit", dtype="float32")(combined)
+    logits = keras.layers.Reshape((), name="logits", dtype="float32")(logits)
+    return keras.Model(inputs=inputs, outputs=logits, name="big_tip")

@@ -15,6 +15,7 @@ import tensorflow_transform as tft
 from tfx import v1 as tfx
 from tfx.types import standard_component_specs
 
+from components.compat import keras
 from components.trainer import data, export, loop, model, settings, warm_start
 
 TRAINING_SUMMARY_FILE = "training_summary.json"
@@ -118,7 +119,7 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
     tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
     train_batches, eval_dataset, config = _datasets(fn_args, tf_transform_output, config)
 
-    tf.keras.utils.set_random_seed(config.seed)
+    keras.utils.set_random_seed(config.seed)
     strategy = loop.choose_strategy()
     with strategy.scope():
         keras_model = model.build_model(model.ModelConfig(mixed_precision=config.mixed_precision))

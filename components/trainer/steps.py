@@ -18,6 +18,8 @@ from typing import Callable, Dict, Optional, Tuple
 import tensorflow as tf
 from absl import logging as absl_logging
 
+from components import compat
+from components.compat import keras
 from components.trainer.settings import TrainConfig
 
 
@@ -37,9 +39,9 @@ class Steps:
     train_step: Callable[..., tf.Tensor]
     eval_step: Callable[..., tf.Tensor]
     step_counter: tf.Variable
-    train_loss: tf.keras.metrics.Mean
-    eval_loss: tf.keras.metrics.Mean
-    eval_auc: tf.keras.metrics.AUC
+    train_loss: keras.metrics.Mean
+    eval_loss: keras.metrics.Mean
+    eval_auc: keras.metrics.AUC
     # The three metrics' values, read in one traced call (see `make_steps`).
     metric_results: Callable[[], Dict[str, tf.Tensor]]
     # Examples through either step, counted in the graph.
@@ -125,8 +127,8 @@ class Steps:
 
 
 def make_steps(
-    model: tf.keras.Model,
-    optimizer: tf.keras.optimizers.Optimizer,
+    model: keras.Model,
+    optimizer: keras.optimizers.Optimizer,
     signature: Tuple,
     log_every_steps: int = 0,
     strategy: Optional[tf.distribute.Strategy] = None,
@@ -143,12 +145,11 @@ def make_steps(
     strategy = strategy or tf.distribute.get_strategy()
     # Updated once per global step with the summed replica losses: plain variables.
     step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-    train_loss = tf.keras.metrics.Mean(name="train_loss")
-    eval_loss = tf.keras.metrics.Mean(name="eval_loss")
+    train_loss = keras.metrics.Mean(name="train_loss")
+    eval_loss = keras.metrics.Mean(name="eval_loss")
     with strategy.scope():
-        loss_fn = tf.keras.losses.BinaryCrossentropy(from_logits=True, reduction=tf.keras.losses.Reduction.NONE)
-        eval_auc = tf.keras.metrics.AUC(name="eval_auc")
-    scales_loss = isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
+        loss_fn = keras.losses.BinaryCrossentropy(from_logits=True, reduction="none")
+        eval_auc = keras.metrics.AUC(name="eval_auc")
 
     def log_progress() -> None:
         if log_every_steps > 0:  # decided once, while tracing; no branch in the graph otherwise
@@ -171,11 +172,9 @@ def make_steps(
         with tf.GradientTape() as tape:
             logits = model(batch_features, training=True)
             loss = tf.debugging.check_numerics(batch_loss(labels, logits), LOSS_CHECK_MESSAGE)
-            scaled_loss = optimizer.get_scaled_loss(loss) if scales_loss else loss
+            scaled_loss = compat.scale_loss(optimizer, loss)
         gradients = tape.gradient(scaled_loss, model.trainable_variables)
-        if scales_loss:
-            gradients = optimizer.get_unscaled_gradients(gradients)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        compat.apply_scaled_gradients(optimizer, gradients, model.trainable_variables)
         return loss
 
     @tf.function(autograph=False, jit_compile=jit_compile)
@@ -213,14 +212,14 @@ def make_steps(
     )
 
 
-def make_optimizer(model: tf.keras.Model, config: TrainConfig) -> tf.keras.optimizers.Optimizer:
+def make_optimizer(model: keras.Model, config: TrainConfig) -> keras.optimizers.Optimizer:
     """Adam, loss-scaled under mixed precision, with its slot variables already built.
 
     Slots are created now, not on the first step: a `tf.function` that creates
     variables while tracing is traced a second time.
     """
-    optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate, jit_compile=False)
+    optimizer = compat.adam(config.learning_rate)
     if config.mixed_precision:
-        optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
+        optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
     optimizer.build(model.trainable_variables)
     return optimizer

@@ -1,7 +1,10 @@
 """Warm start: begin training from the latest blessed model's weights when they fit.
 
-The exported SavedModel tracks the model's variables (`model_variables`, see export.py).
-They are reused when every variable has the same name and shape as in the new model.
+The exported SavedModel tracks the model's variables (`model_variables`) and their names
+(`model_variable_keys`, `<layer>/<variable>`; see export.py). They are reused when the new
+model has the same set of names, each with the same shape, whichever stack (Keras 2 or
+Keras 3) wrote the base model: variables are matched by name, not by position. A model
+exported before the names were saved is read by its variables' own TensorFlow names.
 Vocabularies are recomputed by every Transform run, so a token's id can change: the rows
 of the shared id table that belong to vocabulary features are remapped by token (a token
 new to the vocabulary keeps its fresh initial row). Anything else that does not fit means
@@ -18,7 +21,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from components import features
+from components import compat, features
+from components.compat import keras
 from components.trainer import model as model_lib
 
 
@@ -51,17 +55,46 @@ def _row_map(feature: features.Feature, old: List[bytes], new: List[bytes]) -> n
     return mapping
 
 
+def _checkpoint_key(*path: object) -> str:
+    return "/".join(map(str, path)) + "/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def saved_variables(model_dir: str) -> Dict[str, np.ndarray]:
+    """The exported model's variables by name (see the module doc).
+
+    Read from the SavedModel's checkpoint alone, without loading its graph: a model
+    exported by a newer TensorFlow may hold ops an older one cannot load, while the
+    checkpoint format is the same on both stacks."""
+    try:
+        reader = tf.train.load_checkpoint(os.path.join(model_dir, "variables", "variables"))
+    except (tf.errors.NotFoundError, tf.errors.DataLossError) as err:
+        raise OSError(f"no readable variables in {model_dir}: {err.message}") from err
+    stored = reader.get_variable_to_shape_map()
+    count = sum(1 for key in stored if key.startswith("model_variables/"))
+    values = [reader.get_tensor(_checkpoint_key("model_variables", i)) for i in range(count)]
+    if _checkpoint_key("model_variable_keys") in stored:
+        keys = [key.decode() for key in reader.get_tensor(_checkpoint_key("model_variable_keys"))]
+    else:
+        # Exported before the names were saved: the variables' own names.
+        keys = [compat.variable_key(v) for v in tf.saved_model.load(model_dir).model_variables]
+    if len(set(keys)) != len(values):
+        raise ValueError(f"{len(values)} variables under {len(set(keys))} distinct names")
+    return dict(zip(keys, values))
+
+
 def warm_start(
-    keras_model: tf.keras.Model, base_model_dir: str, tf_transform_output: tft.TFTransformOutput
+    keras_model: keras.Model, base_model_dir: str, tf_transform_output: tft.TFTransformOutput
 ) -> WarmStart:
     """Loads the base model's weights into `keras_model` if they fit; says why not otherwise."""
     try:
-        saved = list(tf.saved_model.load(base_model_dir).model_variables)
+        saved = saved_variables(base_model_dir)
     except (OSError, AttributeError, ValueError) as err:
         return WarmStart(False, f"cannot read the base model's variables ({type(err).__name__}: {err})")
-    current = keras_model.variables
-    if [(v.name, tuple(v.shape)) for v in saved] != [(v.name, tuple(v.shape)) for v in current]:
-        differ = sorted({(v.name, tuple(v.shape)) for v in current} ^ {(v.name, tuple(v.shape)) for v in saved})
+    current = {compat.variable_key(v): v for v in keras_model.variables}
+    shapes = {key: tuple(v.shape) for key, v in current.items()}
+    saved_shapes = {key: tuple(v.shape) for key, v in saved.items()}
+    if shapes != saved_shapes:
+        differ = sorted(set(shapes.items()) ^ set(saved_shapes.items()))
         return WarmStart(False, f"the model's variables changed (name, shape): {differ[:4]}")
 
     offsets = model_lib.table_offsets()
@@ -80,9 +113,9 @@ def warm_start(
             maps[feature.name] = _row_map(feature, old, new)
             remapped += int(np.sum(maps[feature.name][: len(new)] != np.arange(len(new))))
 
-    for variable, value in zip(current, saved):
-        values = value.numpy()
-        if maps and variable.name.split("/")[0] in model_lib.ID_TABLE_LAYERS:
+    for key, variable in current.items():
+        values = saved[key].copy()
+        if maps and key.split("/")[0] in model_lib.ID_TABLE_LAYERS:
             initial = variable.numpy()
             for name, mapping in maps.items():
                 rows = offsets[name] + np.arange(len(mapping))

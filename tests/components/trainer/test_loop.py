@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from components.compat import keras
 from components.trainer import data, loop, run, settings
 from components.trainer import model as model_lib
 from components.trainer import steps as steps_lib
@@ -60,7 +61,7 @@ def test_a_run_resumed_after_any_epoch_ends_as_the_uninterrupted_run(
     config = _config(synthetic, epochs=10, learning_rate=0.5, early_stopping_patience=3)
 
     def train(epochs: int, folder: str):
-        tf.keras.utils.set_random_seed(7)
+        keras.utils.set_random_seed(7)
         model = model_lib.build_model()
         result = loop.train(model, train_batches, synthetic.dataset(1), signature,
                             dataclasses.replace(config, epochs=epochs), str(tmp_path / folder))
@@ -142,7 +143,7 @@ def test_early_stopping_keeps_the_weights_of_the_best_epoch(signature, synthetic
 
 
 def _train_seeded(synthetic, config, tmp_path, model_config=model_lib.ModelConfig()):
-    tf.keras.utils.set_random_seed(7)
+    keras.utils.set_random_seed(7)
     model = model_lib.build_model(model_config)
     signature = data.input_signature(synthetic.feature_spec())
     result = loop.train(model, synthetic.dataset(), synthetic.dataset(1), signature, config, str(tmp_path))
@@ -181,6 +182,7 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 from components import features
+from components.compat import keras
 from components.trainer import data, loop, model as model_lib, settings
 work_dir, batch_size = sys.argv[1], int(sys.argv[2])
 train, evaluate = (tf.data.Dataset.load(f"{work_dir}/{name}") for name in ("train", "eval"))
@@ -191,7 +193,7 @@ config = settings.TrainConfig(epochs=2, batch_size=batch_size, early_stopping_pa
 losses = {}
 for name, strategy in (("default", tf.distribute.get_strategy()),
                        ("mirrored", tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))):
-    tf.keras.utils.set_random_seed(3)
+    keras.utils.set_random_seed(3)
     with strategy.scope():
         model = model_lib.build_model()
     # Each epoch's batches by the epoch's index, as the Trainer gives them.

@@ -4,16 +4,16 @@ import shutil
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
-from components import features
+from components import compat, features
+from components.compat import keras
 from components.trainer import export, warm_start
 from components.trainer import model as model_lib
 
 
 @pytest.fixture(scope="module")
 def base_model_dir(tmp_path_factory, transform_output):
-    tf.keras.utils.set_random_seed(11)
+    keras.utils.set_random_seed(11)
     model = model_lib.build_model()
     path = str(tmp_path_factory.mktemp("base") / "1")
     export.export_serving_model(model, transform_output, path)
@@ -22,7 +22,7 @@ def base_model_dir(tmp_path_factory, transform_output):
 
 def test_a_compatible_model_starts_from_the_base_weights(base_model_dir, transform_output):
     path, weights = base_model_dir
-    tf.keras.utils.set_random_seed(12)
+    keras.utils.set_random_seed(12)
     model = model_lib.build_model()
     started = warm_start.warm_start(model, path, transform_output)
     assert started.used, started.reason
@@ -79,10 +79,10 @@ def test_id_table_rows_are_remapped_when_a_vocabulary_changed(base_model_dir, tr
     started = warm_start.warm_start(model, str(changed), transform_output)
     assert started.used and started.remapped_tokens == 2, started.reason
     offset = model_lib.table_offsets()[company.name]
-    by_name = {v.name: w for v, w in zip(model.variables, weights)}
+    by_name = {compat.variable_key(v): w for v, w in zip(model.variables, weights)}
     for layer in model_lib.ID_TABLE_LAYERS:
         table = model.get_layer(layer).embeddings
-        before = by_name[table.name]
+        before = by_name[compat.variable_key(table)]
         after = table.numpy()
         np.testing.assert_array_equal(after[offset + 0], before[offset + 1])
         np.testing.assert_array_equal(after[offset + 1], before[offset + 0])
