@@ -16,7 +16,7 @@ setuptools.setup(
         # only below Python 3.12, and compiling for KFP v2 needs only its PipelineSpec.
         'tfx==1.21.0; python_version >= "3.11"',
         'tensorboard; python_version >= "3.11"',
-        'kfp-pipeline-spec; python_version >= "3.11"',
+        'kfp-pipeline-spec>=2.14.6,<2.17; python_version >= "3.11"',
     ],
     extras_require={"test": ["pytest", "pytest-timeout", "pytest-randomly", "ruff"]},
     entry_points={"console_scripts": ["taxi-pipeline=pipeline.cli:console_main"]},

@@ -19,6 +19,7 @@ import tempfile
 import time
 from typing import Dict, List, Optional, Tuple
 
+from components import compat
 from pipeline.config import MODEL_NAME
 
 
@@ -49,6 +50,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--baseline-source", default=None, help="a checkout of another commit to alternate with")
     args = parser.parse_args()
+    print(compat.describe())
     data_root = os.path.abspath(args.data_root)
     sources = {"this": None}
     if args.baseline_source:

@@ -27,13 +27,14 @@ import time
 from typing import Callable, Dict, List, Sequence, Tuple
 
 # isort: off
-import components  # noqa: F401  (the Keras switch, before TensorFlow loads)
+import components  # noqa: F401  (the Keras switch, before TensorFlow loads, see components.compat)
 import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 # isort: on
 
-from components import features
+from components import compat, features
+from components.compat import keras
 from components.trainer import data, export
 from components.trainer import model as model_lib
 from components.trainer import steps as steps_lib
@@ -91,8 +92,8 @@ def benchmark_training(pipeline_root: str, config: TrainConfig, epochs: int) -> 
 
     keras_model = model_lib.build_model()
     keras_model.compile(
-        optimizer=tf.keras.optimizers.Adam(config.learning_rate, jit_compile=False),
-        loss=tf.keras.losses.BinaryCrossentropy(from_logits=True),
+        optimizer=compat.adam(config.learning_rate),
+        loss=keras.losses.BinaryCrossentropy(from_logits=True),
     )
 
     count = sum(int(labels.shape[0]) for _, labels in dataset)
@@ -162,7 +163,7 @@ def call_floor_ms() -> float:
 
 def benchmark_serving(serve: Callable[..., object], labels: np.ndarray, unlabeled: List[bytes]) -> Dict[str, float]:
     probabilities = serve(examples=tf.constant(unlabeled))[export.PROBABILITY_KEY].numpy()
-    auc = tf.keras.metrics.AUC(num_thresholds=10_000)
+    auc = keras.metrics.AUC(num_thresholds=10_000)
     auc.update_state(labels, probabilities)
 
     return {
@@ -232,6 +233,7 @@ def main() -> None:
     args = parser.parse_args()
     pipeline_root = os.path.join(args.output_root, "pipeline_root")
 
+    print(compat.describe())
     config = TrainConfig(batch_size=args.batch_size, jit_compile=args.jit_compile)
     training = benchmark_training(pipeline_root, config, args.epochs)
     print(f"training, batch {args.batch_size}, XLA {args.jit_compile} "

@@ -96,3 +96,13 @@ def variable_key(variable) -> str:
     SavedModel written on either stack has a plain TensorFlow name."""
     name = getattr(variable, "path", None) or variable.name
     return name[:-2] if name.endswith(":0") else name
+
+
+def tf_variables(variables) -> list:
+    """The `tf.Variable`s behind model variables. Keras 3 wraps each in a Variable of its
+    own; the TFLite converter finds those in a module but not the `tf.Variable`s the
+    traced function captures, and neither freezes nor initializes them (TFLite then reads
+    them uninitialized: NaN everywhere). Keras 2's variables are `tf.Variable`s."""
+    import tensorflow as tf
+
+    return [v if isinstance(v, tf.Variable) else v.value for v in variables]

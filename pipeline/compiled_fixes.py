@@ -1,4 +1,5 @@
-"""Fixes to what TFX 1.16 compiles, where it leaves no public switch. One function per fix.
+"""Fixes to what TFX 1.16 and 1.21 compile (their KubeflowV2 compilers are the same), where
+they leave no public switch. One function per fix.
 
 Each has a test (tests/pipeline/test_compiled_fixes.py) that compiles the real pipeline
 and checks both that TFX still compiles the thing being fixed and that the fix applies,
@@ -20,7 +21,7 @@ def span_window_uncached_in_job(job: Dict[str, Any]) -> Dict[str, Any]:
 
     A compiled pipeline cannot know the spans of a future run, so the task's parameters
     are the same on every run: Vertex would reuse the first run's window forever. TFX
-    1.16 compiles caching only from the pipeline-wide `enable_cache` (`step_builder`
+    1.16-1.21 compile caching only from the pipeline-wide `enable_cache` (`step_builder`
     sets no per-task option).
     """
     tasks = job["pipelineSpec"]["root"]["dag"]["tasks"]
@@ -52,7 +53,7 @@ def span_window_keyed_by_job(job: Dict[str, Any]) -> Dict[str, Any]:
 def producer_tasks_named_as_compiled(job: Dict[str, Any]) -> Dict[str, Any]:
     """Points each runtime parameter at the task that produces it.
 
-    TFX 1.16 compiles a parameter taken from another node's output (`.future()[0].value`)
+    TFX 1.16-1.21 compile a parameter taken from another node's output (`.future()[0].value`)
     as coming from task `<node id>_task`, but names that task `<node id>`: no task
     of that name exists, and the run could not resolve the parameter.
     """

@@ -37,7 +37,7 @@ def test_the_compiled_job_caches_the_span_window_and_the_fix_turns_it_off(compil
 def test_runtime_parameters_are_compiled_from_a_missing_task_and_the_fix_names_the_real_one(compiled_job):
     producer = (compiled_job["pipelineSpec"]["root"]["dag"]["tasks"]["ImportExampleGen"]["inputs"]["parameters"]
                 ["input_config"]["taskOutputParameter"]["producerTask"])
-    assert producer == "SpanWindow_task"  # what TFX 1.16 compiles: no such task
+    assert producer == "SpanWindow_task"  # what TFX 1.16-1.21 compile: no such task
     fixed = compiled_fixes.producer_tasks_named_as_compiled(_job())
     producer = (fixed["pipelineSpec"]["root"]["dag"]["tasks"]["ImportExampleGen"]["inputs"]["parameters"]
                 ["input_config"]["taskOutputParameter"]["producerTask"])
