@@ -75,7 +75,7 @@ def benchmark_training(pipeline_root: str, config: TrainConfig, epochs: int) -> 
         [os.path.join(examples_dir, "Split-train", "*")],
         data.transform_fn(tf_transform_output),
         config.batch_size,
-        seed=1,
+        shuffle_seed=1,
     )
     results: Dict[str, float] = {}
 

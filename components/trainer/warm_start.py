@@ -67,8 +67,8 @@ def saved_variables(model_dir: str) -> Dict[str, np.ndarray]:
     checkpoint format is the same on both stacks."""
     try:
         reader = tf.train.load_checkpoint(os.path.join(model_dir, "variables", "variables"))
-    except (tf.errors.NotFoundError, tf.errors.DataLossError) as err:
-        raise OSError(f"no readable variables in {model_dir}: {err.message}") from err
+    except (tf.errors.OpError, RuntimeError) as err:  # what TF's checkpoint reader raises
+        raise OSError(f"no readable variables in {model_dir}: {err}") from err
     stored = reader.get_variable_to_shape_map()
     count = sum(1 for key in stored if key.startswith("model_variables/"))
     values = [reader.get_tensor(_checkpoint_key("model_variables", i)) for i in range(count)]
