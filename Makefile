@@ -10,20 +10,36 @@
 # (scripts/debian-root) when this machine cannot load it.
 
 STACKS      := tfx-1.21 tfx-1.16
-STACK       ?= $(shell scripts/stack pick 2>/dev/null)
+STACK       := $(or $(STACK),$(shell scripts/stack pick 2>/dev/null))
 VENV        := .venv-$(STACK)
 BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.installed
 LOCK        := locks/$(STACK).txt
 PIP_TOOLS   := pip==24.2 setuptools==84.2.1 wheel==0.48.0
 PYTEST_ARGS ?=
+# Also for the other stack's suite in test-all-stacks (through the environment).
+export PYTEST_ARGS
+
+# No stack, or an unknown one: stop before anything is installed, saying why.
+ifneq ($(MAKECMDGOALS),clean)
+ifeq ($(STACK),)
+$(error $(shell scripts/stack pick 2>&1 >/dev/null))
+endif
+ifeq ($(filter $(STACK),$(STACKS)),)
+$(error unknown stack '$(STACK)'; the stacks are: $(STACKS))
+endif
+endif
 
 .PHONY: run test test-fast test-all-stacks lint data benchmark lock clean venv stack
 
-# Fails, naming what is missing, when no stack fits (or the forced one does not).
+# One line naming the stack; fails, saying why, when the machine cannot load it. Points
+# .venv at its environment (not inside the Debian root, and never over a real folder).
 stack:
-	@test -n "$(STACK)" || scripts/stack pick >/dev/null
 	@scripts/stack describe $(STACK)
+	@if [ -z "$$TAXI_STACK_ROOT" ]; then \
+	  if [ -L .venv ] || [ ! -e .venv ]; then ln -sfn $(VENV) .venv; \
+	  else echo "note: .venv is a folder of an older layout; $(VENV) is the environment now (remove .venv to link it)"; fi; \
+	fi
 
 venv: $(STAMP)
 
@@ -32,9 +48,8 @@ $(STAMP): setup.py pyproject.toml $(LOCK) | stack
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(PIP_TOOLS)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c $(LOCK) -e ".[test]"
 	@touch $@
-	@if [ -z "$$TAXI_STACK_ROOT" ] && { [ -L .venv ] || [ ! -e .venv ]; }; then ln -sfn $(VENV) .venv; fi
 
-run: $(STAMP)
+run: $(STAMP) | stack
 	$(BIN)/taxi-pipeline run
 
 test: lint
@@ -46,7 +61,7 @@ test-fast: lint
 # This stack's suite, then every other stack's, each where it loads.
 test-all-stacks: test
 	@for other in $(filter-out $(STACK),$(STACKS)); do \
-	  scripts/stack run $$other $(MAKE) --no-print-directory STACK=$$other test PYTEST_ARGS='$(PYTEST_ARGS)' || exit $$?; \
+	  scripts/stack run $$other $(MAKE) --no-print-directory STACK=$$other test || exit $$?; \
 	done
 
 lint: $(STAMP)
@@ -58,10 +73,11 @@ data: $(STAMP)
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/pipeline_wall_time.py
 
+# Written aside, then renamed: a failed freeze leaves the lock as it was.
 lock: $(STAMP)
 	@{ echo "# Complete lock of the $(STACK) stack (pip freeze of a working install)."; \
-	   echo "# Regenerate with: make STACK=$(STACK) lock"; \
-	   $(BIN)/python -m pip freeze --exclude-editable; } > $(LOCK)
+	   echo "# Regenerate with: make STACK=$(STACK) lock (tfx-1.21 on an older system: scripts/debian-root run make STACK=tfx-1.21 lock)"; \
+	   $(BIN)/python -m pip freeze --exclude-editable 2>/dev/null; } > $(LOCK).tmp && mv $(LOCK).tmp $(LOCK)
 
 clean:
 	rm -rf tfx_pipeline_output serving_model/*/

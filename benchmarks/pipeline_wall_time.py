@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--baseline-source", default=None, help="a checkout of another commit to alternate with")
     args = parser.parse_args()
-    print(compat.describe())
+    print(f"Stack {compat.describe()}")
     data_root = os.path.abspath(args.data_root)
     sources = {"this": None}
     if args.baseline_source:

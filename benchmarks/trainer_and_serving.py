@@ -233,7 +233,7 @@ def main() -> None:
     args = parser.parse_args()
     pipeline_root = os.path.join(args.output_root, "pipeline_root")
 
-    print(compat.describe())
+    print(f"Stack {compat.describe()}")
     config = TrainConfig(batch_size=args.batch_size, jit_compile=args.jit_compile)
     training = benchmark_training(pipeline_root, config, args.epochs)
     print(f"training, batch {args.batch_size}, XLA {args.jit_compile} "

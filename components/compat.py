@@ -1,10 +1,12 @@
-"""Every difference between the two supported stacks, and nothing else.
+"""Every difference between the two supported stacks that the code branches on.
 
 - `tfx-1.16`: TFX 1.16, TensorFlow 2.16, Keras 2 (`tf_keras`), Python 3.10.
 - `tfx-1.21`: TFX 1.21, TensorFlow 2.21, Keras 3 (`keras`), Python 3.13.
 
 The rest of the code base is the same on both: it takes Keras from here (`keras`) and
-calls the few functions below where the two Keras versions differ. Importing this
+calls the few functions below where the two Keras versions differ. Differences that one
+spelling valid on both absorbs are written that way where they are used (README,
+"Stacks", lists them). Importing this
 module is cheap: it reads package versions, sets the Keras switch where the stack needs
 it, and imports TensorFlow only when `keras` or a function is first used.
 """
@@ -41,7 +43,7 @@ def describe() -> str:
     versions = {name: importlib.metadata.version(name) for name in ("tfx", "tensorflow")}
     keras_dist = "tf-keras" if LEGACY_KERAS else "keras"
     return (
-        f"stack {STACK}: TFX {versions['tfx']}, TensorFlow {versions['tensorflow']}, "
+        f"{STACK}: TFX {versions['tfx']}, TensorFlow {versions['tensorflow']}, "
         f"Keras {importlib.metadata.version(keras_dist)}{' (tf_keras)' if LEGACY_KERAS else ''}, "
         f"Python {sys.version.split()[0]}"
     )

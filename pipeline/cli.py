@@ -143,7 +143,7 @@ def _print_report(report: run_state.RunReport, log_path: str) -> None:
         Outcome.DATA_REJECTED: "Data rejected; nothing was trained or pushed.",
     }[report.outcome]
     if report.stack:
-        lines.append(f"Ran on {report.stack}")
+        lines.append(f"Stack {report.stack}")
     lines.append(f"{summary} ({report.seconds:.1f} s, exit {int(report.exit_code)})")
     lines.append(f"Full log: {log_path}")
     print("\n".join(lines))
@@ -171,7 +171,7 @@ def _run(args: argparse.Namespace) -> int:
     # then logging: importing TensorFlow, TFX and their dependencies already logs and warns.
     run_config = _run_config(args)
     log_path = logs.configure(os.path.join(run_config.output_root, "logs"), args.verbose)
-    logging.info("%s", compat.describe())
+    logging.info("Stack %s", compat.describe())
 
     def run_pipeline(resolved: config.RunConfig, plan: run_state.RunPlan) -> run_state.RunReport:
         with speedups.local_runner(speedups.enabled()) as local_runner:

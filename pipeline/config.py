@@ -58,11 +58,12 @@ class EvaluationConfig:
 
 # The Beam DirectRunner in one process: for data of this size, worker processes cost
 # more to start and feed than they save.
+# The DirectRunner's in-memory engine, named: Beam >= 2.68's DirectRunner (TFX 1.21's
+# Beam) first tries the Prism runner, which downloads a binary of its own and ignores the
+# settings below, then falls back to this engine. The dotted path works on Beam 2.59 too.
+IN_MEMORY_RUNNER = "--runner=apache_beam.runners.portability.fn_api_runner.FnApiRunner"
 LOCAL_BEAM_ARGS: Tuple[str, ...] = (
-    # The DirectRunner's in-memory engine, named: Beam >= 2.68's DirectRunner (TFX 1.21's
-    # Beam) first tries the Prism runner, which downloads a binary of its own and ignores
-    # the settings below, then falls back to this engine.
-    "--runner=apache_beam.runners.portability.fn_api_runner.FnApiRunner",
+    IN_MEMORY_RUNNER,
     "--direct_running_mode=in_memory",
     "--direct_num_workers=1",
     # Beam >= 2.52 weighs every cached side input with objsize, which walks all loaded
@@ -75,8 +76,10 @@ LOCAL_BEAM_ARGS: Tuple[str, ...] = (
     "--pickle_library=cloudpickle",
 )
 # On Vertex the Beam components run Dataflow or the portable runner, as the user says;
-# the local in-memory settings and setup file make no sense there.
-VERTEX_BEAM_ARGS: Tuple[str, ...] = ("--max_cache_memory_usage_mb=0",)
+# the local in-memory settings and setup file make no sense there. Without a runner
+# given, inside each component's container, the same in-memory engine as locally
+# (not Beam 2.77's Prism, which would download a binary); a `--runner` given after wins.
+VERTEX_BEAM_ARGS: Tuple[str, ...] = (IN_MEMORY_RUNNER, "--max_cache_memory_usage_mb=0")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,7 +36,7 @@ AUC_THRESHOLDS = 1000
 
 
 def _eval_config(evaluation: EvaluationConfig) -> tfma_config.EvalConfig:
-    """The Evaluator's config, built from TFMA's protos: TFMA >= 0.48 (TFX 1.21) no longer
+    """The Evaluator's config, built from TFMA's protos: TFMA 0.52 (TFX 1.21) no longer
     exports every config class at its top level; the protos are the same on both stacks."""
     auc_threshold = tfma_config.MetricThreshold(
         value_threshold=tfma_config.GenericValueThreshold(lower_bound={"value": evaluation.min_auc}),

@@ -98,7 +98,7 @@ class RunReport:
     ignored: List[str] = dataclasses.field(default_factory=list)
     # A decision already reported by an earlier call (`retrain` with nothing new): exit 0.
     acknowledged: bool = False
-    # The stack the run ran on (`components.compat.describe()`).
+    # The stack the run ran on (`components.compat.describe()`: `tfx-1.21: TFX 1.21.0, ...`).
     stack: str = ""
 
     @property

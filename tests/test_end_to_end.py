@@ -11,6 +11,8 @@ import pytest
 import tensorflow as tf
 from ml_metadata.proto import metadata_store_pb2
 
+from components import compat
+
 NODES = {
     "SpanWindow", "ImportExampleGen", "StatisticsGen", "InferredSchemaGen", "ImportSchemaGen", "ExampleValidator",
     "DataGate", "Transform", "Trainer", "LatestBlessedModelResolver", "Evaluator", "Pusher",
@@ -48,6 +50,7 @@ def test_first_run_executes_every_node_once_and_pushes_one_version(finished_run,
     assert record["pushed_version_dir"] == str(ws.model_dir / ws.versions()[0])
     assert {node["node_id"] for node in record["nodes"]} == NODES
     assert record["eval_metrics"]["auc"] > 0.8
+    assert record["stack"] == compat.describe()
 
 
 def test_console_shows_progress_per_component_then_the_outcome(finished_run):
@@ -56,6 +59,7 @@ def test_console_shows_progress_per_component_then_the_outcome(finished_run):
         assert f"] {node} " in out
     assert "Pushed a new model version:" in out.splitlines()[-2]
     assert out.splitlines()[-1].startswith("Full log: ")
+    assert out.splitlines()[-3] == f"Stack {compat.describe()}"
     assert "WARNING" not in out and "Traceback" not in finished_run.result.stderr
 
 

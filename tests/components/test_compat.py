@@ -20,7 +20,7 @@ def test_the_stack_is_the_installed_tfx():
     assert compat.STACK == f"tfx-{major}.{minor}"
     assert compat.STACK in ("tfx-1.16", "tfx-1.21")
     line = compat.describe()
-    assert line.startswith(f"stack {compat.STACK}: TFX {importlib.metadata.version('tfx')}, TensorFlow ")
+    assert line.startswith(f"{compat.STACK}: TFX {importlib.metadata.version('tfx')}, TensorFlow ")
     assert f"Python {sys.version.split()[0]}" in line
 
 
@@ -56,28 +56,43 @@ def _one_step(optimizer, model, loss_of):
     return float(loss)
 
 
+def _dense_model():
+    keras.utils.set_random_seed(5)
+    return keras.Sequential([keras.Input(shape=(3,)), keras.layers.Dense(1)])
+
+
+X = tf.constant(np.random.default_rng(0).normal(size=(16, 3)), tf.float32)
+
+
 @pytest.mark.parametrize("mixed", [False, True])
 def test_loss_scaling_steps_like_an_unscaled_optimizer(mixed):
     """With the loss scaled (mixed precision), the weights move as without: the scale is
-    taken out of the gradients before they are applied, on both stacks."""
-    def build():
-        keras.utils.set_random_seed(5)
-        layer_model = keras.Sequential([keras.Input(shape=(3,)), keras.layers.Dense(1)])
-        return layer_model
-
-    x = tf.constant(np.random.default_rng(0).normal(size=(16, 3)), tf.float32)
+    taken out of the gradients before they are applied, on both stacks. Plain SGD, whose
+    step is proportional to the gradient, so a scale left in would show."""
 
     def loss_of(model):
-        return tf.reduce_mean(tf.square(model(x) - 1.0))
+        return tf.reduce_mean(tf.square(model(X) - 1.0))
 
-    plain_model, scaled_model = build(), build()
-    plain = compat.adam(0.1)
-    scaled = compat.adam(0.1)
+    plain_model, scaled_model = _dense_model(), _dense_model()
+    plain = keras.optimizers.SGD(0.05)
+    scaled = keras.optimizers.SGD(0.05)
     if mixed:
         scaled = keras.mixed_precision.LossScaleOptimizer(scaled)
+        assert float(compat.scale_loss(scaled, tf.constant(1.0))) > 1.0
     assert compat.is_loss_scaled(scaled) == mixed
     for _ in range(3):
         _one_step(plain, plain_model, loss_of)
         _one_step(scaled, scaled_model, loss_of)
     for a, b in zip(plain_model.trainable_variables, scaled_model.trainable_variables):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    moved = _dense_model()
+    assert not np.allclose(np.asarray(moved.trainable_variables[0]), np.asarray(plain_model.trainable_variables[0]))
+
+
+def test_a_loss_scaled_step_with_non_finite_gradients_is_skipped():
+    model = _dense_model()
+    before = [np.asarray(v).copy() for v in model.trainable_variables]
+    optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.05))
+    _one_step(optimizer, model, lambda m: tf.reduce_mean(m(X)) * float("inf"))
+    for variable, value in zip(model.trainable_variables, before):
+        np.testing.assert_array_equal(np.asarray(variable), value)

@@ -1,5 +1,6 @@
 """The documented Beam option sets parse into the options each runner reads."""
 
+import pytest
 from apache_beam.options.pipeline_options import (
     FlinkRunnerOptions,
     GoogleCloudOptions,
@@ -36,6 +37,19 @@ def test_spark_options():
     options = PipelineOptions(list(beam_args.spark("spark-job-server:8099", IMAGE)))
     assert options.view_as(StandardOptions).runner == "PortableRunner"
     assert options.view_as(PortableOptions).job_endpoint == "spark-job-server:8099"
+
+
+@pytest.mark.parametrize("args", [config.LOCAL_BEAM_ARGS, config.VERTEX_BEAM_ARGS])
+def test_without_a_runner_given_beam_runs_its_in_memory_engine_not_prism(args):
+    """Beam >= 2.68's DirectRunner would try Prism first (a downloaded binary); the
+    FnApiRunner named by its dotted path resolves on Beam 2.59 and 2.77 alike."""
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.runners.runner import create_runner
+
+    runner = PipelineOptions(list(args)).view_as(StandardOptions).runner
+    assert isinstance(create_runner(runner), FnApiRunner)
+    given = PipelineOptions(list(args) + ["--runner=DataflowRunner"]).view_as(StandardOptions).runner
+    assert given == "DataflowRunner"
 
 
 def test_local_default_options():

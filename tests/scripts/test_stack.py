@@ -5,7 +5,6 @@ machine has, fake `python3.X` interpreters say which Pythons it has, and nothing
 (no pyenv) is found.
 """
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,15 +17,18 @@ SCRIPT = REPO_ROOT / "scripts" / "stack"
 TOOLS = ("bash", "awk", "sort", "head", "ls", "cat", "dirname", "env")
 
 
-def _fake_machine(tmp_path: Path, glibc: str, pythons) -> Path:
+def _fake_machine(tmp_path: Path, glibc: str, pythons, broken=()) -> Path:
+    """`pythons` answer the version check and print their version for `describe`; the
+    `broken` ones are on PATH but fail whatever they are asked (a leftover link, say)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in TOOLS:
         (bin_dir / tool).symlink_to(shutil.which(tool))
     (bin_dir / "getconf").write_text(f"#!/bin/sh\necho glibc {glibc}\n")
     for version in pythons:
-        # Answers the version check (`-c ...`) and prints its version for `describe`.
         (bin_dir / f"python{version}").write_text(f"#!/bin/sh\necho {version}.9\n")
+    for version in broken:
+        (bin_dir / f"python{version}").write_text("#!/bin/sh\nexit 1\n")
     for path in bin_dir.iterdir():
         if not path.is_symlink():
             path.chmod(0o755)
@@ -55,6 +57,12 @@ def test_the_newest_stack_the_machine_loads_is_picked(tmp_path, glibc, pythons, 
     assert result.stdout.strip() == expected
 
 
+def test_a_python_that_does_not_run_is_not_taken(tmp_path):
+    result = _stack(_fake_machine(tmp_path, "2.41", ("3.10",), broken=("3.13",)), "pick")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "tfx-1.16"
+
+
 def test_no_stack_fits_names_what_each_one_misses(tmp_path):
     result = _stack(_fake_machine(tmp_path, "2.36", ("3.13",)), "pick")
     assert result.returncode == 2
@@ -77,13 +85,33 @@ def test_describe_names_the_stack_python_and_c_library(tmp_path):
     assert result.stdout.startswith("Stack tfx-1.21: Python 3.13.9, glibc 2.41")
 
 
-def test_make_stops_with_the_reason_when_a_forced_stack_cannot_load(tmp_path):
-    """`make STACK=...` on a machine that cannot load it fails before installing anything."""
-    if shutil.which("make") is None:
+def _make(bin_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    """`make -C REPO ARGS` on the fake machine; only what the Makefile reads first runs."""
+    make = shutil.which("make")
+    if make is None:
         pytest.skip("make is not installed")
-    unknown = subprocess.run(
-        ["make", "-s", "-C", str(REPO_ROOT), "STACK=tfx-0.1", "stack"],
-        capture_output=True, text=True, timeout=60, env={**os.environ, "MAKEFLAGS": ""},
+    return subprocess.run(
+        [make, "-s", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, timeout=60,
+        env={"PATH": str(bin_dir), "HOME": str(bin_dir.parent)},
     )
-    assert unknown.returncode != 0
-    assert "unknown stack 'tfx-0.1'" in unknown.stderr
+
+
+def test_make_stops_before_installing_when_no_stack_loads(tmp_path):
+    result = _make(_fake_machine(tmp_path, "2.36", ("3.13",)), "test")
+    assert result.returncode != 0
+    assert "tfx-1.21 needs glibc >= 2.39 (this machine has 2.36)" in result.stderr
+    assert "tfx-1.16 needs Python 3.10" in result.stderr
+    assert not (REPO_ROOT / ".venv-").exists()
+
+
+def test_make_stops_on_an_unknown_stack(tmp_path):
+    result = _make(_fake_machine(tmp_path, "2.41", ("3.13", "3.10")), "STACK=tfx-0.1", "test")
+    assert result.returncode != 0
+    assert "unknown stack 'tfx-0.1'; the stacks are: tfx-1.21 tfx-1.16" in result.stderr
+
+
+def test_make_names_a_forced_stack_the_machine_cannot_load_and_how_to_run_it(tmp_path):
+    result = _make(_fake_machine(tmp_path, "2.36", ("3.13", "3.10")), "STACK=tfx-1.21", "stack")
+    assert result.returncode != 0
+    assert "tfx-1.21 needs glibc >= 2.39" in result.stderr
+    assert "scripts/debian-root run make STACK=tfx-1.21" in result.stderr

@@ -2,9 +2,8 @@
 
 `exported_by/<stack>/` holds what warm start reads of a model that `taxi-pipeline run`
 pushed on that stack (its `variables/` and `assets/`; see the README there): Keras 2
-names its variables `<layer>/<variable>:0`, Keras 3 `<layer>/<variable>` (`path`), and
-the two order them differently. Each must warm-start the model of this stack, matched
-by name.
+names its variables `<layer>/<variable>:0`, Keras 3 `<layer>/<variable>` (`path`). Each
+must warm-start the model of this stack, matched by name.
 """
 
 from pathlib import Path
@@ -70,3 +69,24 @@ def test_a_model_exported_before_variable_names_were_saved_warm_starts_by_its_va
     assert started.used, started.reason
     for variable, saved in zip(keras_model.variables, module.model_variables):
         np.testing.assert_array_equal(np.asarray(variable), saved.numpy())
+
+
+def test_variables_are_matched_by_name_not_by_position(tmp_path, transform_output):
+    """A base model whose variables are stored in another order (as another Keras may
+    order them) still gives each variable its own values."""
+    keras_model = model_lib.build_model()
+    keys = [compat.variable_key(v) for v in keras_model.variables]
+    values = {key: np.asarray(v) + float(i + 1) for i, (key, v) in enumerate(zip(keys, keras_model.variables))}
+    module = tf.Module()
+    module.model_variables = [tf.Variable(values[key]) for key in reversed(keys)]
+    module.model_variable_keys = tf.Variable(list(reversed(keys)))
+    tf.saved_model.save(module, str(tmp_path))
+    (tmp_path / "assets").mkdir(exist_ok=True)
+    for feature in features.FEATURES:
+        if feature.kind is features.Kind.CATEGORICAL:
+            tf.io.gfile.copy(transform_output.vocabulary_file_by_name(feature.vocabulary_name),
+                             str(tmp_path / "assets" / feature.vocabulary_name))
+    started = warm_start.warm_start(keras_model, str(tmp_path), transform_output)
+    assert started.used, started.reason
+    for key, variable in zip(keys, keras_model.variables):
+        np.testing.assert_array_equal(np.asarray(variable), values[key], err_msg=key)
