@@ -174,6 +174,7 @@ def _run(args: argparse.Namespace) -> int:
     logging.info("Stack %s", compat.describe())
 
     def run_pipeline(resolved: config.RunConfig, plan: run_state.RunPlan) -> run_state.RunReport:
+        logs.import_tensorflow(log_path, args.verbose)
         with speedups.local_runner(speedups.enabled()) as local_runner:
             return local_runner.run(resolved, plan, orchestrator=args.orchestrator, recover=not args.force)
 

@@ -69,3 +69,24 @@ def configure(log_dir: str, verbose: bool) -> str:
     root.addHandler(file_handler)
     root.addHandler(logging.StreamHandler(sys.stderr) if verbose else ProgressHandler())
     return log_path
+
+
+def import_tensorflow(log_path: str, verbose: bool) -> None:
+    """Imports TensorFlow with what its native libraries print while they load sent to
+    the log file, unless `verbose`. TF 2.21 (tfx-1.21) prints those lines (oneDNN, no CUDA
+    driver) through absl to the process's stderr before `TF_CPP_MIN_LOG_LEVEL` applies;
+    TF 2.16 (tfx-1.16) prints nothing there. Later native logs follow the variable."""
+    if verbose or "tensorflow" in sys.modules:
+        import tensorflow  # noqa: F401
+
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(log_path, "ab") as log:
+            os.dup2(log.fileno(), 2)
+        import tensorflow  # noqa: F401
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)

@@ -2,7 +2,10 @@
 
 import io
 import logging
+import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 import tfx
@@ -41,3 +44,21 @@ def test_one_line_per_component_with_its_time_or_cached(running, finished):
     assert len(lines) == 2
     assert "Transform" in lines[0] and lines[0].endswith(" s")
     assert "Trainer" in lines[1] and lines[1].endswith("cached")
+
+
+def test_what_tensorflow_prints_while_it_loads_goes_to_the_log_file(tmp_path):
+    """In a fresh interpreter, as the CLI runs it: TensorFlow's native start-up lines
+    (oneDNN, on both stacks at the default log level) land in the log file, and stderr
+    works as before once TensorFlow is loaded."""
+    log_path = tmp_path / "run.log"
+    code = (
+        "import os, sys\n"
+        "from pipeline import logs\n"
+        f"logs.import_tensorflow({str(log_path)!r}, verbose=False)\n"
+        "print('after', file=sys.stderr, flush=True)\n"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == "after\n"
+    assert "oneDNN" in log_path.read_text()
