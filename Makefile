@@ -9,7 +9,7 @@
 # `make test-all-stacks` also runs the suite on the other stack, in a Debian 13 root
 # (scripts/debian-root) when this machine cannot load it.
 
-STACKS      := tfx-1.21 tfx-1.16
+STACKS      := $(shell scripts/stack list)
 STACK       := $(or $(STACK),$(shell scripts/stack pick 2>/dev/null))
 VENV        := .venv-$(STACK)
 BIN         := $(VENV)/bin
@@ -49,7 +49,7 @@ $(STAMP): setup.py pyproject.toml $(LOCK) | stack
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c $(LOCK) -e ".[test]"
 	@touch $@
 
-run: $(STAMP) | stack
+run: $(STAMP)
 	$(BIN)/taxi-pipeline run
 
 test: lint

@@ -49,6 +49,16 @@ def test_a_base_model_without_readable_variables_is_refused_with_the_reason(tmp_
     assert tf.io.gfile.exists(str(tmp_path / "variables" / "variables.index"))
 
 
+def _save_with_vocabularies(module: tf.Module, path: Path, transform_output) -> None:
+    """`module` as a SavedModel in `path`, with the vocabularies warm start reads in its assets."""
+    tf.saved_model.save(module, str(path))
+    (path / "assets").mkdir(exist_ok=True)
+    for feature in features.FEATURES:
+        if feature.kind is features.Kind.CATEGORICAL:
+            tf.io.gfile.copy(transform_output.vocabulary_file_by_name(feature.vocabulary_name),
+                             str(path / "assets" / feature.vocabulary_name))
+
+
 def test_a_model_exported_before_variable_names_were_saved_warm_starts_by_its_variable_names(
     tmp_path, transform_output
 ):
@@ -59,12 +69,7 @@ def test_a_model_exported_before_variable_names_were_saved_warm_starts_by_its_va
     module.model_variables = [
         tf.Variable(np.asarray(v) + 1.0, name=compat.variable_key(v)) for v in keras_model.variables
     ]
-    tf.saved_model.save(module, str(tmp_path))
-    (tmp_path / "assets").mkdir(exist_ok=True)
-    for feature in features.FEATURES:
-        if feature.kind is features.Kind.CATEGORICAL:
-            tf.io.gfile.copy(transform_output.vocabulary_file_by_name(feature.vocabulary_name),
-                             str(tmp_path / "assets" / feature.vocabulary_name))
+    _save_with_vocabularies(module, tmp_path, transform_output)
     started = warm_start.warm_start(keras_model, str(tmp_path), transform_output)
     assert started.used, started.reason
     for variable, saved in zip(keras_model.variables, module.model_variables):
@@ -80,12 +85,7 @@ def test_variables_are_matched_by_name_not_by_position(tmp_path, transform_outpu
     module = tf.Module()
     module.model_variables = [tf.Variable(values[key]) for key in reversed(keys)]
     module.model_variable_keys = tf.Variable(list(reversed(keys)))
-    tf.saved_model.save(module, str(tmp_path))
-    (tmp_path / "assets").mkdir(exist_ok=True)
-    for feature in features.FEATURES:
-        if feature.kind is features.Kind.CATEGORICAL:
-            tf.io.gfile.copy(transform_output.vocabulary_file_by_name(feature.vocabulary_name),
-                             str(tmp_path / "assets" / feature.vocabulary_name))
+    _save_with_vocabularies(module, tmp_path, transform_output)
     started = warm_start.warm_start(keras_model, str(tmp_path), transform_output)
     assert started.used, started.reason
     for key, variable in zip(keys, keras_model.variables):
