@@ -12,7 +12,13 @@ checks each span on its own too:
   back by split and named by span;
 - all spans hash-split: each span's statistics are computed here with TFDV's
   `GenerateStatistics` on the pipeline's Beam settings (one streaming pass over the
-  spans' files) and validated against the schema.
+  spans' files) and validated against the schema. Above `SPAN_SAMPLE_ROWS` rows per span
+  they are computed from a sample: each record is kept or not by a hash of its bytes
+  (deterministic: the same data gives the same verdict), at the rate that leaves about
+  that many rows per span. The check against the schema's fractions (domain mass,
+  presence) and the drift distances are then estimates; docs/scale.md gives their
+  measured error. A rule that one bad row breaks (a required feature missing) is still
+  checked on every row, by ExampleValidator over the whole splits.
 
 Drift thresholds are the curated schema's `drift_comparator`s (L-infinity for categorical
 features, Jensen-Shannon divergence for numeric ones), between the newest two spans the
@@ -25,16 +31,17 @@ in each span (`span_checks`, JSON: span number -> lines) and the drift lines (`r
 # No `from __future__ import annotations`: TFX reads this component's type hints.
 import json
 import os
-from typing import Dict, Iterable, List, Tuple
+import zlib
+from typing import Dict, Iterable, List, Optional, Tuple
 
 import apache_beam as beam
 import pyarrow as pa
 import tensorflow as tf
 import tensorflow_data_validation as tfdv
-from tensorflow_metadata.proto.v0 import anomalies_pb2, statistics_pb2
+from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
 from tfx import v1 as tfx
 from tfx.types import standard_artifacts
-from tfx_bsl.public import tfxio
+from tfx_bsl.coders import example_coder
 
 from components import spans, window
 
@@ -43,6 +50,9 @@ BLESSED_PROPERTY = "blessed"
 VERDICT_KEY = "verdict"
 REPORT_PROPERTY = "report"
 SPAN_CHECKS_PROPERTY = "span_checks"
+# The fraction of each span's records its statistics were computed from (all spans
+# hash-split mode; see `sample_rate`).
+SAMPLE_RATE_PROPERTY = "span_sample_rate"
 SCHEMA_DIFF_FILE = "SchemaDiff.pb"
 ANOMALIES_FILE = "DriftAnomalies.pb"
 _STATS_FILE = "FeatureStats.pb"
@@ -104,6 +114,25 @@ def describe(drift: anomalies_pb2.Anomalies, newest: int, previous: int) -> List
 
 # The column that carries each record batch's span through TFDV's slicing.
 _SPAN_COLUMN = "__span__"
+# Above about this many rows per span on average, each span's statistics come from a
+# sample of about this many rows (see the module's docstring).
+SPAN_SAMPLE_ROWS = 25_000
+# Records decoded into one record batch.
+_DECODE_BATCH = 1000
+
+
+def sample_rate(total_rows: int, span_count: int) -> float:
+    """The fraction of records the per-span statistics read: 1 up to `SPAN_SAMPLE_ROWS`
+    rows per span on average, less beyond."""
+    if total_rows <= 0 or span_count <= 0:
+        return 1.0
+    return min(1.0, SPAN_SAMPLE_ROWS * span_count / total_rows)
+
+
+def in_sample(record: bytes, rate: float) -> bool:
+    """Whether `record` is in the sample of `rate`: by the CRC-32 of its bytes, so the
+    sample does not depend on file order, worker count or runner."""
+    return zlib.crc32(record) < rate * 2**32
 
 
 def _add_span(record_batch: pa.RecordBatch, span: int) -> pa.RecordBatch:
@@ -124,26 +153,50 @@ def _by_span(record_batch: pa.RecordBatch) -> Iterable[Tuple[str, pa.RecordBatch
         )
 
 
+class _ReadSpanFile(beam.DoFn):
+    """One span file's records `in_sample`, decoded by the schema into record batches that
+    carry the span (`_add_span`). Records are read by TensorFlow's reader, not one Beam
+    element each: Beam's per-element cost would be most of the pass."""
+
+    def __init__(self, schema: Optional[schema_pb2.Schema], rate: float):
+        self._schema, self._rate = schema, rate
+
+    def setup(self) -> None:
+        self._decoder = example_coder.ExamplesToRecordBatchDecoder(
+            self._schema.SerializeToString() if self._schema is not None else None
+        )
+
+    def process(self, item: Tuple[int, str]) -> Iterable[pa.RecordBatch]:
+        span, path = item
+        for batch in tf.data.TFRecordDataset(path, "GZIP").batch(_DECODE_BATCH).as_numpy_iterator():
+            kept = [record for record in batch if in_sample(record, self._rate)] if self._rate < 1 else list(batch)
+            if kept:
+                yield _add_span(self._decoder.DecodeBatch(kept), span)
+
+
 def compute_span_statistics(
-    pipeline: beam.Pipeline, data_root: str, numbers: List[int], output_dir: str
+    pipeline: beam.Pipeline, data_root: str, numbers: List[int], output_dir: str,
+    schema: Optional[schema_pb2.Schema] = None, rate: float = 1.0,
 ) -> Dict[int, statistics_pb2.DatasetFeatureStatisticsList]:
     """TFDV statistics of each of the spans `numbers`, in one streaming pass of `pipeline`
-    (one statistics computation sliced by span, not one per span)."""
+    (one statistics computation sliced by span, not one per span), from the records
+    `in_sample` at `rate`; Beam spreads the files over its workers.
+
+    Records are decoded by `schema`, so that every batch holds the same columns (without
+    one, a batch holds the features its records happen to have, and batches of one span
+    that disagree cannot be combined)."""
     found = spans.list_spans(data_root, only=numbers)
     if sorted(span.number for span in found) != sorted(numbers):
         raise ValueError(f"spans {numbers} were ingested but are no longer all under {data_root}")
     path = os.path.join(output_dir, f"span-{_STATS_FILE}")
     options = tfdv.StatsOptions(experimental_slice_functions=[_by_span])
+    files = [(span.number, file) for span in found for file, _ in span.files]
     with pipeline as p:
-        batches = [
-            p
-            | f"Read[{span.number}]" >> tfxio.TFExampleRecord(file_pattern=span.pattern).BeamSource()
-            | f"Key[{span.number}]" >> beam.Map(_add_span, span.number)
-            for span in found
-        ]
         _ = (
-            batches
-            | "Flatten" >> beam.Flatten()
+            p
+            | "Files" >> beam.Create(files)
+            | "Spread" >> beam.Reshuffle()
+            | "Read" >> beam.ParDo(_ReadSpanFile(schema, rate))
             | "Statistics" >> tfdv.GenerateStatistics(options)
             | "Write" >> tfdv.WriteStatisticsToBinaryFile(path)
         )
@@ -195,7 +248,14 @@ def DataGate(  # a component is named like a class
         checks = {span: anomaly_lines(split_anomalies(anomalies.uri, split)) for span, split in by_span.items()}
         span_stats = {span: split_statistics(statistics, by_span[span]) for span in spans_read[-2:]}
     else:
-        span_stats = compute_span_statistics(beam_pipeline, data_root, spans_read, verdict.uri)
+        total_rows = sum(
+            dataset.num_examples for split in splits for dataset in split_statistics(statistics, split).datasets
+        )
+        rate = sample_rate(total_rows, len(spans_read))
+        verdict.set_float_custom_property(SAMPLE_RATE_PROPERTY, rate)
+        span_stats = compute_span_statistics(
+            beam_pipeline, data_root, spans_read, verdict.uri, schema=loaded_schema, rate=rate
+        )
         checks = {
             span: anomaly_lines(tfdv.validate_statistics(span_stats[span], loaded_schema)) for span in spans_read
         }

@@ -7,7 +7,8 @@
                              span landed, else do nothing
     taxi-pipeline compile    write the PipelineJob JSON for Kubeflow Pipelines v2 / Vertex AI
     taxi-pipeline schedule   create a Vertex AI schedule that runs the compiled JSON
-    taxi-pipeline make-data  rebuild data/ from the CSV shipped in the tfx wheel
+    taxi-pipeline make-data  rebuild data/ from the CSV shipped in the tfx wheel, or write
+                             synthetic data of any size (--rows N --out DIR)
 
 Exit status (`pipeline.config.ExitCode`): 0 pushed or nothing to do, 3 trained but not
 blessed, 4 data rejected, 5 another run or retrain holds the output root's lock, 1 any
@@ -87,9 +88,16 @@ def _parser() -> argparse.ArgumentParser:
     schedule.add_argument("--service-account", default=None, help="service account the runs use")
     schedule.add_argument("--dry-run", action="store_true", help="print the CreateScheduleRequest, send nothing")
 
-    data = commands.add_parser("make-data", help="rebuild data/ from the CSV shipped in the tfx wheel")
+    data = commands.add_parser(
+        "make-data", help="rebuild data/ from the CSV shipped in the tfx wheel, or write synthetic data of any size"
+    )
     data.add_argument("--csv", default=None, help="source CSV (default: the one in the tfx wheel)")
-    data.add_argument("--out", default=config.DATA_ROOT, help="output folder")
+    data.add_argument("--out", default=None, help=f"output folder (default {config.DATA_ROOT}; required with --rows)")
+    data.add_argument("--rows", type=_positive, default=None,
+                      help="write this many synthetic rows (drawn from the CSV with noise; for timing and memory, "
+                           "see pipeline/synthetic.py) instead of converting the CSV as it is")
+    data.add_argument("--spans", type=_positive, default=8, help="with --rows: time-ordered spans to write")
+    data.add_argument("--seed", type=int, default=0, help="with --rows: the same seed writes the same bytes")
     return parser
 
 
@@ -243,10 +251,22 @@ def _schedule(args: argparse.Namespace) -> int:
 
 
 def _make_data(args: argparse.Namespace) -> int:
-    from pipeline import dataset
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    from pipeline import dataset, synthetic
 
-    report = dataset.convert(args.csv or dataset.default_csv_path(), args.out)
-    print(report.summary())
+    if args.rows is None:
+        report = dataset.convert(args.csv or dataset.default_csv_path(), args.out or config.DATA_ROOT)
+        print(report.summary())
+        return 0
+    if args.out is None:
+        # Synthetic rows never replace the real data unless that folder is named.
+        raise ValueError("--rows needs --out: the folder to write the synthetic spans to")
+    started = time.perf_counter()
+    counts = synthetic.write(synthetic.SyntheticConfig(
+        rows=args.rows, out_dir=args.out, spans=args.spans, seed=args.seed, csv_path=args.csv or ""
+    ))
+    print(f"Wrote {sum(counts.values())} synthetic rows in {len(counts)} spans to {args.out} "
+          f"({time.perf_counter() - started:.1f} s); see {os.path.join(args.out, synthetic.README_FILE)}")
     return 0
 
 

@@ -54,18 +54,33 @@ class EvaluationConfig:
     # Train:eval hash buckets of ExampleGen's deterministic split (all-spans mode).
     train_buckets: int = 4
     eval_buckets: int = 1
+    # A local run over more rows than this many eval rows would be keeps the eval split
+    # near this size, the rest going to training (see `sized_evaluation`).
+    max_eval_rows: int = 100_000
 
 
-# The Beam DirectRunner in one process: for data of this size, worker processes cost
-# more to start and feed than they save.
+def sized_evaluation(evaluation: EvaluationConfig, rows: int) -> EvaluationConfig:
+    """`evaluation` with the hash buckets cut so that the eval split holds about
+    `max_eval_rows` of `rows` when its share would hold more.
+
+    The Evaluator's time grows with its rows (TFMA computes the metrics of every slice
+    example by example), while the AUC it gates on is already known to about 0.001 at
+    100,000 rows; the candidate and the baseline are compared on the same rows.
+    """
+    total = evaluation.train_buckets + evaluation.eval_buckets
+    if rows * evaluation.eval_buckets <= evaluation.max_eval_rows * total:
+        return evaluation
+    buckets = -(-rows // evaluation.max_eval_rows)
+    return dataclasses.replace(evaluation, train_buckets=buckets - 1, eval_buckets=1)
+
+
 # The DirectRunner's in-memory engine, named: Beam >= 2.68's DirectRunner (TFX 1.21's
 # Beam) first tries the Prism runner, which downloads a binary of its own and ignores the
 # settings below, then falls back to this engine. The dotted path works on Beam 2.59 too.
 IN_MEMORY_RUNNER = "--runner=apache_beam.runners.portability.fn_api_runner.FnApiRunner"
+# Local runs: the engine's mode and worker count are added by `sized_beam_args`.
 LOCAL_BEAM_ARGS: Tuple[str, ...] = (
     IN_MEMORY_RUNNER,
-    "--direct_running_mode=in_memory",
-    "--direct_num_workers=1",
     # Beam >= 2.52 weighs every cached side input with objsize, which walks all loaded
     # modules' globals (TensorFlow's included) on each read; Beam's advice for
     # pipelines with materialized side inputs is to turn the cache off
@@ -75,6 +90,24 @@ LOCAL_BEAM_ARGS: Tuple[str, ...] = (
     # resets the cache of every logger on each call).
     "--pickle_library=cloudpickle",
 )
+# From this many rows on, a local run's Beam components run in worker processes, one
+# per core; below, in this process. Worker processes cost a few seconds per component to
+# start and feed, which pays off only on enough rows (measured: docs/scale.md).
+MULTI_PROCESS_ROWS = 300_000
+
+
+def sized_beam_args(beam_args: Sequence[str], rows: int, cores: Optional[int] = None) -> Tuple[str, ...]:
+    """`beam_args` with the DirectRunner's mode and worker count for `rows` rows put in
+    front of them: Beam reads a repeated option's last value, so a mode, worker count
+    or runner the user gave in `beam_args` wins."""
+    cores = cores or os.cpu_count() or 1
+    if rows >= MULTI_PROCESS_ROWS and cores > 1:
+        sized = ("--direct_running_mode=multi_processing", f"--direct_num_workers={cores}")
+    else:
+        sized = ("--direct_running_mode=in_memory", "--direct_num_workers=1")
+    return sized + tuple(beam_args)
+
+
 # On Vertex the Beam components run Dataflow or the portable runner, as the user says;
 # the local in-memory settings and setup file make no sense there. Without a runner
 # given, inside each component's container, the same in-memory engine as locally

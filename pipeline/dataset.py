@@ -110,7 +110,7 @@ class ConversionReport:
         return "\n".join(lines)
 
 
-def _read_rows(csv_path: str) -> Iterable[Dict[str, str]]:
+def read_rows(csv_path: str) -> Iterable[Dict[str, str]]:
     with open(csv_path, newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
         required = set(_column_dtypes()) | {FARE_COLUMN, TIPS_COLUMN}
@@ -125,11 +125,11 @@ def convert(csv_path: str, out_dir: str) -> ConversionReport:
 
     The spans are written to a staging folder inside `out_dir` first, so a failed
     conversion leaves the existing data untouched; then they are swapped in
-    (`_swap_in`), which puts the old spans back if anything fails on the way.
+    (`swap_in`), which puts the old spans back if anything fails on the way.
     """
     report = ConversionReport()
     by_span: Dict[int, List[bytes]] = collections.defaultdict(list)
-    for line_number, row in enumerate(_read_rows(csv_path), start=2):
+    for line_number, row in enumerate(read_rows(csv_path), start=2):
         report.rows_read += 1
         try:
             example = row_to_example(row)
@@ -153,13 +153,13 @@ def convert(csv_path: str, out_dir: str) -> ConversionReport:
                 for record in records:
                     writer.write(record)
             report.examples_per_span[span] = len(records)
-        _swap_in(staging, out_dir)
+        swap_in(staging, out_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return report
 
 
-def _swap_in(staging: str, out_dir: str) -> None:
+def swap_in(staging: str, out_dir: str) -> None:
     """Replaces the span folders of `out_dir` with those of `staging`, by renames only.
 
     The old span folders are first moved aside into `<out_dir>/.previous-*` (a name no

@@ -7,6 +7,7 @@ before, without TensorFlow (`pipeline.run_state.plan`).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import os
@@ -66,7 +67,8 @@ def run(
     if recovered is not None:
         report = recovered
     else:
-        preflight.check_records(plan.files)
+        rows = preflight.check_records(plan.files)
+        run_config = _sized(run_config, rows)
         if not plan.cache:
             logging.warning("%s", plan.cache_note)
         run_id = new_run_id(plan.fingerprint)
@@ -82,6 +84,31 @@ def run(
     report.seconds = time.perf_counter() - started
     run_state.save(run_config.output_root, report)
     return report
+
+
+def _sized(run_config: config.RunConfig, rows: int) -> config.RunConfig:
+    """`run_config` sized for `rows`: the Beam DirectRunner (`config.sized_beam_args`) and
+    the eval split (`config.sized_evaluation`); logs what Beam will run, user-given
+    options included."""
+    from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+
+    settings = run_config.settings
+    beam_args = config.sized_beam_args(settings.beam_args, rows)
+    evaluation = config.sized_evaluation(settings.evaluation, rows)
+    if evaluation != settings.evaluation:
+        logging.info("%d rows: the eval split is 1 hash bucket of %d (about %d rows)", rows,
+                     evaluation.train_buckets + 1, rows // (evaluation.train_buckets + 1))
+    options = PipelineOptions(list(beam_args))
+    direct = options.view_as(DirectOptions)
+    logging.info(
+        "Beam for %d rows: runner %s, %s with %d worker(s)%s", rows, options.view_as(StandardOptions).runner,
+        direct.direct_running_mode, direct.direct_num_workers,
+        f" (>= {config.MULTI_PROCESS_ROWS} rows: one worker process per core)"
+        if rows >= config.MULTI_PROCESS_ROWS else "",
+    )
+    return dataclasses.replace(
+        run_config, settings=dataclasses.replace(settings, beam_args=beam_args, evaluation=evaluation)
+    )
 
 
 def _unrecorded(run_config: config.RunConfig, plan: run_state.RunPlan) -> Optional[run_state.RunReport]:

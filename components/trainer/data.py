@@ -1,10 +1,15 @@
-"""The Trainer's input pipeline: raw examples through the Transform layer into
-in-memory columns, then batches of `(features, label)`.
+"""The Trainer's input pipeline: raw examples through the Transform layer, then batches
+of `(features, label)`, by one of two paths chosen by the number of rows:
 
-The Transform graph runs once per raw example, while the rows are read; every epoch
-then slices or gathers batches from the cached columns. The steps' `input_signature`
-is derived from the transformed feature spec, with a `None` batch dimension so that
-the last, partial batch does not retrace.
+- up to `IN_MEMORY_ROWS`, into in-memory columns: the Transform graph runs once per raw
+  example, while the rows are read; every epoch then slices or gathers batches from
+  the cached columns (about 100 bytes a row);
+- beyond, streamed: every epoch reads the files again, shuffles through a buffer of
+  `SHUFFLE_BUFFER` records and transforms each batch, so memory does not grow with
+  the data (docs/scale.md has both paths' throughput).
+
+The steps' `input_signature` is derived from the transformed feature spec, with a
+`None` batch dimension so that the last, partial batch does not retrace.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 
@@ -24,6 +30,10 @@ Batch = Tuple[Dict[str, tf.Tensor], tf.Tensor]
 Transform = Callable[[Dict[str, object]], Mapping[str, tf.Tensor]]
 # Raw examples per call of the Transform graph while building the dataset.
 _TRANSFORM_BATCH = 1024
+# Up to this many rows, the transformed rows are held in memory; beyond, streamed.
+IN_MEMORY_ROWS = 2_000_000
+# Serialized records in the streamed path's shuffle buffer (about 300 bytes each).
+SHUFFLE_BUFFER = 200_000
 
 
 def transform_fn(tf_transform_output: tft.TFTransformOutput) -> Transform:
@@ -78,13 +88,8 @@ def _plain(fn: Callable) -> Callable:
     return tf.autograph.experimental.do_not_convert(fn)
 
 
-def transformed_rows(file_patterns: Sequence[str], transform: Transform) -> Batch:
-    """All `(features, label)` rows of raw GZIP TFRecords of `tf.Example`, as in-memory
-    columns: one tensor per feature, the rows along the first dimension.
-
-    Raw examples are parsed by the feature spec and passed through `transform` once, in
-    batches; every epoch then reads the columns (see `batched`).
-    """
+def _parse_and_transform(transform: Transform) -> Callable[[tf.Tensor], Batch]:
+    """A batch of serialized raw examples -> `(features, label)`."""
     raw_spec = features.raw_feature_spec(include_label=True)
     label_key = features.transformed_label_key()
 
@@ -92,10 +97,46 @@ def transformed_rows(file_patterns: Sequence[str], transform: Transform) -> Batc
         transformed = transform(tf.io.parse_example(serialized, raw_spec))
         return model_lib.model_inputs(transformed), tf.reshape(transformed[label_key], [-1])
 
+    return _plain(parse_and_transform)
+
+
+def count_records(file_patterns: Sequence[str]) -> int:
+    """The number of records in the files (one pass of reading, nothing parsed)."""
+    records = tf.data.TFRecordDataset(list_files(file_patterns), compression_type="GZIP")
+    return int(records.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
+
+
+def streamed(
+    file_patterns: Sequence[str], transform: Transform, batch_size: int, shuffle_seed: Optional[int] = None
+) -> tf.data.Dataset:
+    """Batches of `(features, label)` read from the files each time the dataset is
+    iterated: in file order, or, given a seed, the files in a permutation drawn from it
+    and the records through a seeded shuffle buffer. Memory: the buffer and a few
+    batches, whatever the size of the files."""
+    files = list_files(file_patterns)
+    if shuffle_seed is not None:
+        files = [files[i] for i in np.random.default_rng(shuffle_seed).permutation(len(files))]
+    records = tf.data.TFRecordDataset(files, compression_type="GZIP", buffer_size=1 << 20)
+    if shuffle_seed is not None:
+        records = records.shuffle(SHUFFLE_BUFFER, seed=shuffle_seed, reshuffle_each_iteration=False)
+    return (
+        records.batch(batch_size)
+        .map(_parse_and_transform(transform), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+
+
+def transformed_rows(file_patterns: Sequence[str], transform: Transform) -> Batch:
+    """All `(features, label)` rows of raw GZIP TFRecords of `tf.Example`, as in-memory
+    columns: one tensor per feature, the rows along the first dimension.
+
+    Raw examples are parsed by the feature spec and passed through `transform` once, in
+    batches; every epoch then reads the columns (see `batched`).
+    """
     chunks = list(
         tf.data.TFRecordDataset(list_files(file_patterns), compression_type="GZIP")
         .batch(_TRANSFORM_BATCH)
-        .map(_plain(parse_and_transform), num_parallel_calls=tf.data.AUTOTUNE)
+        .map(_parse_and_transform(transform), num_parallel_calls=tf.data.AUTOTUNE)
     )
     if not chunks:
         raise ValueError(f"no examples in {list(file_patterns)}")

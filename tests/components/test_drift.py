@@ -87,3 +87,61 @@ def test_spans_that_left_the_data_root_since_they_were_ingested_are_named(two_sp
     data_root = two_spans()
     with pytest.raises(ValueError, match=r"spans \[15, 16, 17\] were ingested but are no longer all under"):
         drift.compute_span_statistics(_pipeline(), data_root, [15, 16, 17], str(tmp_path))
+
+
+def test_the_sample_is_deterministic_and_near_its_rate():
+    records = [f"record {i}".encode() for i in range(20_000)]
+    kept = [r for r in records if drift.in_sample(r, 0.25)]
+    assert kept == [r for r in reversed(records) if drift.in_sample(r, 0.25)][::-1]  # order does not matter
+    assert abs(len(kept) / len(records) - 0.25) < 0.01
+    assert all(drift.in_sample(r, 1.0) for r in records)
+
+
+@pytest.mark.parametrize(
+    "total, span_count, expected",
+    [(15_002, 16, 1.0), (drift.SPAN_SAMPLE_ROWS * 8, 8, 1.0), (drift.SPAN_SAMPLE_ROWS * 80, 8, 0.1), (0, 3, 1.0)],
+)
+def test_spans_are_sampled_only_above_the_rows_per_span_limit(total, span_count, expected):
+    assert drift.sample_rate(total, span_count) == pytest.approx(expected)
+
+
+def test_batches_that_disagree_on_optional_columns_make_one_span_statistics(repo, tmp_path):
+    """A span whose first records lack an optional feature and whose later ones have it
+    (batches with different columns, which Arrow refuses to combine unless decoded by
+    the schema)."""
+    source = glob.glob(str(repo / "data" / "span-16" / "*"))
+    examples = [tf.train.Example.FromString(r.numpy()) for r in tf.data.TFRecordDataset(source, "GZIP")]
+    with_company = [e for e in examples if "company" in e.features.feature]
+    target = tmp_path / "data" / "span-1"
+    target.mkdir(parents=True)
+    with tf.io.TFRecordWriter(str(target / "trips.tfrecord.gz"), "GZIP") as out:
+        for _ in range(9):  # more than a decode batch without the column, then as many with it
+            for example in with_company:
+                stripped = tf.train.Example()
+                stripped.CopyFrom(example)
+                del stripped.features.feature["company"]
+                out.write(stripped.SerializeToString())
+        for example in with_company * 9:
+            out.write(example.SerializeToString())
+    stats = drift.compute_span_statistics(
+        _pipeline(), str(tmp_path / "data"), [1], str(tmp_path), schema=_schema(), rate=1.0
+    )
+    dataset = stats[1].datasets[0]
+    assert dataset.num_examples == 18 * len(with_company) > 2 * drift._DECODE_BATCH
+    company = next(f for f in dataset.features if f.path.step == ["company"])
+    assert company.string_stats.common_stats.num_non_missing == 9 * len(with_company)
+
+
+def test_sampled_span_statistics_read_about_the_rate_and_the_same_rows_each_time(repo, tmp_path):
+    numbers = [15, 16]
+    for name in "abc":
+        (tmp_path / name).mkdir()
+    first = drift.compute_span_statistics(_pipeline(), str(repo / "data"), numbers, str(tmp_path / "a"),
+                                          schema=_schema(), rate=0.5)
+    again = drift.compute_span_statistics(_pipeline(), str(repo / "data"), numbers, str(tmp_path / "b"),
+                                          schema=_schema(), rate=0.5)
+    full = drift.compute_span_statistics(_pipeline(), str(repo / "data"), numbers, str(tmp_path / "c"))
+    for span in numbers:
+        sampled, total = first[span].datasets[0].num_examples, full[span].datasets[0].num_examples
+        assert sampled == again[span].datasets[0].num_examples
+        assert 0.4 * total < sampled < 0.6 * total

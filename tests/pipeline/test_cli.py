@@ -1,5 +1,7 @@
 """Bad data roots fail fast, before anything heavy is loaded, with a clear message."""
 
+import os
+
 import pytest
 
 
@@ -66,3 +68,11 @@ def test_a_folder_named_like_a_span_that_is_not_one_is_refused(workspace, copy_s
     result = taxi_pipeline("run", *workspace.locations())
     assert result.returncode == 4
     assert "span-old" in result.stderr and "Rename or move it" in result.stderr
+
+
+def test_synthetic_rows_are_never_written_to_data_unless_named(taxi_pipeline, repo):
+    before = sorted(os.listdir(repo / "data"))
+    result = taxi_pipeline("make-data", "--rows", "100")
+    assert result.returncode == 1
+    assert "--rows needs --out" in result.stderr
+    assert sorted(os.listdir(repo / "data")) == before

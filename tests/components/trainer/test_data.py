@@ -83,3 +83,40 @@ def test_small_training_sets_get_smaller_batches_not_fewer_steps():
     assert data.effective_batch_size(config, 430) == 43
     assert data.effective_batch_size(config, 100) == 32
     assert data.effective_batch_size(settings.TrainConfig(batch_size=1024, min_steps_per_epoch=0), 100) == 1024
+
+
+def _rows_of(dataset):
+    """Every (label, fare_xf) pair the dataset gives, sorted: the rows, whatever the order."""
+    pairs = []
+    for batch_features, labels in dataset:
+        pairs += zip(labels.numpy().tolist(), batch_features["fare_xf"].numpy().round(5).tolist())
+    return sorted(pairs)
+
+
+def test_streamed_batches_hold_the_rows_the_in_memory_path_holds(examples_file, transform_output):
+    transform = data.transform_fn(transform_output)
+    in_memory = data.make_dataset([examples_file], transform, 8)
+    streamed = data.streamed([examples_file], transform, 8)
+    assert _rows_of(streamed) == _rows_of(in_memory)
+    assert [int(labels.shape[0]) for _, labels in streamed] == [8] * 5  # 40 rows, in file order
+    in_order = [b["fare_xf"].numpy().tolist() for b, _ in in_memory]
+    assert [b["fare_xf"].numpy().tolist() for b, _ in streamed] == in_order
+
+
+def test_streamed_shuffles_are_reproducible_from_their_seed_and_differ_between_seeds(examples_file, transform_output):
+    transform = data.transform_fn(transform_output)
+
+    def order(seed):
+        return [v for b, _ in data.streamed([examples_file], transform, 8, shuffle_seed=seed)
+                for v in b["fare_xf"].numpy().round(5).tolist()]
+
+    assert order(1) == order(1)
+    assert order(1) != order(2)
+    assert sorted(order(1)) == sorted(order(2))
+
+
+def test_records_are_counted_without_parsing(examples_file, tmp_path):
+    assert data.count_records([examples_file]) == 40
+    with tf.io.TFRecordWriter(str(tmp_path / "more.gz"), "GZIP") as writer:
+        writer.write(b"not an example")
+    assert data.count_records([examples_file, str(tmp_path / "more.gz")]) == 41
