@@ -30,7 +30,7 @@ $(error unknown stack '$(STACK)'; the stacks are: $(STACKS))
 endif
 endif
 
-.PHONY: run test test-fast test-all-stacks lint data benchmark lock clean venv stack
+.PHONY: run test test-fast test-all-stacks lint data benchmark bench-scale lock clean venv stack
 
 # One line naming the stack; fails, saying why, when the machine cannot load it. Points
 # .venv at its environment (not inside the Debian root, and never over a real folder).
@@ -72,6 +72,12 @@ data: $(STAMP)
 
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/pipeline_wall_time.py
+
+# Time and peak memory against rows (100k, 1M, 5M) and TFX's own example at 1M rows:
+# writes docs/scale.md and docs/scale.png. Outside `make test`: about an hour on 2 cores.
+bench-scale: $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c $(LOCK) -e ".[bench]"
+	$(BIN)/python benchmarks/scale.py
 
 # Written aside, then renamed: a failed freeze leaves the lock as it was.
 lock: $(STAMP)

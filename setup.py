@@ -18,6 +18,7 @@ setuptools.setup(
         'tensorboard; python_version >= "3.11"',
         'kfp-pipeline-spec>=2.14.6,<2.17; python_version >= "3.11"',
     ],
-    extras_require={"test": ["pytest", "pytest-timeout", "pytest-randomly", "ruff"]},
+    # bench: the plots of `make bench-scale`.
+    extras_require={"test": ["pytest", "pytest-timeout", "pytest-randomly", "ruff"], "bench": ["matplotlib"]},
     entry_points={"console_scripts": ["taxi-pipeline=pipeline.cli:console_main"]},
 )

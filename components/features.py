@@ -132,6 +132,15 @@ SLICE_FEATURES: Tuple[str, ...] = ("trip_start_hour", "payment_type")
 FEATURES_BY_NAME: Dict[str, Feature] = {f.name: f for f in FEATURES}
 
 
+def column_dtypes() -> Dict[str, tf.dtypes.DType]:
+    """Every column the data carries with its type: the features, the passthrough columns
+    and the label."""
+    dtypes = {f.name: f.dtype for f in FEATURES}
+    dtypes.update(PASSTHROUGH_COLUMNS)
+    dtypes[LABEL_KEY] = LABEL_DTYPE
+    return dtypes
+
+
 def transformed_label_key() -> str:
     return f"{LABEL_KEY}_xf"
 

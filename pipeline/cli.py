@@ -175,6 +175,9 @@ def _run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if not args.verbose:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        # For the processes the run starts (Beam's workers): their Python warnings would
+        # go straight to the console; their log records reach the run's log file.
+        os.environ.setdefault("PYTHONWARNINGS", "ignore")
     # The config first (it refuses a remote output root before anything is written there),
     # then logging: importing TensorFlow, TFX and their dependencies already logs and warns.
     run_config = _run_config(args)

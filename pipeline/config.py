@@ -56,7 +56,7 @@ class EvaluationConfig:
     eval_buckets: int = 1
     # A local run over more rows than this many eval rows would be keeps the eval split
     # near this size, the rest going to training (see `sized_evaluation`).
-    max_eval_rows: int = 100_000
+    max_eval_rows: int = 50_000
 
 
 def sized_evaluation(evaluation: EvaluationConfig, rows: int) -> EvaluationConfig:
@@ -64,8 +64,9 @@ def sized_evaluation(evaluation: EvaluationConfig, rows: int) -> EvaluationConfi
     `max_eval_rows` of `rows` when its share would hold more.
 
     The Evaluator's time grows with its rows (TFMA computes the metrics of every slice
-    example by example), while the AUC it gates on is already known to about 0.001 at
-    100,000 rows; the candidate and the baseline are compared on the same rows.
+    example by example), while the AUC it gates on is known to within about 0.002 at
+    50,000 rows (its standard error at AUC 0.95 is below 0.001), and the candidate
+    and the baseline are compared on the same rows.
     """
     total = evaluation.train_buckets + evaluation.eval_buckets
     if rows * evaluation.eval_buckets <= evaluation.max_eval_rows * total:
@@ -78,7 +79,9 @@ def sized_evaluation(evaluation: EvaluationConfig, rows: int) -> EvaluationConfi
 # Beam) first tries the Prism runner, which downloads a binary of its own and ignores the
 # settings below, then falls back to this engine. The dotted path works on Beam 2.59 too.
 IN_MEMORY_RUNNER = "--runner=apache_beam.runners.portability.fn_api_runner.FnApiRunner"
-# Local runs: the engine's mode and worker count are added by `sized_beam_args`.
+# Local runs: Beam's DirectRunner defaults, in memory with one worker, in this process.
+# Above `MULTI_PROCESS_ROWS` the components that gain from it get worker processes
+# (`parallel_beam_args`).
 LOCAL_BEAM_ARGS: Tuple[str, ...] = (
     IN_MEMORY_RUNNER,
     # Beam >= 2.52 weighs every cached side input with objsize, which walks all loaded
@@ -90,22 +93,25 @@ LOCAL_BEAM_ARGS: Tuple[str, ...] = (
     # resets the cache of every logger on each call).
     "--pickle_library=cloudpickle",
 )
-# From this many rows on, a local run's Beam components run in worker processes, one
-# per core; below, in this process. Worker processes cost a few seconds per component to
-# start and feed, which pays off only on enough rows (measured: docs/scale.md).
+# From this many rows on, StatisticsGen and the Evaluator run their Beam work in worker
+# processes, one per core; below, and for the other components always, in this process.
+# Those two spend their time in Python per record, which worker processes share out;
+# ImportExampleGen and the data gate work a file at a time in TensorFlow's C++ readers,
+# and Transform's analysis did not get faster, so workers would only add their start-up
+# (a few seconds per component) and memory (measured: docs/scale.md).
 MULTI_PROCESS_ROWS = 300_000
 
 
-def sized_beam_args(beam_args: Sequence[str], rows: int, cores: Optional[int] = None) -> Tuple[str, ...]:
-    """`beam_args` with the DirectRunner's mode and worker count for `rows` rows put in
-    front of them: Beam reads a repeated option's last value, so a mode, worker count
-    or runner the user gave in `beam_args` wins."""
+def parallel_beam_args(beam_args: Sequence[str], rows: int, cores: Optional[int] = None) -> Tuple[str, ...]:
+    """The Beam options of StatisticsGen and the Evaluator for `rows` rows: from
+    `MULTI_PROCESS_ROWS` on, on several cores, the DirectRunner's multi_processing mode
+    with one worker per core, followed by `beam_args` (so that a mode, worker count or
+    runner the user gave still wins: Beam reads a repeated option's last value); else
+    nothing (the pipeline's options)."""
     cores = cores or os.cpu_count() or 1
-    if rows >= MULTI_PROCESS_ROWS and cores > 1:
-        sized = ("--direct_running_mode=multi_processing", f"--direct_num_workers={cores}")
-    else:
-        sized = ("--direct_running_mode=in_memory", "--direct_num_workers=1")
-    return sized + tuple(beam_args)
+    if rows < MULTI_PROCESS_ROWS or cores < 2:
+        return ()
+    return ("--direct_running_mode=multi_processing", f"--direct_num_workers={cores}") + tuple(beam_args)
 
 
 # On Vertex the Beam components run Dataflow or the portable runner, as the user says;
@@ -130,6 +136,9 @@ class Settings:
     train: TrainConfig = TrainConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     beam_args: Tuple[str, ...] = ()
+    # StatisticsGen's and the Evaluator's own Beam options (`parallel_beam_args`); empty:
+    # the pipeline's.
+    parallel_beam_args: Tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.keep_versions < 1:
@@ -245,6 +254,7 @@ def pipeline_args(
         window_size=settings.window_size,
         warm_start=settings.warm_start,
         beam_pipeline_args=settings.beam_args,
+        parallel_beam_pipeline_args=settings.parallel_beam_args,
     )
 
 

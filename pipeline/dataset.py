@@ -55,9 +55,8 @@ def span_label(span: int) -> str:
 
 
 def _column_dtypes() -> Dict[str, tf.dtypes.DType]:
-    dtypes = {f.name: f.dtype for f in features.FEATURES}
-    dtypes.update(features.PASSTHROUGH_COLUMNS)
-    return dtypes
+    """The CSV columns stored in each example (the label is computed)."""
+    return {name: dtype for name, dtype in features.column_dtypes().items() if name != features.LABEL_KEY}
 
 
 def _parse_value(raw: str, dtype: tf.dtypes.DType, column: str):

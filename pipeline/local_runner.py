@@ -87,28 +87,33 @@ def run(
 
 
 def _sized(run_config: config.RunConfig, rows: int) -> config.RunConfig:
-    """`run_config` sized for `rows`: the Beam DirectRunner (`config.sized_beam_args`) and
-    the eval split (`config.sized_evaluation`); logs what Beam will run, user-given
-    options included."""
-    from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
-
+    """`run_config` sized for `rows`: worker processes for the Beam components that gain
+    from them (`config.parallel_beam_args`) and the eval split (`config.sized_evaluation`)."""
     settings = run_config.settings
-    beam_args = config.sized_beam_args(settings.beam_args, rows)
+    parallel = config.parallel_beam_args(settings.beam_args, rows)
     evaluation = config.sized_evaluation(settings.evaluation, rows)
+    logging.info("%d rows: Beam runs %s", rows, _describe_beam(settings.beam_args, parallel))
     if evaluation != settings.evaluation:
         logging.info("%d rows: the eval split is 1 hash bucket of %d (about %d rows)", rows,
                      evaluation.train_buckets + 1, rows // (evaluation.train_buckets + 1))
-    options = PipelineOptions(list(beam_args))
-    direct = options.view_as(DirectOptions)
-    logging.info(
-        "Beam for %d rows: runner %s, %s with %d worker(s)%s", rows, options.view_as(StandardOptions).runner,
-        direct.direct_running_mode, direct.direct_num_workers,
-        f" (>= {config.MULTI_PROCESS_ROWS} rows: one worker process per core)"
-        if rows >= config.MULTI_PROCESS_ROWS else "",
-    )
     return dataclasses.replace(
-        run_config, settings=dataclasses.replace(settings, beam_args=beam_args, evaluation=evaluation)
+        run_config, settings=dataclasses.replace(settings, parallel_beam_args=parallel, evaluation=evaluation)
     )
+
+
+def _describe_beam(beam_args: Sequence[str], parallel: Sequence[str]) -> str:
+    from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+
+    def described(args: Sequence[str]) -> str:
+        options = PipelineOptions(list(args))
+        direct = options.view_as(DirectOptions)
+        runner = (options.view_as(StandardOptions).runner or "").rsplit(".", 1)[-1]
+        return f"{runner} {direct.direct_running_mode} with {direct.direct_num_workers} worker(s)"
+
+    if not parallel:
+        return f"{described(beam_args)} for every component"
+    return (f"{described(parallel)} for StatisticsGen and the Evaluator (>= {config.MULTI_PROCESS_ROWS} rows), "
+            f"{described(beam_args)} for the others")
 
 
 def _unrecorded(run_config: config.RunConfig, plan: run_state.RunPlan) -> Optional[run_state.RunReport]:

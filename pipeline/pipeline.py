@@ -142,6 +142,7 @@ def create_pipeline(
     span_listing: str = "",
     warm_start: bool = True,
     beam_pipeline_args: Sequence[str] = (),
+    parallel_beam_pipeline_args: Sequence[str] = (),
     metadata_connection_config: Optional[Any] = None,
     enable_cache: bool = True,
 ) -> tfx.dsl.Pipeline:
@@ -172,6 +173,9 @@ def create_pipeline(
       warm_start: Give the Trainer the serving model as `base_model`; it starts
         from those weights when the feature set and shapes still match.
       beam_pipeline_args: Beam options for the Beam-based components.
+      parallel_beam_pipeline_args: StatisticsGen's and the Evaluator's own Beam options,
+        after the pipeline's (e.g. the DirectRunner's worker processes for large data,
+        see `pipeline.config.parallel_beam_args`); empty: the pipeline's alone.
       metadata_connection_config: MLMD connection; None lets the orchestrator choose.
       enable_cache: Reuse outputs of executions whose inputs did not change.
     """
@@ -254,6 +258,9 @@ def create_pipeline(
             keep_versions=keep_versions,
         ).with_id(NodeId.PUSHER)
     nodes += [transform, baseline, trainer, evaluator, pusher]
+    if parallel_beam_pipeline_args:
+        for node in (statistics_gen, evaluator):
+            node.with_beam_pipeline_args(list(parallel_beam_pipeline_args))
 
     return tfx.dsl.Pipeline(
         pipeline_name=pipeline_name,

@@ -66,6 +66,16 @@ def _not_examples(span, real_file):
     _gzip_records(span / "trips.tfrecord.gz", [b"\xff\xfe garbage", b"\x08\x96\x01 more"])
 
 
+def _wrong_type(span, real_file):
+    def fare_as_text(example):
+        fare = example.features.feature["fare"]
+        value = fare.float_list.value[0]
+        fare.ClearField("float_list")
+        fare.bytes_list.value.append(str(value).encode())
+
+    _gzip_records(span / "trips.tfrecord.gz", _edited(real_file, fare_as_text))
+
+
 def _empty_file(span, real_file):
     (span / "trips.tfrecord.gz").write_bytes(b"")
 
@@ -80,6 +90,7 @@ BAD_FILES = {
     "not_a_tfrecord": (_not_a_tfrecord, "notes.txt"),
     "uncompressed": (_uncompressed, "trips.tfrecord"),
     "not_examples": (_not_examples, "trips.tfrecord.gz"),
+    "wrong_type": (_wrong_type, "trips.tfrecord.gz"),
     "empty_file": (_empty_file, "trips.tfrecord.gz"),
     "empty_span": (_empty_span, "span-17"),
 }

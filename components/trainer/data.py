@@ -102,8 +102,9 @@ def _parse_and_transform(transform: Transform) -> Callable[[tf.Tensor], Batch]:
 
 def count_records(file_patterns: Sequence[str]) -> int:
     """The number of records in the files (one pass of reading, nothing parsed)."""
-    records = tf.data.TFRecordDataset(list_files(file_patterns), compression_type="GZIP")
-    return int(records.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
+    # In batches: a reduce step per record costs tens of microseconds, per batch nothing.
+    batches = tf.data.TFRecordDataset(list_files(file_patterns), compression_type="GZIP").batch(8192)
+    return int(batches.reduce(tf.constant(0, tf.int64), lambda count, batch: count + tf.size(batch, tf.int64)))
 
 
 def streamed(

@@ -53,7 +53,7 @@ def test_without_a_runner_given_beam_runs_its_in_memory_engine_not_prism(args):
 
 
 def test_local_default_options():
-    options = PipelineOptions(list(config.sized_beam_args(config.LOCAL_BEAM_ARGS, 15_002)))
+    options = PipelineOptions(list(config.LOCAL_BEAM_ARGS))
     assert options.get_all_options()["direct_running_mode"] == "in_memory"
     assert options.get_all_options()["direct_num_workers"] == 1
     assert options.view_as(WorkerOptions).max_cache_memory_usage_mb == 0
@@ -67,23 +67,39 @@ def _direct(args):
     return direct.direct_running_mode, direct.direct_num_workers
 
 
-def test_beam_runs_one_worker_process_per_core_from_the_row_threshold_on():
-    below = config.sized_beam_args(config.LOCAL_BEAM_ARGS, config.MULTI_PROCESS_ROWS - 1, cores=4)
-    above = config.sized_beam_args(config.LOCAL_BEAM_ARGS, config.MULTI_PROCESS_ROWS, cores=4)
-    assert _direct(below) == ("in_memory", 1)
-    assert _direct(above) == ("multi_processing", 4)
-    assert _direct(config.sized_beam_args(config.LOCAL_BEAM_ARGS, 10**7, cores=1)) == ("in_memory", 1)
+def test_worker_processes_one_per_core_from_the_row_threshold_on():
+    assert config.parallel_beam_args(config.LOCAL_BEAM_ARGS, config.MULTI_PROCESS_ROWS - 1, cores=4) == ()
+    above = config.parallel_beam_args(config.LOCAL_BEAM_ARGS, config.MULTI_PROCESS_ROWS, cores=4)
+    assert _direct(config.LOCAL_BEAM_ARGS + above) == ("multi_processing", 4)
+    assert config.parallel_beam_args(config.LOCAL_BEAM_ARGS, 10**7, cores=1) == ()
 
 
 def test_beam_options_the_user_gives_win_over_the_sizing():
     user = config.LOCAL_BEAM_ARGS + ("--direct_num_workers=1", "--direct_running_mode=multi_threading")
-    assert _direct(config.sized_beam_args(user, 10**7, cores=8)) == ("multi_threading", 1)
-    dataflow = config.sized_beam_args(config.LOCAL_BEAM_ARGS + ("--runner=DataflowRunner",), 10**7)
-    assert PipelineOptions(list(dataflow)).view_as(StandardOptions).runner == "DataflowRunner"
+    assert _direct(user + config.parallel_beam_args(user, 10**7, cores=8)) == ("multi_threading", 1)
+    dataflow = config.LOCAL_BEAM_ARGS + ("--runner=DataflowRunner",)
+    sized = dataflow + config.parallel_beam_args(dataflow, 10**7)
+    assert PipelineOptions(list(sized)).view_as(StandardOptions).runner == "DataflowRunner"
 
 
-@pytest.mark.parametrize("rows, train_buckets", [(15_002, 4), (500_000, 4), (500_001, 5), (1_000_000, 9),
-                                                  (5_000_000, 49)])
+def test_only_statistics_and_evaluation_get_the_worker_processes(tmp_path):
+    from tfx.dsl.components.base.base_beam_component import BaseBeamComponent
+
+    from pipeline import pipeline as pipeline_lib
+
+    run_config = config.RunConfig(data_root=str(tmp_path), output_root=str(tmp_path / "out")).resolved()
+    parallel = config.parallel_beam_args(run_config.settings.beam_args, 10**6, cores=2)
+    args = run_config.pipeline_args(["span-1"])
+    args["parallel_beam_pipeline_args"] = parallel
+    built = pipeline_lib.create_pipeline(**args)
+    modes = {node.id: _direct(node.executor_spec.beam_pipeline_args)[0]
+             for node in built.components if isinstance(node, BaseBeamComponent)}
+    assert {node for node, mode in modes.items() if mode == "multi_processing"} == {"StatisticsGen", "Evaluator"}
+    assert modes["ImportExampleGen"] == modes["Transform"] == "in_memory"
+
+
+@pytest.mark.parametrize("rows, train_buckets", [(15_002, 4), (250_000, 4), (250_001, 5), (1_000_000, 19),
+                                                  (5_000_000, 99)])
 def test_the_eval_split_stays_near_its_row_limit(rows, train_buckets):
     evaluation = config.sized_evaluation(config.EvaluationConfig(), rows)
     assert (evaluation.train_buckets, evaluation.eval_buckets) == (train_buckets, 1)

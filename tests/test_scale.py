@@ -1,0 +1,32 @@
+"""A hundred thousand synthetic rows, end to end through the command line, with Beam's
+worker processes for every component: the run must push, as on `data/`."""
+
+import glob
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROWS = 100_000
+
+
+@pytest.mark.timeout(900)
+def test_a_hundred_thousand_rows_in_beam_worker_processes_push(workspace, taxi_pipeline, last_run):
+    made = taxi_pipeline("make-data", "--rows", str(ROWS), "--spans", "4", "--out", str(workspace.data))
+    assert made.returncode == 0, made.stderr
+    result = taxi_pipeline("run", *workspace.locations(), "--",
+                           "--direct_running_mode=multi_processing", "--direct_num_workers=2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Pushed a new model version" in result.stdout
+    assert "Warning" not in result.stderr  # the workers' Python warnings stay off the console
+    record = last_run(workspace.out)
+    assert record["outcome"] == "pushed"
+    # The eval split is the hash split's one bucket of five: about a fifth of the rows.
+    assert 0.17 * ROWS < record["eval_metrics"]["example_count"] < 0.23 * ROWS
+    assert record["span_checks"] == {str(span): [] for span in range(1, 5)}
+    # ImportExampleGen wrote one file per input file and split, each record once.
+    written = glob.glob(str(workspace.out / "pipeline_root" / "ImportExampleGen" / "examples" / "*" / "Split-*" / "*"))
+    assert len(written) == 2 * 4
+    log = open(result.stdout.strip().splitlines()[-1].split("Full log: ")[1]).read()
+    assert "multi_processing with 2 worker(s) for every component" in log
+    assert len(workspace.versions()) == 1
