@@ -246,13 +246,18 @@ def main() -> None:
         measured.append(run_tfx_example(args.tfx_example_rows, args.work))
     checked = max((r for r in args.rows if r <= 1_000_000), default=min(args.rows))
     error_lines = sampling_error(make_data(checked, args.work), checked, args.work)
+    input_lines = subprocess.run(
+        [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "trainer_input.py"),
+         os.path.join(args.work, f"run-{checked}", "out")], check=True, capture_output=True, text=True,
+    ).stdout.splitlines()
     image = os.path.splitext(args.doc)[0] + ".png"
     plot(measured, image)
-    write_doc(args.doc, os.path.basename(image), measured, error_lines, checked)
+    write_doc(args.doc, os.path.basename(image), measured, error_lines, input_lines, checked)
     print(f"Wrote {args.doc} and {image}")
 
 
-def write_doc(path: str, image: str, measured: Sequence[Measured], error_lines: List[str], checked: int) -> None:
+def write_doc(path: str, image: str, measured: Sequence[Measured], error_lines: List[str], input_lines: List[str],
+              checked: int) -> None:
     by_rows = {m.rows: m for m in measured if m.label.startswith("taxi-pipeline")}
     examples = [m for m in measured if not m.label.startswith("taxi-pipeline")]
     lines = ["# Scale: rows against time and memory", "",
@@ -279,7 +284,8 @@ def write_doc(path: str, image: str, measured: Sequence[Measured], error_lines: 
             lines.append(f"  (per component: {parts})")
     lines += ["", f"## The data gate's sample ({checked:,} rows)", "",
               "Drift distances between the newest two spans, from every row and from the gate's sample:", "",
-              *error_lines, "", "## Reproduce", "", "    make bench-scale", ""]
+              *error_lines, "", f"## The Trainer's input paths ({checked:,} rows)", "", *input_lines, "",
+              "## Reproduce", "", "    make bench-scale", ""]
     with open(path, "w") as handle:
         handle.write("\n".join(lines))
 

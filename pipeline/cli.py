@@ -18,6 +18,7 @@ other error.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import sys
@@ -273,6 +274,20 @@ def _make_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _resource_limit(err: BaseException) -> Optional[str]:
+    """A message naming the limit `err` ran into, or None if it is not a resource limit.
+    Nothing already pushed or recorded is touched by the failed run."""
+    if isinstance(err, MemoryError):
+        return ("out of memory: the run needed more than this machine has (the log names the component); "
+                "give it more memory, or fewer rows per run (see README, At scale). "
+                "Nothing that was serving changed.")
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        where = f" writing {err.filename}" if err.filename else ""
+        return (f"no space left on the device{where}: free space under the output root, the serving folder "
+                "and the temporary folder, then run again. Nothing that was serving changed.")
+    return None
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -288,7 +303,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return config.ExitCode.ERROR
+    except (MemoryError, OSError) as err:
+        limit = _resource_limit(err)
+        if limit is None:
+            raise
+        logging.exception("run failed")
+        print(f"error: {limit}", file=sys.stderr)
+        return config.ExitCode.ERROR
     except Exception as err:  # the last line of defence: a clear message and exit 1
+        if type(err).__name__ == "ResourceExhaustedError":  # TensorFlow's out of memory
+            logging.exception("run failed")
+            print(f"error: {_resource_limit(MemoryError(str(err)))}", file=sys.stderr)
+            return config.ExitCode.ERROR
         logging.exception("run failed")
         print(f"error: {type(err).__name__}: {err}", file=sys.stderr)
         return config.ExitCode.ERROR

@@ -14,11 +14,15 @@ import sys
 import time
 from typing import Optional
 
+from components.trainer.settings import EPOCH_PROGRESS
+
 # LocalDagRunner's (`local_dag_runner.py`), BeamDagRunner's (`beam_dag_runner.py`) and the
 # launcher's (`portable/launcher.py`) messages that mark a component's progress.
 RUNNING = ("Component %s is running.", "node %s is running.")
 FINISHED = ("Component %s is finished.", "node %s is finished.")
 CACHED = "A cached execution %d is used."
+# Echoed, indented, while a component runs: the Trainer's epochs.
+ECHOED = (EPOCH_PROGRESS,)
 
 
 class ProgressHandler(logging.Handler):
@@ -37,6 +41,9 @@ class ProgressHandler(logging.Handler):
             self._component, self._component_started, self._cached = record.args[0], time.perf_counter(), False
         elif record.msg == CACHED:
             self._cached = True
+        elif record.msg in ECHOED and self._component:
+            self._stream.write(f"{'':11s}{self._component}: {record.getMessage()}\n")
+            self._stream.flush()
         elif record.msg in FINISHED and self._component:
             now = time.perf_counter()
             how = "cached" if self._cached else f"{now - self._component_started:5.1f} s"

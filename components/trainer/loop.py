@@ -22,7 +22,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 import tensorflow as tf
 
 from components.compat import keras
-from components.trainer.settings import TrainConfig
+from components.trainer.settings import EPOCH_PROGRESS, TrainConfig
 from components.trainer.steps import LOSS_CHECK_MESSAGE, TrainingDivergedError, make_optimizer, make_steps
 
 # The training batches of an epoch, by the epoch's index (0 for the first): a resumed
@@ -223,7 +223,8 @@ def train(
         early_stopping.update(int(epoch), record["eval_loss"], model)
         history_json.assign(json.dumps(history))
         manager.save(checkpoint_number=int(epoch))
-        logging.info("epoch %d: %s", int(epoch), record)
+        logging.info(EPOCH_PROGRESS, int(epoch), config.epochs, record["train_loss"], record["eval_loss"],
+                     record["eval_auc"], time.perf_counter() - started)
     writer.flush()
     if early_stopping.should_stop(config.early_stopping_patience) and int(epoch) < config.epochs:
         logging.info("early stopping after epoch %d: eval loss did not improve", int(epoch))

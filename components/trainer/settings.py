@@ -8,6 +8,9 @@ from typing import Mapping, Optional
 
 # TF Serving reads at most this many warmup records.
 MAX_WARMUP_RECORDS = 1000
+# The training loop's log line after each epoch; the command line echoes it on the
+# console as the Trainer's progress (`pipeline.logs`).
+EPOCH_PROGRESS = "epoch %d of %d: train loss %.4f, eval loss %.4f, eval AUC %.4f (%.0f s)"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -76,3 +76,23 @@ def test_synthetic_rows_are_never_written_to_data_unless_named(taxi_pipeline, re
     assert result.returncode == 1
     assert "--rows needs --out" in result.stderr
     assert sorted(os.listdir(repo / "data")) == before
+
+
+def test_running_out_of_memory_or_disk_names_the_limit(monkeypatch, capsys):
+    import errno
+
+    from pipeline import cli
+
+    def out_of_disk(args):
+        raise OSError(errno.ENOSPC, "No space left on device", "/out/pipeline_root/Trainer")
+
+    monkeypatch.setattr(cli, "_make_data", out_of_disk)
+    assert cli.main(["make-data"]) == 1
+    assert "no space left on the device writing /out/pipeline_root/Trainer" in capsys.readouterr().err
+
+    def out_of_memory(args):
+        raise MemoryError()
+
+    monkeypatch.setattr(cli, "_make_data", out_of_memory)
+    assert cli.main(["make-data"]) == 1
+    assert "out of memory" in capsys.readouterr().err

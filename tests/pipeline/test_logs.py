@@ -10,6 +10,7 @@ import sys
 import pytest
 import tfx
 
+from components.trainer.settings import EPOCH_PROGRESS
 from pipeline import logs
 
 TFX_ROOT = pathlib.Path(tfx.__file__).parent
@@ -44,6 +45,17 @@ def test_one_line_per_component_with_its_time_or_cached(running, finished):
     assert len(lines) == 2
     assert "Transform" in lines[0] and lines[0].endswith(" s")
     assert "Trainer" in lines[1] and lines[1].endswith("cached")
+
+
+def test_the_trainer_epochs_are_echoed_under_their_component():
+    out = io.StringIO()
+    handler = logs.ProgressHandler(out)
+    handler.emit(_record(logs.RUNNING[0], "Trainer"))
+    handler.emit(_record(EPOCH_PROGRESS, 3, 8, 0.25, 0.3, 0.91, 12.0))
+    handler.emit(_record(logs.FINISHED[0], "Trainer"))
+    lines = out.getvalue().splitlines()
+    assert lines[0].strip() == "Trainer: epoch 3 of 8: train loss 0.2500, eval loss 0.3000, eval AUC 0.9100 (12 s)"
+    assert lines[1].lstrip().startswith("[") and "Trainer" in lines[1]
 
 
 def test_what_tensorflow_prints_while_it_loads_goes_to_the_log_file(tmp_path):
