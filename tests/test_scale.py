@@ -1,5 +1,6 @@
-"""A hundred thousand synthetic rows, end to end through the command line, with Beam's
-worker processes for every component: the run must push, as on `data/`."""
+"""A hundred thousand synthetic rows, end to end through the command line: the run must
+push, as on `data/`. (The Beam work of the scale path in worker processes is tested on
+its own: tests/components/test_ingest.py and test_drift.py.)"""
 
 import glob
 
@@ -11,14 +12,14 @@ ROWS = 100_000
 
 
 @pytest.mark.timeout(900)
-def test_a_hundred_thousand_rows_in_beam_worker_processes_push(workspace, taxi_pipeline, last_run):
+def test_a_hundred_thousand_rows_push(workspace, taxi_pipeline, last_run):
     made = taxi_pipeline("make-data", "--rows", str(ROWS), "--spans", "4", "--out", str(workspace.data))
     assert made.returncode == 0, made.stderr
-    result = taxi_pipeline("run", *workspace.locations(), "--",
-                           "--direct_running_mode=multi_processing", "--direct_num_workers=2")
+    result = taxi_pipeline("run", *workspace.locations())
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Pushed a new model version" in result.stdout
-    assert "Warning" not in result.stderr  # the workers' Python warnings stay off the console
+    assert "Warning" not in result.stderr
+    assert "Trainer: epoch 1 of 8: train loss" in result.stdout  # progress while the Trainer runs
     record = last_run(workspace.out)
     assert record["outcome"] == "pushed"
     # The eval split is the hash split's one bucket of five: about a fifth of the rows.
@@ -28,5 +29,5 @@ def test_a_hundred_thousand_rows_in_beam_worker_processes_push(workspace, taxi_p
     written = glob.glob(str(workspace.out / "pipeline_root" / "ImportExampleGen" / "examples" / "*" / "Split-*" / "*"))
     assert len(written) == 2 * 4
     log = open(result.stdout.strip().splitlines()[-1].split("Full log: ")[1]).read()
-    assert "multi_processing with 2 worker(s) for every component" in log
+    assert f"{ROWS} rows: Beam runs FnApiRunner in_memory with 1 worker(s) for every component" in log
     assert len(workspace.versions()) == 1

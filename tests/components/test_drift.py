@@ -18,8 +18,8 @@ def _schema():
     return tfdv.load_schema_text(config.schema_file())
 
 
-def _pipeline():
-    return beam.Pipeline(options=PipelineOptions(list(config.LOCAL_BEAM_ARGS)))
+def _pipeline(*extra):
+    return beam.Pipeline(options=PipelineOptions(list(config.LOCAL_BEAM_ARGS) + list(extra)))
 
 
 @pytest.fixture
@@ -123,9 +123,8 @@ def test_batches_that_disagree_on_optional_columns_make_one_span_statistics(repo
                 out.write(stripped.SerializeToString())
         for example in with_company * 9:
             out.write(example.SerializeToString())
-    stats = drift.compute_span_statistics(
-        _pipeline(), str(tmp_path / "data"), [1], str(tmp_path), schema=_schema(), rate=1.0
-    )
+    workers = _pipeline("--direct_running_mode=multi_processing", "--direct_num_workers=2")
+    stats = drift.compute_span_statistics(workers, str(tmp_path / "data"), [1], str(tmp_path), schema=_schema())
     dataset = stats[1].datasets[0]
     assert dataset.num_examples == 18 * len(with_company) > 2 * drift._DECODE_BATCH
     company = next(f for f in dataset.features if f.path.step == ["company"])

@@ -41,7 +41,7 @@ def test_example_gen_fingerprint_follows_the_bytes_not_the_mtime_or_the_name(tmp
     assert _fingerprint(tmp_path) != before
 
 
-def _run_example_gen(executor_class, data_root, output_dir, output_config, input_config):
+def _run_example_gen(executor_class, data_root, output_dir, output_config, input_config, beam_args=()):
     """Runs an ImportExampleGen executor as TFX does; returns {split: sorted records}."""
     import json
 
@@ -62,7 +62,7 @@ def _run_example_gen(executor_class, data_root, output_dir, output_config, input
         standard_component_specs.OUTPUT_FILE_FORMAT_KEY: example_gen_pb2.FORMAT_TFRECORDS_GZIP,
     }
     context = base_beam_executor.BaseBeamExecutor.Context(
-        beam_pipeline_args=list(config.LOCAL_BEAM_ARGS)
+        beam_pipeline_args=list(config.LOCAL_BEAM_ARGS) + list(beam_args)
     )
     executor_class(context).Do({}, {standard_component_specs.EXAMPLES_KEY: [examples]}, exec_properties)
     result = {}
@@ -89,7 +89,9 @@ def test_the_file_executor_splits_every_record_as_tfx_does(repo, tmp_path, copy_
 
     data_root = copy_spans(tmp_path / "data", (14, 15, 16))
     input_config, output_config = _split_configs()
-    ours = _run_example_gen(ingest.FileExecutor, data_root, tmp_path / "ours", output_config, input_config)
+    # In Beam's worker processes, as a run of many rows does (config.parallel_beam_args).
+    workers = ("--direct_running_mode=multi_processing", "--direct_num_workers=2")
+    ours = _run_example_gen(ingest.FileExecutor, data_root, tmp_path / "ours", output_config, input_config, workers)
     theirs = _run_example_gen(tfx_executor.Executor, data_root, tmp_path / "tfx", output_config, input_config)
 
     def canonical(records):  # TFX writes each record re-serialized, its map order the library's

@@ -64,11 +64,12 @@ def _history(fn_args):
 
 def test_two_workers_train_the_model_one_process_trains(tmp_path, examples_file, transform_output_dir):
     single = _fn_args(tmp_path / "single", examples_file, transform_output_dir)
-    _finish(_start(single))
+    alone = _start(single)
     shared = _fn_args(tmp_path / "cluster", examples_file, transform_output_dir)
     cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(2)]}
     workers = [_start(shared, {"cluster": cluster, "task": {"type": "worker", "index": i}}) for i in range(2)]
     outputs = [_finish(worker) for worker in workers]
+    _finish(alone)
 
     one, two = _history(single), _history(shared)
     assert "on 2 replica(s)" in outputs[0]
