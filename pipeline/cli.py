@@ -23,6 +23,7 @@ import logging
 import os
 import sys
 import time
+import warnings
 from typing import Optional, Sequence
 
 from components import compat, spans
@@ -256,6 +257,8 @@ def _schedule(args: argparse.Namespace) -> int:
 
 def _make_data(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    # Libraries' deprecation notices on import (google-api-core's about Python 3.10, ...).
+    warnings.simplefilter("ignore", FutureWarning)
     from pipeline import dataset, synthetic
 
     if args.rows is None:

@@ -34,6 +34,10 @@ _TRANSFORM_BATCH = 1024
 IN_MEMORY_ROWS = 2_000_000
 # Serialized records in the streamed path's shuffle buffer (about 300 bytes each).
 SHUFFLE_BUFFER = 200_000
+# Files the streamed path reads at once, a few records from each in turn: files hold
+# rows of one span each, and a buffer filled from one file at a time would give batches
+# of one span after another.
+_INTERLEAVED_FILES = 32
 
 
 def transform_fn(tf_transform_output: tft.TFTransformOutput) -> Transform:
@@ -111,15 +115,18 @@ def streamed(
     file_patterns: Sequence[str], transform: Transform, batch_size: int, shuffle_seed: Optional[int] = None
 ) -> tf.data.Dataset:
     """Batches of `(features, label)` read from the files each time the dataset is
-    iterated: in file order, or, given a seed, the files in a permutation drawn from it
-    and the records through a seeded shuffle buffer. Memory: the buffer and a few
-    batches, whatever the size of the files."""
+    iterated: in file order, or, given a seed, the files in a permutation drawn from it,
+    read `_INTERLEAVED_FILES` at a time, their records through a seeded shuffle buffer.
+    Memory: the buffer and a few batches, whatever the size of the files."""
     files = list_files(file_patterns)
-    if shuffle_seed is not None:
+    if shuffle_seed is None:
+        records = tf.data.TFRecordDataset(files, compression_type="GZIP", buffer_size=1 << 20)
+    else:
         files = [files[i] for i in np.random.default_rng(shuffle_seed).permutation(len(files))]
-    records = tf.data.TFRecordDataset(files, compression_type="GZIP", buffer_size=1 << 20)
-    if shuffle_seed is not None:
-        records = records.shuffle(SHUFFLE_BUFFER, seed=shuffle_seed, reshuffle_each_iteration=False)
+        records = tf.data.Dataset.from_tensor_slices(files).interleave(
+            lambda path: tf.data.TFRecordDataset(path, compression_type="GZIP", buffer_size=1 << 18),
+            cycle_length=min(len(files), _INTERLEAVED_FILES), block_length=8, deterministic=True,
+        ).shuffle(SHUFFLE_BUFFER, seed=shuffle_seed, reshuffle_each_iteration=False)
     return (
         records.batch(batch_size)
         .map(_parse_and_transform(transform), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

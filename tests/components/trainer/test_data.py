@@ -120,3 +120,19 @@ def test_records_are_counted_without_parsing(examples_file, tmp_path):
     with tf.io.TFRecordWriter(str(tmp_path / "more.gz"), "GZIP") as writer:
         writer.write(b"not an example")
     assert data.count_records([examples_file, str(tmp_path / "more.gz")]) == 41
+
+
+def test_streamed_batches_mix_the_files(tmp_path, rows, to_example, transform_output, monkeypatch):
+    """Files hold one span each: a shuffled epoch must not give one file's rows, then the
+    next's, even when the shuffle buffer is small against the files."""
+    monkeypatch.setattr(data, "SHUFFLE_BUFFER", 4)
+    paths = []
+    for name, label in (("a", 0), ("b", 1)):
+        path = str(tmp_path / f"{name}.tfrecord.gz")
+        with tf.io.TFRecordWriter(path, "GZIP") as writer:
+            for row in rows:
+                writer.write(to_example({**row, features.LABEL_KEY: [label]}))
+        paths.append(path)
+    batches = list(data.streamed(paths, data.transform_fn(transform_output), 16, shuffle_seed=3))
+    mixed = [set(labels.numpy().tolist()) == {0, 1} for _, labels in batches]
+    assert sum(mixed) >= len(batches) // 2, mixed
