@@ -3,7 +3,7 @@ of `(features, label)`, by one of two paths chosen by the number of rows:
 
 - up to `IN_MEMORY_ROWS`, into in-memory columns: the Transform graph runs once per raw
   example, while the rows are read; every epoch then slices or gathers batches from
-  the cached columns (about 100 bytes a row);
+  the cached columns (about 260 bytes a row);
 - beyond, streamed: every epoch reads the files again, shuffles through a buffer of
   `SHUFFLE_BUFFER` records and transforms each batch, so memory does not grow with
   the data (docs/scale.md has both paths' throughput).
