@@ -55,6 +55,11 @@ def _split_index(record: bytes, buckets: List[int]) -> int:
     return bisect.bisect(buckets, int.from_bytes(hashlib.sha256(record).digest(), "big") % buckets[-1])
 
 
+def _output_name(index: int, total: int) -> str:
+    """The output file of input file `index` of `total`, in each split it writes to."""
+    return f"{write_split.DEFAULT_FILE_NAME}-{index:05d}-of-{total:05d}.gz"
+
+
 class _SplitFile(beam.DoFn):
     """Writes one input file's records to one file per output split, by `_split_index`."""
 
@@ -63,7 +68,7 @@ class _SplitFile(beam.DoFn):
 
     def process(self, item: Tuple[int, str]) -> Iterator[int]:
         index, path = item
-        name = f"{write_split.DEFAULT_FILE_NAME}-{index:05d}-of-{self._total:05d}.gz"
+        name = _output_name(index, self._total)
         writers = [tf.io.TFRecordWriter(os.path.join(uri, name), "GZIP") for uri in self._split_uris]
         count = 0
         try:
@@ -85,8 +90,7 @@ class _CopyFile(beam.DoFn):
 
     def process(self, item: Tuple[int, str]) -> Iterator[int]:
         index, path = item
-        name = f"{write_split.DEFAULT_FILE_NAME}-{index:05d}-of-{self._total:05d}.gz"
-        tf.io.gfile.copy(path, os.path.join(self._split_uri, name), overwrite=True)
+        tf.io.gfile.copy(path, os.path.join(self._split_uri, _output_name(index, self._total)), overwrite=True)
         yield 1
 
 
