@@ -76,7 +76,6 @@ benchmark: $(STAMP)
 # Time and peak memory against rows (100k, 1M, 5M) and TFX's own example at 1M rows:
 # writes docs/scale.md and docs/scale.png. Outside `make test`: about an hour on 2 cores.
 bench-scale: $(STAMP)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c $(LOCK) -e ".[bench]"
 	$(BIN)/python benchmarks/scale.py
 
 # Written aside, then renamed: a failed freeze leaves the lock as it was.

@@ -55,7 +55,7 @@ SPAN_CHECKS_PROPERTY = "span_checks"
 SAMPLE_RATE_PROPERTY = "span_sample_rate"
 SCHEMA_DIFF_FILE = "SchemaDiff.pb"
 ANOMALIES_FILE = "DriftAnomalies.pb"
-_STATS_FILE = "FeatureStats.pb"
+STATS_FILE = "FeatureStats.pb"
 # In window mode, the split that holds the span before the newest.
 PREVIOUS_SPAN_SPLIT = "train_1"
 
@@ -188,7 +188,7 @@ def compute_span_statistics(
     found = spans.list_spans(data_root, only=numbers)
     if sorted(span.number for span in found) != sorted(numbers):
         raise ValueError(f"spans {numbers} were ingested but are no longer all under {data_root}")
-    path = os.path.join(output_dir, f"span-{_STATS_FILE}")
+    path = os.path.join(output_dir, f"span-{STATS_FILE}")
     options = tfdv.StatsOptions(experimental_slice_functions=[_by_span])
     files = [(span.number, file) for span in found for file, _ in span.files]
     with pipeline as p:
@@ -215,7 +215,7 @@ def split_statistics(
     statistics: standard_artifacts.ExampleStatistics, split: str
 ) -> statistics_pb2.DatasetFeatureStatisticsList:
     """StatisticsGen's statistics of one split (its `Split-<name>/FeatureStats.pb`)."""
-    return tfdv.load_stats_binary(os.path.join(statistics.uri, f"Split-{split}", _STATS_FILE))
+    return tfdv.load_stats_binary(os.path.join(statistics.uri, f"Split-{split}", STATS_FILE))
 
 
 @tfx.dsl.components.component(use_beam=True)

@@ -16,8 +16,9 @@
 import bisect
 import hashlib
 import itertools
+import json
 import os
-from typing import Iterator, List, Tuple
+from typing import Dict, Iterator, List, Tuple
 
 import apache_beam as beam
 import tensorflow as tf
@@ -33,6 +34,9 @@ from tfx.types import artifact_utils, standard_artifacts, standard_component_spe
 from tfx.utils import proto_utils
 
 from components import SCHEMA_FILE, spans
+
+# The Examples artifact's record of the files read: JSON, input split -> paths under input_base.
+SOURCE_FILES_PROPERTY = "source_files"
 
 
 class _ContentInputProcessor(input_processor.FileBasedInputProcessor):
@@ -139,17 +143,20 @@ class FileExecutor(import_executor.Executor):
         for name in split_names:
             tf.io.gfile.makedirs(artifact_utils.get_split_uri(outputs, name))
 
-        def files(pattern: str) -> List[Tuple[int, str]]:
+        sources: Dict[str, List[str]] = {}
+
+        def files(pattern: str, split: str) -> List[Tuple[int, str]]:
             matched = sorted(tf.io.gfile.glob(os.path.join(input_base, pattern)))
             if not matched:
                 raise ValueError(f"no input files match {os.path.join(input_base, pattern)}")
+            sources[split] = [os.path.relpath(path, input_base) for path in matched]
             return list(enumerate(matched))
 
         with self._make_beam_pipeline() as pipeline:
             if output_config.split_config.splits:
                 buckets = list(itertools.accumulate(s.hash_buckets for s in output_config.split_config.splits))
                 uris = [artifact_utils.get_split_uri(outputs, name) for name in split_names]
-                found = files(input_config.splits[0].pattern)
+                found = files(input_config.splits[0].pattern, input_config.splits[0].name)
                 _ = (
                     pipeline
                     | "Files" >> beam.Create(found)
@@ -158,7 +165,7 @@ class FileExecutor(import_executor.Executor):
                 )
             else:
                 for split in input_config.splits:
-                    found = files(split.pattern)
+                    found = files(split.pattern, split.name)
                     _ = (
                         pipeline
                         | f"Files[{split.name}]" >> beam.Create(found)
@@ -168,6 +175,7 @@ class FileExecutor(import_executor.Executor):
                         )
                     )
         examples_utils.set_payload_format(examples, payload)
+        examples.set_string_custom_property(SOURCE_FILES_PROPERTY, json.dumps(sources))
 
 
 class ImportExampleGen(tfx.components.ImportExampleGen):

@@ -15,7 +15,10 @@ it pushes the same model again on the re-run. This one:
   pipelines pushing to one folder get distinct versions even within one second, and a
   staging folder found under the lock is a dead push's, never a live one's;
 - keeps the newest `keep_versions` versions and deletes older ones (never the newest,
-  which is the one TF Serving's default policy serves), plus stale staging folders;
+  nor one that TF Serving's `models.config` loads or labels: a pin, a rollback), plus
+  stale staging folders;
+- rewrites `models.config` after the push (`components.serving_config`): the newest
+  version serves, unless an operator pinned one, which then stays;
 - outputs a `ServedModelBlessing` (blessed, with the model's id, as the Evaluator's
   blessing has it) when the model serves. The pipeline's baseline resolver reads these,
   not the Evaluator's blessings: the baseline, and the warm start, is the model that
@@ -43,7 +46,8 @@ from tfx.types import artifact_utils, standard_artifacts, standard_component_spe
 from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
 from tfx.utils import io_utils, proto_utils
 
-from components import spans
+from components import serving_config, spans
+from components.serving_config import versions
 
 KEEP_VERSIONS_KEY = "keep_versions"
 SERVED_KEY = "served_blessing"
@@ -53,15 +57,10 @@ LOCK_FILE = ".push.lock"
 PUSHED_PROPERTY = "pushed"
 DESTINATION_PROPERTY = "pushed_destination"
 VERSION_PROPERTY = "pushed_version"
+# The version requests without a version got before this push, and after it (a pin keeps it).
+REPLACED_PROPERTY = "replaced_version"
+SERVING_PROPERTY = "serving_version"
 _FINGERPRINT = "fingerprint.pb"
-
-
-def versions(base_directory: str) -> List[int]:
-    """The version folders TF Serving would see, oldest first."""
-    if not tf.io.gfile.isdir(base_directory):
-        return []
-    names = (name.rstrip("/") for name in tf.io.gfile.listdir(base_directory))
-    return sorted(int(name) for name in names if name.isdigit())
 
 
 def _read(path: str) -> Optional[bytes]:
@@ -113,14 +112,16 @@ def push(model_path: str, base_directory: str, version: Optional[int] = None) ->
 
 
 def prune(base_directory: str, keep_versions: int) -> List[int]:
-    """Deletes all but the newest `keep_versions` versions and any staging leftovers.
+    """Deletes all but the newest `keep_versions` versions and any staging leftovers, but
+    never a version TF Serving's `models.config` loads or labels (a pin, a rollback).
     Call it under `push_lock`: a staging folder is then a dead push's."""
     if keep_versions < 1:
         raise ValueError(f"{KEEP_VERSIONS_KEY} must be at least 1, got {keep_versions}")
     for name in tf.io.gfile.listdir(base_directory):
         if name.rstrip("/").startswith(STAGING_PREFIX):
             tf.io.gfile.rmtree(os.path.join(base_directory, name.rstrip("/")))
-    removed = versions(base_directory)[:-keep_versions]
+    protected = set(serving_config.protected_versions(*os.path.split(base_directory.rstrip("/"))))
+    removed = [v for v in versions(base_directory)[:-keep_versions] if v not in protected]
     for version in removed:
         tf.io.gfile.rmtree(os.path.join(base_directory, str(version)))
     return removed
@@ -193,7 +194,9 @@ class Executor(tfx_pusher_executor.Executor):
         base = destination.filesystem.base_directory
         keep = int(exec_properties[KEEP_VERSIONS_KEY])
 
+        serving_dir, model_name = os.path.split(base.rstrip("/"))
         with push_lock(base):
+            before = serving_config.state(serving_dir, model_name).serving
             version = already_pushed(model_path, base)
             if version is None:
                 version = push(model_path, base)
@@ -201,10 +204,17 @@ class Executor(tfx_pusher_executor.Executor):
             else:
                 logging.info("model %s is already version %d in %s; not pushed again", model_path, version, base)
             removed = prune(base, keep)
+            after = serving_config.after_push(serving_dir, model_name)
         if removed:
             logging.info("retention (%d versions): removed %s", keep, removed)
+        if after.pinned is not None:
+            logging.warning("serving stays pinned to version %d (models.config); version %d is on disk, "
+                            "not served, until `taxi-pipeline serving unpin`", after.pinned, version)
         io_utils.copy_dir(model_path, model_push.uri)
         mark_pushed(model_push, os.path.join(base, str(version)), version)
+        if before is not None and before != version:
+            model_push.set_string_custom_property(REPLACED_PROPERTY, str(before))
+        model_push.set_string_custom_property(SERVING_PROPERTY, str(after.serving))
         _mark_served(served, blessing, model, pushed=True)
 
 

@@ -9,6 +9,11 @@
     taxi-pipeline schedule   create a Vertex AI schedule that runs the compiled JSON
     taxi-pipeline make-data  rebuild data/ from the CSV shipped in the tfx wheel, or write
                              synthetic data of any size (--rows N --out DIR)
+    taxi-pipeline report     re-render a past run's HTML page from the metadata store
+    taxi-pipeline history    the recent runs: when, spans, outcome, metrics, pushed version
+    taxi-pipeline lineage    where a served model version came from: data, executions, evaluation
+    taxi-pipeline serving    list | rollback [VERSION] | pin VERSION | unpin: which version
+                             TF Serving serves (its models.config), never deleting one
 
 Exit status (`pipeline.config.ExitCode`): 0 pushed or nothing to do, 3 trained but not
 blessed, 4 data rejected, 5 another run or retrain holds the output root's lock, 1 any
@@ -18,6 +23,7 @@ other error.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import logging
 import os
@@ -53,6 +59,9 @@ def _add_local_options(command: argparse.ArgumentParser) -> None:
                               "each node a step of one Beam pipeline")
     command.add_argument("--no-speedups", action="store_true",
                          help=f"run without the library speed-ups of pipeline/speedups.py (also {speedups.ENV}=0)")
+    command.add_argument("--notify", default=None, metavar="URL",
+                         help="POST a JSON summary to this Slack-compatible webhook when the command ends, "
+                              "whatever the outcome (a failure to notify never changes the exit status)")
     command.add_argument("beam_args", nargs="*", metavar="BEAM_ARG", help="extra Beam options, after `--`")
 
 
@@ -79,6 +88,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="train on the newest N spans, chosen on each run (the newest is evaluated on); "
                           "0: every span, hash-split")
     kfp.add_argument("--output", default="pipeline.json", help="where to write the PipelineJob JSON")
+    kfp.add_argument("--notify", default="", metavar="URL",
+                     help="a Slack-compatible webhook the pipeline's exit handler tells how each run ended, "
+                          "even when a component failed")
     kfp.add_argument("beam_args", nargs="*", metavar="BEAM_ARG",
                      help="Beam options for the Beam components (e.g. Dataflow's), after `--`")
 
@@ -89,6 +101,32 @@ def _parser() -> argparse.ArgumentParser:
     schedule.add_argument("--region", required=True, help="Vertex AI region, e.g. europe-west4")
     schedule.add_argument("--service-account", default=None, help="service account the runs use")
     schedule.add_argument("--dry-run", action="store_true", help="print the CreateScheduleRequest, send nothing")
+
+    report = commands.add_parser("report", help="write a past run's HTML page again, from the metadata store")
+    report.add_argument("run", nargs="?", default=None,
+                        help="a run id, or its start (e.g. 20261123-0745); default: the newest run")
+    report.add_argument("--output-root", default=config.OUTPUT_ROOT, help="pipeline root, MLMD and logs")
+    history = commands.add_parser("history", help="the recent runs: when, spans, outcome, metrics, pushed version")
+    history.add_argument("--limit", type=_positive, default=20, help="runs shown, newest first")
+    history.add_argument("--output-root", default=config.OUTPUT_ROOT, help="pipeline root, MLMD and logs")
+    lineage = commands.add_parser(
+        "lineage", help="the spans, files, executions and evaluation behind a pushed model version"
+    )
+    lineage.add_argument("version", type=int, help="a version folder's number under the serving folder")
+    lineage.add_argument("--output-root", default=config.OUTPUT_ROOT, help="pipeline root, MLMD and logs")
+    lineage.add_argument("--serving-dir", default=config.SERVING_DIR, help="where blessed models are pushed")
+    lineage.add_argument("--model-name", default=config.MODEL_NAME, help="the model's folder under --serving-dir")
+
+    serving = commands.add_parser(
+        "serving", help="list the pushed versions, roll back, pin or unpin what TF Serving serves"
+    )
+    serving.add_argument("action", choices=("list", "rollback", "pin", "unpin"),
+                         help="list: versions and labels; rollback [VERSION]: serve VERSION (default: the one "
+                              "before what serves now) and keep serving it; pin VERSION: serve only it; unpin: "
+                              "serve the newest again")
+    serving.add_argument("version", nargs="?", type=int, default=None, help="a version folder's number")
+    serving.add_argument("--serving-dir", default=config.SERVING_DIR, help="where blessed models are pushed")
+    serving.add_argument("--model-name", default=config.MODEL_NAME, help="the model's folder under --serving-dir")
 
     data = commands.add_parser(
         "make-data", help="rebuild data/ from the CSV shipped in the tfx wheel, or write synthetic data of any size"
@@ -156,6 +194,8 @@ def _print_report(report: run_state.RunReport, log_path: str) -> None:
         lines.append(f"Stack {report.stack}")
     lines.append(f"{summary} ({report.seconds:.1f} s, exit {int(report.exit_code)})")
     lines.append(f"Full log: {log_path}")
+    if report.page:
+        lines.append(f"Report: {report.page}")
     print("\n".join(lines))
 
 
@@ -172,7 +212,20 @@ def _run_config(args: argparse.Namespace) -> config.RunConfig:
     ).resolved()
 
 
-def _run(args: argparse.Namespace) -> int:
+@dataclasses.dataclass
+class Ending:
+    """How a command ended, for `--notify`: the run's report, or the error it stopped on."""
+
+    report: Optional[run_state.RunReport] = None
+    error: str = ""
+
+    def fail(self, message: str) -> None:
+        """Says `error: message` on stderr, and remembers it."""
+        self.error = message
+        print(f"error: {message}", file=sys.stderr)
+
+
+def _run(args: argparse.Namespace, ending: Ending) -> int:
     """`run` and `retrain`: resolve the config, run, report; exit status by outcome."""
     started = time.perf_counter()
     if not args.verbose:
@@ -201,16 +254,17 @@ def _run(args: argparse.Namespace) -> int:
                 reuse = plan.previous is not None and not args.force
                 report = plan.previous if reuse else run_pipeline(run_config, plan)
     except (spans.DataRootError, spans.WindowError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        ending.fail(str(err))
         return config.ExitCode.ERROR
     except preflight.BadDataError as err:
-        print(f"error: data rejected: {err}", file=sys.stderr)
+        ending.fail(f"data rejected: {err}")
         print("Data rejected; nothing was trained or pushed.")
         return config.ExitCode.DATA_REJECTED
     except lock.LockHeld as err:
-        print(f"error: {err}", file=sys.stderr)
+        ending.fail(str(err))
         return config.ExitCode.LOCKED
     report.seconds = time.perf_counter() - started
+    ending.report = report
     _print_report(report, log_path)
     return report.exit_code
 
@@ -223,6 +277,7 @@ def _compile(args: argparse.Namespace) -> int:
         pipeline_root=args.pipeline_root,
         data_root=args.data_root,
         serving_dir=args.serving_dir,
+        notify_url=args.notify,
         settings=config.Settings(
             keep_versions=args.keep_versions,
             window_size=args.window or None,
@@ -277,6 +332,58 @@ def _make_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _store_path(output_root: str) -> str:
+    path = config.RunConfig(data_root=config.DATA_ROOT, output_root=output_root,
+                            serving_dir=config.SERVING_DIR).metadata_path
+    if not os.path.exists(path):
+        raise ValueError(f"no metadata store at {path}: no run wrote to --output-root {output_root} yet")
+    return path
+
+
+def _records(args: argparse.Namespace) -> int:
+    """`report`, `history` and `lineage`: read the metadata store, change nothing."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    warnings.simplefilter("ignore", FutureWarning)
+    metadata_path = _store_path(args.output_root)
+    pipeline_name = config.Settings().pipeline_name
+    from pipeline import lineage
+
+    try:
+        if args.command == "history":
+            print(lineage.history(metadata_path, pipeline_name, args.limit))
+        elif args.command == "lineage":
+            print(lineage.lineage(metadata_path, os.path.join(args.serving_dir, args.model_name), args.version))
+        else:
+            print(f"Report: {_write_report(args.output_root, metadata_path, pipeline_name, args.run)}")
+    except LookupError as err:
+        print(f"error: {err.args[0]}", file=sys.stderr)
+        return config.ExitCode.ERROR
+    return 0
+
+
+def _write_report(output_root: str, metadata_path: str, pipeline_name: str, run: Optional[str]) -> str:
+    from pipeline import lineage, report_page, run_details
+
+    store = lineage.run_report.connect(metadata_path)
+    known = lineage.run_ids(store)
+    matching = [run_id for run_id in known if run is None or run_id.startswith(run)]
+    if not matching:
+        raise LookupError(f"no run {run!r} in {metadata_path}" if run else f"no runs in {metadata_path}")
+    if run is not None and len(matching) > 1 and run not in matching:
+        raise LookupError(f"{run!r} names {len(matching)} runs: {', '.join(matching[:5])}; give more of the id")
+    run_id = run if run in matching else matching[0]
+    details = run_details.read(metadata_path, pipeline_name, run_id)
+    return report_page.write(output_root, details)
+
+
+def _serving(args: argparse.Namespace) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    from pipeline import serving
+
+    print(serving.command(args.serving_dir, args.model_name, args.action, args.version))
+    return 0
+
+
 def _resource_limit(err: BaseException) -> Optional[str]:
     """A message naming the limit `err` ran into, or None if it is not a resource limit.
     Nothing already pushed or recorded is touched by the failed run."""
@@ -293,33 +400,46 @@ def _resource_limit(err: BaseException) -> Optional[str]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
+    ending = Ending()
+    code = _dispatch(args, ending)
+    if args.command in ("run", "retrain") and args.notify:
+        from components import notify
+
+        notify.send(args.notify, notify.run_payload(args.command, int(code), ending.report, ending.error))
+    return code
+
+
+def _dispatch(args: argparse.Namespace, ending: Ending) -> int:
     try:
         if args.command in ("run", "retrain"):
             if args.no_speedups:
                 os.environ[speedups.ENV] = "0"  # one setting, read by the run and the exit
-            return _run(args)
+            return _run(args, ending)
         if args.command == "compile":
             return _compile(args)
         if args.command == "schedule":
             return _schedule(args)
+        if args.command == "serving":
+            return _serving(args)
+        if args.command in ("report", "history", "lineage"):
+            return _records(args)
         return _make_data(args)
     except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
+        ending.fail(str(err))
         return config.ExitCode.ERROR
     except (MemoryError, OSError) as err:
         limit = _resource_limit(err)
         if limit is None:
             raise
         logging.exception("run failed")
-        print(f"error: {limit}", file=sys.stderr)
+        ending.fail(limit)
         return config.ExitCode.ERROR
     except Exception as err:  # the last line of defence: a clear message and exit 1
-        if type(err).__name__ == "ResourceExhaustedError":  # TensorFlow's out of memory
-            logging.exception("run failed")
-            print(f"error: {_resource_limit(MemoryError(str(err)))}", file=sys.stderr)
-            return config.ExitCode.ERROR
         logging.exception("run failed")
-        print(f"error: {type(err).__name__}: {err}", file=sys.stderr)
+        if type(err).__name__ == "ResourceExhaustedError":  # TensorFlow's out of memory
+            ending.fail(_resource_limit(MemoryError(str(err))))
+        else:
+            ending.fail(f"{type(err).__name__}: {err}")
         return config.ExitCode.ERROR
 
 

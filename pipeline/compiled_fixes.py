@@ -14,6 +14,16 @@ from components import window
 
 # KFP's placeholder for the pipeline job's id, resolved by the backend when a task runs.
 PIPELINE_JOB_ID = "{{$.pipeline_job_uuid}}"
+# With an exit handler, TFX compiles the pipeline's tasks into a sub-DAG of this name.
+TFX_DAG = "tfx-dag"
+
+
+def dag_tasks(job: Dict[str, Any]) -> Dict[str, Any]:
+    """The pipeline's tasks: the root DAG's, or with an exit handler the `tfx-dag`
+    component's (the root DAG then holds that sub-DAG and the handler)."""
+    spec = job["pipelineSpec"]
+    sub_dag = spec.get("components", {}).get(TFX_DAG, {}).get("dag")
+    return (sub_dag or spec["root"]["dag"])["tasks"]
 
 
 def span_window_uncached_in_job(job: Dict[str, Any]) -> Dict[str, Any]:
@@ -24,7 +34,7 @@ def span_window_uncached_in_job(job: Dict[str, Any]) -> Dict[str, Any]:
     1.16-1.21 compile caching only from the pipeline-wide `enable_cache` (`step_builder`
     sets no per-task option).
     """
-    tasks = job["pipelineSpec"]["root"]["dag"]["tasks"]
+    tasks = dag_tasks(job)
     if window.NODE_ID in tasks:
         tasks[window.NODE_ID]["cachingOptions"] = {"enableCache": False}
     return job
@@ -39,7 +49,7 @@ def span_window_keyed_by_job(job: Dict[str, Any]) -> Dict[str, Any]:
     jobs' SpanWindow tasks have the same cache key, whatever caching is asked for.
     """
     spec = job["pipelineSpec"]
-    tasks = spec["root"]["dag"]["tasks"]
+    tasks = dag_tasks(job)
     if window.NODE_ID in tasks:
         # The spec's schema (2.0.0) form of a constant; the backend resolves the placeholder.
         parameters = tasks[window.NODE_ID].setdefault("inputs", {}).setdefault("parameters", {})
@@ -57,7 +67,7 @@ def producer_tasks_named_as_compiled(job: Dict[str, Any]) -> Dict[str, Any]:
     as coming from task `<node id>_task`, but names that task `<node id>`: no task
     of that name exists, and the run could not resolve the parameter.
     """
-    tasks = job["pipelineSpec"]["root"]["dag"]["tasks"]
+    tasks = dag_tasks(job)
     for task in tasks.values():
         for parameter in task.get("inputs", {}).get("parameters", {}).values():
             output = parameter.get("taskOutputParameter")

@@ -211,6 +211,8 @@ class KubeflowConfig:
     serving_dir: str
     settings: Settings = Settings(window_size=WINDOW_SIZE, beam_args=VERTEX_BEAM_ARGS)
     schema_dir: str = IMAGE_SCHEMA_DIR
+    # A Slack-compatible webhook told how each run ended (the exit handler); "" for none.
+    notify_url: str = ""
 
     def __post_init__(self) -> None:
         for name in ("pipeline_root", "data_root", "serving_dir"):
@@ -219,6 +221,8 @@ class KubeflowConfig:
                 raise ValueError(f"{name} must be a remote URI (gs://...) the pipeline's pods can read, got {value!r}")
         if not self.image:
             raise ValueError("an image is required")
+        if self.notify_url and not self.notify_url.startswith(("https://", "http://")):
+            raise ValueError(f"the notify URL must be an http(s):// webhook, got {self.notify_url!r}")
 
     @property
     def model_serving_dir(self) -> str:

@@ -12,8 +12,12 @@ from typing import Any, Dict
 
 from tfx import v1 as tfx
 
+from components import notify
 from pipeline import compiled_fixes, config
 from pipeline import pipeline as pipeline_lib
+
+# The exit handler's task: runs when the pipeline ends, even after a failed component.
+NOTIFY_NODE_ID = "NotifyFinalStatus"
 
 
 def build_pipeline(kfp_config: config.KubeflowConfig) -> tfx.dsl.Pipeline:
@@ -25,6 +29,12 @@ def compile_pipeline(kfp_config: config.KubeflowConfig, output_path: str) -> Dic
     runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
         config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(default_image=kfp_config.image)
     )
+    if kfp_config.notify_url:
+        # A plain string, not a RuntimeParameter: TFX 1.16-1.21 compile an exit handler
+        # outside the pipeline's parameter context and fail on runtime parameters there.
+        runner.set_exit_handler(notify.NotifyFinalStatus(
+            final_status=tfx.orchestration.experimental.FinalStatusStr(), url=kfp_config.notify_url
+        ).with_id(NOTIFY_NODE_ID))
     job = runner.run(build_pipeline(kfp_config), write_out=False)
     for fix in (
         compiled_fixes.span_window_uncached_in_job,

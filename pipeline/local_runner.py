@@ -82,8 +82,24 @@ def run(
     report.fingerprint = plan.fingerprint
     report.finished = report.finished or datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     report.seconds = time.perf_counter() - started
+    if report.run_id:
+        report.page = write_page(run_config, report)
     run_state.save(run_config.output_root, report)
     return report
+
+
+def write_page(run_config: config.RunConfig, report: run_state.RunReport) -> str:
+    """The run's HTML page (`pipeline.report_page`); "" if it could not be written, which
+    never changes the run's outcome (the log says why)."""
+    from pipeline import report_page, run_details
+
+    try:
+        details = run_details.read(run_config.metadata_path, run_config.settings.pipeline_name, report.run_id)
+        details.report = report
+        return report_page.write(run_config.output_root, details)
+    except Exception:  # a page is a view of the run: it must not fail a run that pushed
+        logging.exception("the run's page could not be written")
+        return ""
 
 
 def _sized(run_config: config.RunConfig, rows: int) -> config.RunConfig:

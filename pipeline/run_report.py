@@ -6,6 +6,7 @@ through MLMD's public API; every execution of that context is one node of the ru
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -70,11 +71,25 @@ def _node_ids(store: metadata_store.MetadataStore, pipeline_name: str) -> Dict[i
     }
 
 
-def _outputs(store: metadata_store.MetadataStore, execution_id: int) -> Dict[str, metadata_store_pb2.Artifact]:
+OUTPUT_EVENTS = (metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT)
+INPUT_EVENTS = (metadata_store_pb2.Event.INPUT, metadata_store_pb2.Event.DECLARED_INPUT)
+
+
+def outputs(store: metadata_store.MetadataStore, execution_id: int) -> Dict[str, metadata_store_pb2.Artifact]:
     """An execution's output artifacts by output key (the first artifact of each)."""
+    return _artifacts_by_key(store, execution_id, OUTPUT_EVENTS)
+
+
+def inputs(store: metadata_store.MetadataStore, execution_id: int) -> Dict[str, metadata_store_pb2.Artifact]:
+    """An execution's input artifacts by input key (the first artifact of each)."""
+    return _artifacts_by_key(store, execution_id, INPUT_EVENTS)
+
+
+def _artifacts_by_key(
+    store: metadata_store.MetadataStore, execution_id: int, event_types: tuple
+) -> Dict[str, metadata_store_pb2.Artifact]:
     events = [
-        e for e in store.get_events_by_execution_ids([execution_id])
-        if e.type in (metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT) and e.path.steps
+        e for e in store.get_events_by_execution_ids([execution_id]) if e.type in event_types and e.path.steps
     ]
     artifacts = {a.id: a for a in store.get_artifacts_by_id([e.artifact_id for e in events])} if events else {}
     keys: Dict[str, metadata_store_pb2.Artifact] = {}
@@ -83,17 +98,17 @@ def _outputs(store: metadata_store.MetadataStore, execution_id: int) -> Dict[str
     return keys
 
 
-def _int(artifact: metadata_store_pb2.Artifact, name: str) -> Optional[int]:
+def int_property(artifact: metadata_store_pb2.Artifact, name: str) -> Optional[int]:
     value = artifact.custom_properties.get(name)
     return value.int_value if value is not None else None
 
 
-def _string(artifact: metadata_store_pb2.Artifact, name: str) -> str:
+def string_property(artifact: metadata_store_pb2.Artifact, name: str) -> str:
     value = artifact.custom_properties.get(name)
     return value.string_value if value is not None else ""
 
 
-def _json(artifact: metadata_store_pb2.Artifact, name: str) -> Any:
+def json_property(artifact: metadata_store_pb2.Artifact, name: str) -> Any:
     value = artifact.custom_properties.get(name)
     return json_format.MessageToDict(value.struct_value) if value is not None else None
 
@@ -139,29 +154,51 @@ def warm_start(model_run_uri: str) -> str:
     return f"{'yes' if started.get('used') else 'no'}: {started.get('reason', '')}"
 
 
-def read_run(metadata_path: str, pipeline_name: str, run_id: str) -> RunReport:
-    """The report of run `run_id` of `pipeline_name`, from its MLMD records."""
-    store = connect(metadata_path)
+@dataclasses.dataclass
+class RunRecords:
+    """One run's executions in MLMD: its nodes and their output artifacts by key."""
+
+    nodes: List[NodeRun]
+    outputs: Dict[str, Dict[str, metadata_store_pb2.Artifact]]
+    # Milliseconds since the epoch of the run's last execution update (0: none).
+    last_update: int
+
+    def output(self, node_id: str, key: str) -> Optional[metadata_store_pb2.Artifact]:
+        return self.outputs.get(node_id, {}).get(key)
+
+
+def run_records(store: metadata_store.MetadataStore, pipeline_name: str, run_id: str) -> RunRecords:
+    """The executions of run `run_id` of `pipeline_name`, by node (`LookupError` if none)."""
     run_context = store.get_context_by_type_and_name(PIPELINE_RUN_CONTEXT, run_id)
     if run_context is None:
-        raise LookupError(f"no run {run_id!r} in {metadata_path}")
+        raise LookupError(f"no run {run_id!r} in the metadata store")
     run_executions = store.get_executions_by_context(run_context.id)
     in_run = {execution.id for execution in run_executions}
     nodes: List[NodeRun] = []
-    outputs: Dict[str, Dict[str, metadata_store_pb2.Artifact]] = {}
+    by_node: Dict[str, Dict[str, metadata_store_pb2.Artifact]] = {}
+    started: Dict[str, int] = {}
     for context_id, node_id in _node_ids(store, pipeline_name).items():
         for execution in store.get_executions_by_context(context_id):
             if execution.id not in in_run:
                 continue
             seconds = (execution.last_update_time_since_epoch - execution.create_time_since_epoch) / 1000
+            started[node_id] = execution.create_time_since_epoch
             nodes.append(NodeRun(node_id, _STATES.get(execution.last_known_state, "failed"), seconds))
-            outputs[node_id] = _outputs(store, execution.id)
-    nodes.sort(key=lambda n: n.node_id)
+            by_node[node_id] = outputs(store, execution.id)
+    # In the order they ran.
+    nodes.sort(key=lambda n: (started[n.node_id], n.node_id))
     last_update = max((e.last_update_time_since_epoch for e in run_executions), default=0)
+    return RunRecords(nodes, by_node, last_update)
 
-    def output(node_id: str, key: str) -> Optional[metadata_store_pb2.Artifact]:
-        return outputs.get(node_id, {}).get(key)
 
+def read_run(metadata_path: str, pipeline_name: str, run_id: str) -> RunReport:
+    """The report of run `run_id` of `pipeline_name`, from its MLMD records."""
+    return report_of(run_records(connect(metadata_path), pipeline_name, run_id), run_id)
+
+
+def report_of(records: RunRecords, run_id: str) -> RunReport:
+    """What run `run_id` decided, from its records."""
+    nodes, output, last_update = records.nodes, records.output, records.last_update
     report = RunReport(outcome=Outcome.NOT_BLESSED, nodes=nodes, run_id=run_id)
     if last_update:
         report.finished = datetime.datetime.fromtimestamp(last_update / 1000).astimezone().isoformat(timespec="seconds")
@@ -172,16 +209,16 @@ def read_run(metadata_path: str, pipeline_name: str, run_id: str) -> RunReport:
     verdict = output(NodeId.DATA_GATE, drift.VERDICT_KEY)
     found: List[str] = []
     if verdict is not None:
-        checks = json.loads(_string(verdict, drift.SPAN_CHECKS_PROPERTY) or "{}")
+        checks = json.loads(string_property(verdict, drift.SPAN_CHECKS_PROPERTY) or "{}")
         report.span_checks = {span: checks[span] for span in sorted(checks, key=int)}
         found += [f"[span {span}] {line}" for span, lines in report.span_checks.items() for line in lines]
-        found += _string(verdict, drift.REPORT_PROPERTY).splitlines()
+        found += string_property(verdict, drift.REPORT_PROPERTY).splitlines()
     if anomalies is not None:
-        blessed = _json(anomalies, drift.BLESSED_PROPERTY) or {}
+        blessed = json_property(anomalies, drift.BLESSED_PROPERTY) or {}
         # In window mode each split is a span, and the span lines above say it all.
         if not all(int(v) == 1 for v in blessed.values()) and (verdict is None or not _window_mode(anomalies.uri)):
             found = describe_anomalies(anomalies.uri) + found
-    if found or (verdict is not None and _int(verdict, drift.BLESSED_PROPERTY) != 1):
+    if found or (verdict is not None and int_property(verdict, drift.BLESSED_PROPERTY) != 1):
         report.outcome = Outcome.DATA_REJECTED
         report.anomalies = found
         return report
@@ -192,11 +229,11 @@ def read_run(metadata_path: str, pipeline_name: str, run_id: str) -> RunReport:
     if evaluation is not None:
         report.eval_metrics = eval_metrics(evaluation.uri)
     pushed = output(NodeId.PUSHER, standard_component_specs.PUSHED_MODEL_KEY)
-    if pushed is not None and _int(pushed, staged_pusher.PUSHED_PROPERTY) == 1:
+    if pushed is not None and int_property(pushed, staged_pusher.PUSHED_PROPERTY) == 1:
         # A Pusher served from cache pushed nothing in this run: what it pushed before serves.
         pusher_ran = any(node.node_id == NodeId.PUSHER and node.state == "ran" for node in nodes)
         report.outcome = Outcome.PUSHED if pusher_ran else Outcome.UP_TO_DATE
-        report.pushed_version_dir = _string(pushed, staged_pusher.DESTINATION_PROPERTY)
+        report.pushed_version_dir = string_property(pushed, staged_pusher.DESTINATION_PROPERTY)
     return report
 
 

@@ -100,6 +100,8 @@ class RunReport:
     acknowledged: bool = False
     # The stack the run ran on (`components.compat.describe()`: `tfx-1.21: TFX 1.21.0, ...`).
     stack: str = ""
+    # The run's HTML page (`pipeline.report_page`), "" when none was written.
+    page: str = ""
 
     @property
     def exit_code(self) -> config_lib.ExitCode:
