@@ -310,10 +310,18 @@ def _schedule(args: argparse.Namespace) -> int:
     return 0
 
 
-def _make_data(args: argparse.Namespace) -> int:
+def _quiet_libraries() -> None:
+    """For the commands that print a result, not a run's progress: no library notices
+    on the console (TensorFlow's C++ and Python logs, deprecation notices on import)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    # Libraries' deprecation notices on import (google-api-core's about Python 3.10, ...).
+    # google-api-core's about Python 3.10, ...
     warnings.simplefilter("ignore", FutureWarning)
+    # TensorFlow's Python logger keeps a level set before TensorFlow is imported.
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+
+
+def _make_data(args: argparse.Namespace) -> int:
+    _quiet_libraries()
     from pipeline import dataset, synthetic
 
     if args.rows is None:
@@ -332,29 +340,27 @@ def _make_data(args: argparse.Namespace) -> int:
     return 0
 
 
-def _store_path(output_root: str) -> str:
-    path = config.RunConfig(data_root=config.DATA_ROOT, output_root=output_root,
-                            serving_dir=config.SERVING_DIR).metadata_path
-    if not os.path.exists(path):
-        raise ValueError(f"no metadata store at {path}: no run wrote to --output-root {output_root} yet")
-    return path
-
-
 def _records(args: argparse.Namespace) -> int:
     """`report`, `history` and `lineage`: read the metadata store, change nothing."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    warnings.simplefilter("ignore", FutureWarning)
-    metadata_path = _store_path(args.output_root)
-    pipeline_name = config.Settings().pipeline_name
+    _quiet_libraries()
+    defaults = config.RunConfig()
+    run_config = config.RunConfig(
+        output_root=args.output_root,
+        serving_dir=getattr(args, "serving_dir", defaults.serving_dir),
+        settings=dataclasses.replace(defaults.settings, model_name=getattr(args, "model_name", config.MODEL_NAME)),
+    ).resolved()
+    metadata_path, pipeline_name = run_config.metadata_path, run_config.settings.pipeline_name
+    if not os.path.exists(metadata_path):
+        raise ValueError(f"no metadata store at {metadata_path}: no run wrote to --output-root {args.output_root} yet")
     from pipeline import lineage
 
     try:
         if args.command == "history":
             print(lineage.history(metadata_path, pipeline_name, args.limit))
         elif args.command == "lineage":
-            print(lineage.lineage(metadata_path, os.path.join(args.serving_dir, args.model_name), args.version))
+            print(lineage.lineage(metadata_path, run_config.model_serving_dir, args.version))
         else:
-            print(f"Report: {_write_report(args.output_root, metadata_path, pipeline_name, args.run)}")
+            print(f"Report: {_write_report(run_config.output_root, metadata_path, pipeline_name, args.run)}")
     except LookupError as err:
         print(f"error: {err.args[0]}", file=sys.stderr)
         return config.ExitCode.ERROR
@@ -377,7 +383,7 @@ def _write_report(output_root: str, metadata_path: str, pipeline_name: str, run:
 
 
 def _serving(args: argparse.Namespace) -> int:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    _quiet_libraries()
     from pipeline import serving
 
     print(serving.command(args.serving_dir, args.model_name, args.action, args.version))

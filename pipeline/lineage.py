@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import os
 from typing import Dict, List, Optional
 
 from ml_metadata import metadata_store
@@ -67,7 +68,7 @@ def history(metadata_path: str, pipeline_name: str, limit: int) -> str:
                                if part))
     if not lines:
         return f"No runs recorded in {metadata_path}."
-    return "\n".join(["when                 run id  spans  outcome  metrics  pushed", *lines])
+    return "\n".join(lines)
 
 
 @dataclasses.dataclass
@@ -94,13 +95,20 @@ class _Store:
 
 
 def _pushed_model(store: metadata_store.MetadataStore, model_dir: str, version: int):
-    """The PushedModel artifact of `version` pushed to `model_dir` (the first, if a
-    re-run recorded the same push again)."""
-    destination = f"{model_dir.rstrip('/')}/{version}"
-    found = [
+    """The PushedModel artifact of `version` of this model (the first, if a re-run
+    recorded the same push again): pushed to `model_dir`, or else to a folder of the same
+    model name (a serving folder that was moved or copied since)."""
+    model_dir = model_dir.rstrip("/")
+    same_version = [
         artifact for artifact in store.get_artifacts_by_type(PUSHED_MODEL_TYPE)
         if run_report.string_property(artifact, staged_pusher.VERSION_PROPERTY) == str(version)
-        and run_report.string_property(artifact, staged_pusher.DESTINATION_PROPERTY).rstrip("/") == destination
+    ]
+
+    def destination(artifact) -> str:
+        return run_report.string_property(artifact, staged_pusher.DESTINATION_PROPERTY).rstrip("/")
+
+    found = [a for a in same_version if destination(a) == f"{model_dir}/{version}"] or [
+        a for a in same_version if destination(a).endswith(f"/{os.path.basename(model_dir)}/{version}")
     ]
     return min(found, key=lambda a: a.id) if found else None
 
@@ -135,6 +143,8 @@ def lineage(metadata_path: str, model_dir: str, version: int) -> str:
     if examples is not None:
         ingested = store.producer(examples.id)
         lines += [f"Examples {examples.uri}", f"  ingested by ImportExampleGen, {store.describe(ingested)}"]
+        if ingested is not None and "input_base" in ingested.custom_properties:
+            lines.append(f"  from the data root {ingested.custom_properties['input_base'].string_value}")
         sources: Dict[str, List[str]] = json.loads(
             run_report.string_property(examples, ingest.SOURCE_FILES_PROPERTY) or "{}")
         spans = sorted({path.split("/", 1)[0] for files in sources.values() for path in files})

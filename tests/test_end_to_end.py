@@ -57,9 +57,11 @@ def test_console_shows_progress_per_component_then_the_outcome(finished_run):
     out = finished_run.result.stdout
     for node in ("ImportExampleGen", "Transform", "Trainer", "Evaluator", "Pusher"):
         assert f"] {node} " in out
-    assert "Pushed a new model version:" in out.splitlines()[-2]
-    assert out.splitlines()[-1].startswith("Full log: ")
-    assert out.splitlines()[-3] == f"Stack {compat.describe()}"
+    lines = out.splitlines()
+    assert lines[-4] == f"Stack {compat.describe()}"
+    assert "Pushed a new model version:" in lines[-3]
+    assert lines[-2].startswith("Full log: ")
+    assert lines[-1].startswith("Report: ")  # the run's page (tests/test_operations.py)
     assert "WARNING" not in out and "Traceback" not in finished_run.result.stderr
     # Native start-up lines (TF 2.21 prints them before its log level applies) are in the log file.
     assert "I0000" not in finished_run.result.stderr and "absl::InitializeLog" not in finished_run.result.stderr

@@ -28,6 +28,7 @@ def test_a_hundred_thousand_rows_push(workspace, taxi_pipeline, last_run):
     # ImportExampleGen wrote one file per input file and split, each record once.
     written = glob.glob(str(workspace.out / "pipeline_root" / "ImportExampleGen" / "examples" / "*" / "Split-*" / "*"))
     assert len(written) == 2 * 4
-    log = open(result.stdout.strip().splitlines()[-1].split("Full log: ")[1]).read()
+    (log_line,) = [line for line in result.stdout.splitlines() if line.startswith("Full log: ")]
+    log = open(log_line[len("Full log: "):]).read()
     assert f"{ROWS} rows: Beam runs FnApiRunner in_memory with 1 worker(s) for every component" in log
     assert len(workspace.versions()) == 1

@@ -1,0 +1,243 @@
+"""What an on-call engineer uses after a run: its page in a browser, history, lineage,
+rollback and pins of what TF Serving serves, and run-end alerts."""
+
+import html.parser
+import http.server
+import json
+import os
+import re
+import shutil
+import subprocess
+import threading
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+from tensorflow_serving.config import model_server_config_pb2
+
+from components import serving_config
+
+pytestmark = pytest.mark.slow
+
+BROWSER_TIMEOUT_SECONDS = 120
+SECTIONS = ("decision", "data", "timings", "checks", "features", "training", "evaluation", "serving")
+
+
+def _chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert path, "the page is tested in Debian's chromium: `make test` installs it (apt-get install chromium)"
+    return path
+
+
+def _browser(*args: str) -> subprocess.CompletedProcess:
+    command = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+               "--no-first-run", "--disable-dev-shm-usage", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=BROWSER_TIMEOUT_SECONDS)
+
+
+class _Page(html.parser.HTMLParser):
+    """The rendered DOM's parts the tests read: text by element id, images, table rows."""
+
+    def __init__(self):
+        super().__init__()
+        self.text_by_id, self.images, self.rows, self._open = {}, [], {}, []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "img":
+            self.images.append(attrs.get("src", ""))
+        if tag == "tr" and self._open:
+            table = next((i for i in reversed(self._open) if i), None)
+            if table:
+                self.rows[table] = self.rows.get(table, 0) + 1
+        self._open.append(attrs.get("id"))
+
+    def handle_endtag(self, tag):
+        if self._open:
+            self._open.pop()
+
+    def handle_data(self, data):
+        for element_id in filter(None, self._open):
+            self.text_by_id[element_id] = self.text_by_id.get(element_id, "") + data
+
+
+def _page_path(result) -> str:
+    last = result.stdout.splitlines()[-1]
+    assert last.startswith("Report: "), result.stdout
+    return last[len("Report: "):]
+
+
+def test_each_run_writes_a_page_a_browser_renders_with_its_key_parts(finished_run, last_run, tmp_path):
+    ws = finished_run.workspace
+    path = _page_path(finished_run.result)
+    record = last_run(ws.out)
+    assert path == str(ws.out / "reports" / f"{record['run_id']}.html")
+    text = open(path, encoding="utf-8").read()
+    # Self-contained: nothing is fetched when it is opened.
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", text)
+
+    dom = _browser("--dump-dom", f"file://{path}")
+    assert dom.returncode == 0, dom.stderr
+    page = _Page()
+    page.feed(dom.stdout)
+    version = ws.versions()[0]
+    decision = " ".join(page.text_by_id["decision"].split())
+    assert decision.startswith(f"Pushed model version {version}") and "(exit 0)" in decision
+    assert all(section in page.text_by_id for section in SECTIONS)
+    assert page.text_by_id["blessed"] == "yes"
+    assert "span-16/" in page.text_by_id["data"]  # the files read
+    assert "Transform" in page.text_by_id["timings"]
+    assert "Overall" in page.text_by_id["slices"]
+    assert page.rows["drift"] > 1  # a header and a row per compared feature
+    assert f"{record['eval_metrics']['auc']:.4f}" in page.text_by_id["slices"]
+    # A plot per feature, plus timings, drift, training and slices; every one embedded.
+    assert len(page.images) > 20 and all(src.startswith("data:image/png;base64,") for src in page.images)
+
+    screenshot = tmp_path / "page.png"
+    shot = _browser("--window-size=1200,2400", f"--screenshot={screenshot}", f"file://{path}")
+    assert shot.returncode == 0, shot.stderr
+    from matplotlib import image
+
+    pixels = image.imread(str(screenshot))
+    assert pixels.shape[:2] == (2400, 1200)
+    assert np.std(pixels[..., :3]) > 0.05  # drawn, not a blank page
+
+
+def test_a_past_runs_page_is_rendered_again_from_the_metadata_store(copy_of_finished_run, taxi_pipeline, last_run):
+    ws = copy_of_finished_run
+    run_id = last_run(ws.out)["run_id"]
+    page = ws.out / "reports" / f"{run_id}.html"
+    before = page.read_text()
+    page.unlink()
+    again = taxi_pipeline("report", run_id[:15], "--output-root", str(ws.out))
+    assert again.returncode == 0, again.stderr
+    assert _page_path(again) == str(page)
+    rendered = page.read_text()
+    decision = re.compile(r'<section id="decision".*?<div', re.S)  # the sentence
+    assert decision.search(rendered).group(0) == decision.search(before).group(0)
+
+    unknown = taxi_pipeline("report", "19990101", "--output-root", str(ws.out))
+    assert unknown.returncode == 1 and "no run '19990101'" in unknown.stderr
+
+
+def test_history_and_lineage_name_the_run_the_data_and_the_evaluation(copy_of_finished_run, taxi_pipeline, last_run):
+    ws = copy_of_finished_run
+    record = last_run(ws.out)
+    version = ws.versions()[0]
+    history = taxi_pipeline("history", "--output-root", str(ws.out))
+    assert history.returncode == 0, history.stderr
+    (line,) = history.stdout.splitlines()
+    assert record["run_id"] in line and "spans 12-16" in line and " pushed " in line
+    assert f"auc {record['eval_metrics']['auc']:.4f}" in line and line.endswith(f"version {version}")
+
+    lineage = taxi_pipeline("lineage", version, "--output-root", str(ws.out), "--serving-dir", str(ws.serving))
+    assert lineage.returncode == 0, lineage.stderr
+    out = lineage.stdout
+    assert f"Version {version} in {ws.model_dir}" in out
+    assert "spans: span-12, span-13, span-14, span-15, span-16" in out
+    for span in (12, 16):
+        assert any(line.strip().startswith(f"span-{span}/") for line in out.splitlines())
+    for made_by in ("trained by the Trainer, execution", "made by Transform, execution",
+                    "Evaluation: blessed by the Evaluator, execution"):
+        assert made_by in out
+    assert f"of run {record['run_id']}" in out
+
+    unknown = taxi_pipeline("lineage", "12345", "--output-root", str(ws.out), "--serving-dir", str(ws.serving))
+    assert unknown.returncode == 1 and "no push of version 12345" in unknown.stderr
+
+
+class _Webhook(http.server.BaseHTTPRequestHandler):
+    received: list = []
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).received.append(json.loads(body))
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def webhook():
+    """A webhook on 127.0.0.1 that keeps what it receives; stops with the test."""
+    _Webhook.received = []
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Webhook)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/hook", _Webhook.received
+    server.shutdown()
+    server.server_close()
+
+
+def _models_config(serving_dir) -> model_server_config_pb2.ModelConfig:
+    with open(os.path.join(serving_dir, serving_config.CONFIG_FILE)) as handle:
+        config = text_format.Parse(handle.read(), model_server_config_pb2.ModelServerConfig())
+    (entry,) = config.model_config_list.config
+    return entry
+
+
+def test_a_rollback_pins_a_version_the_next_run_and_its_retention_keep(
+    copy_of_finished_run, taxi_pipeline, webhook, tmp_path
+):
+    ws = copy_of_finished_run
+    url, received = webhook
+    (pushed,) = ws.versions()
+    # An older version beside it, as an earlier push left it.
+    older = str(int(pushed) - 100)
+    shutil.copytree(ws.model_dir / pushed, ws.model_dir / older)
+    serving = ("--serving-dir", str(ws.serving))
+
+    rollback = taxi_pipeline("serving", "rollback", *serving)
+    assert rollback.returncode == 0, rollback.stderr
+    assert f"serving version {older} (was version {pushed})" in rollback.stdout
+    entry = _models_config(ws.serving)
+    assert list(entry.model_version_policy.specific.versions) == [int(older)]
+    assert entry.version_labels["stable"] == int(older)
+    assert ws.versions() == sorted([older, pushed])  # a rollback deletes nothing
+
+    # A new output root runs every component again, Pusher included, with retention 1.
+    again = taxi_pipeline("run", "--data-root", str(ws.data), "--output-root", str(tmp_path / "out2"), *serving,
+                          "--keep-versions", "1", "--notify", url)
+    assert again.returncode == 0, again.stdout + again.stderr
+    # The pinned version outlives retention, beside the newest (the same model again, or a
+    # new version if training was not bit-identical).
+    versions = ws.versions()
+    assert len(versions) == 2 and versions[0] == older and int(versions[1]) >= int(pushed)
+    newest = versions[1]
+    assert list(_models_config(ws.serving).model_version_policy.specific.versions) == [int(older)]
+    listing = taxi_pipeline("serving", "list", *serving)
+    assert f"pinned to version {older}" in listing.stdout
+    assert re.search(rf"^{older} .*SERVING.*pinned", listing.stdout, re.M)
+    (alert,) = received
+    assert alert["exit_code"] == 0 and alert["outcome"] == "pushed" and alert["version"] == newest
+    assert alert["report"] == _page_path(again) and "taxi-pipeline run: pushed" in alert["text"]
+
+    unpin = taxi_pipeline("serving", "unpin", *serving)
+    assert unpin.returncode == 0, unpin.stderr
+    entry = _models_config(ws.serving)
+    assert list(entry.model_version_policy.specific.versions) == [int(older), int(newest)]
+    assert dict(entry.version_labels) == {"canary": int(newest), "stable": int(older)}
+
+    missing = taxi_pipeline("serving", "pin", "42", *serving)
+    assert missing.returncode == 1 and "version 42 is not in" in missing.stderr
+
+
+def test_a_failed_run_is_alerted_and_a_dead_webhook_changes_no_exit_status(
+    copy_of_finished_run, taxi_pipeline, webhook, tmp_path
+):
+    ws = copy_of_finished_run
+    url, received = webhook
+    failed = taxi_pipeline("run", "--data-root", str(tmp_path / "nowhere"), "--output-root", str(ws.out),
+                           "--serving-dir", str(ws.serving), "--notify", url)
+    assert failed.returncode == 1
+    (alert,) = received
+    assert alert["outcome"] == "error" and alert["exit_code"] == 1 and "nowhere" in alert["error"]
+
+    # Nothing changed since the finished run: exit 0, whatever the webhook does.
+    unchanged = taxi_pipeline("run", *ws.locations(), "--notify", "http://127.0.0.1:9/unreachable")
+    assert unchanged.returncode == 0, unchanged.stdout + unchanged.stderr
+    log = (ws.out / "logs").glob("run-*.log")
+    assert any("could not notify http://127.0.0.1:9/unreachable" in path.read_text() for path in log)
