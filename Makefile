@@ -30,7 +30,7 @@ $(error unknown stack '$(STACK)'; the stacks are: $(STACKS))
 endif
 endif
 
-.PHONY: run test test-fast test-all-stacks lint data benchmark bench-scale lock clean venv stack
+.PHONY: run test test-fast test-all-stacks lint data benchmark bench-scale lock clean venv stack browser
 
 # One line naming the stack; fails, saying why, when the machine cannot load it. Points
 # .venv at its environment (not inside the Debian root, and never over a real folder).
@@ -52,8 +52,17 @@ $(STAMP): setup.py pyproject.toml $(LOCK) | stack
 run: $(STAMP)
 	$(BIN)/taxi-pipeline run
 
-test: lint
+test: lint browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The run page is tested in a real browser, Debian's chromium (tests/test_operations.py);
+# installed here when missing, where apt-get can (as root; inside the Debian 13 root too).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "Installing Debian's chromium for the run page's test."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "note: no chromium and no apt-get as root: the run page's test will fail (install chromium)"; fi; }
 
 test-fast: lint
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)

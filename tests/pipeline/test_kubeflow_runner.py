@@ -125,3 +125,34 @@ def test_a_window_of_one_span_is_refused_when_compiling(tmp_path, capsys):
     assert status == 1
     assert "a window needs at least 2 spans" in capsys.readouterr().err
     assert not (tmp_path / "p.json").exists()
+
+
+def test_notify_compiles_an_exit_handler_that_runs_after_any_outcome(tmp_path):
+    output = tmp_path / "pipeline.json"
+    url = "https://hooks.example.com/services/T0/B0/x"
+    status = cli.main(["compile", "--image", IMAGE, "--pipeline-root", "gs://bucket/pipelines",
+                       "--data-root", "gs://bucket/data", "--serving-dir", "gs://bucket/serving",
+                       "--output", str(output), "--notify", url])
+    assert status == 0
+    spec = json.loads(output.read_text())["pipelineSpec"]
+    root_tasks = spec["root"]["dag"]["tasks"]
+    # The pipeline's nodes become one sub-DAG; the handler runs after it, whatever its state.
+    assert set(root_tasks) == {"tfx-dag", "NotifyFinalStatus"}
+    handler = root_tasks["NotifyFinalStatus"]
+    assert handler["triggerPolicy"]["strategy"] == "ALL_UPSTREAM_TASKS_COMPLETED"
+    assert handler["dependentTasks"] == ["tfx-dag"]
+    parameters = handler["inputs"]["parameters"]
+    assert parameters["final_status"] == {"taskFinalStatus": {"producerTask": "tfx-dag"}}
+    assert parameters["url"]["runtimeValue"]["constantValue"]["stringValue"] == url
+    # Every node is in the sub-DAG, and the compiled fixes still apply there.
+    inner = spec["components"]["tfx-dag"]["dag"]["tasks"]
+    assert set(inner) == TASKS
+    assert inner["SpanWindow"]["cachingOptions"] == {"enableCache": False}
+    assert "job" in inner["SpanWindow"]["inputs"]["parameters"]
+
+
+def test_notify_needs_a_webhook_url(tmp_path):
+    status = cli.main(["compile", "--image", IMAGE, "--pipeline-root", "gs://bucket/pipelines",
+                       "--data-root", "gs://bucket/data", "--serving-dir", "gs://bucket/serving",
+                       "--output", str(tmp_path / "p.json"), "--notify", "hooks.example.com"])
+    assert status == 1 and not (tmp_path / "p.json").exists()
