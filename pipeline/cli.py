@@ -12,12 +12,13 @@
     taxi-pipeline report     re-render a past run's HTML page from the metadata store
     taxi-pipeline history    the recent runs: when, spans, outcome, metrics, pushed version
     taxi-pipeline lineage    where a served model version came from: data, executions, evaluation
+    taxi-pipeline predict    batch scoring of tf.Example TFRecords with a pushed model (Beam)
     taxi-pipeline serving    list | rollback [VERSION] | pin VERSION | unpin: which version
                              TF Serving serves (its models.config), never deleting one
 
 Exit status (`pipeline.config.ExitCode`): 0 pushed or nothing to do, 3 trained but not
-blessed, 4 data rejected, 5 another run or retrain holds the output root's lock, 1 any
-other error.
+blessed, 4 data rejected, 5 another run or retrain holds the output root's lock, 6
+blessed but failed the serving check, 1 any other error.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ def _positive(text: str) -> int:
     return value
 
 
+def _add_latency_budget(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--latency-budget-ms", type=float, default=config.Settings().latency_budget_ms,
+                         help="the serving check's p99 budget for a single-example request; over it, the model "
+                              "is not pushed (exit 6)")
+
+
 def _add_local_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--data-root", default=config.DATA_ROOT, help="folder of span-<N>/ TFRecord folders")
     command.add_argument("--output-root", default=config.OUTPUT_ROOT, help="pipeline root, MLMD and logs")
@@ -59,6 +66,7 @@ def _add_local_options(command: argparse.ArgumentParser) -> None:
                               "each node a step of one Beam pipeline")
     command.add_argument("--no-speedups", action="store_true",
                          help=f"run without the library speed-ups of pipeline/speedups.py (also {speedups.ENV}=0)")
+    _add_latency_budget(command)
     command.add_argument("--notify", default=None, metavar="URL",
                          help="POST a JSON summary to this Slack-compatible webhook when the command ends, "
                               "whatever the outcome (a failure to notify never changes the exit status)")
@@ -88,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="train on the newest N spans, chosen on each run (the newest is evaluated on); "
                           "0: every span, hash-split")
     kfp.add_argument("--output", default="pipeline.json", help="where to write the PipelineJob JSON")
+    _add_latency_budget(kfp)
     kfp.add_argument("--notify", default="", metavar="URL",
                      help="a Slack-compatible webhook the pipeline's exit handler tells how each run ended, "
                           "even when a component failed")
@@ -116,6 +125,18 @@ def _parser() -> argparse.ArgumentParser:
     lineage.add_argument("--output-root", default=config.OUTPUT_ROOT, help="pipeline root, MLMD and logs")
     lineage.add_argument("--serving-dir", default=config.SERVING_DIR, help="where blessed models are pushed")
     lineage.add_argument("--model-name", default=config.MODEL_NAME, help="the model's folder under --serving-dir")
+
+    predict = commands.add_parser("predict", help="score tf.Example TFRecords with a pushed model, with Beam")
+    predict.add_argument("--model", default="latest",
+                         help="'latest' (the version TF Serving serves, a pin included) or a version number")
+    predict.add_argument("--input", required=True, metavar="GLOB", help="GZIP TFRecords of tf.Example to score")
+    predict.add_argument("--output", required=True, metavar="DIR", help="a new or empty folder for the scores")
+    predict.add_argument("--csv", action="store_true", help="also write a CSV of probability and class")
+    predict.add_argument("--key", default="", metavar="FEATURE", help="with --csv: a feature's value to join on")
+    predict.add_argument("--serving-dir", default=config.SERVING_DIR, help="where blessed models are pushed")
+    predict.add_argument("--model-name", default=config.MODEL_NAME, help="the model's folder under --serving-dir")
+    predict.add_argument("beam_args", nargs="*", metavar="BEAM_ARG",
+                         help="Beam options after `--` (e.g. Dataflow's); default: this machine's DirectRunner")
 
     serving = commands.add_parser(
         "serving", help="list the pushed versions, roll back, pin or unpin what TF Serving serves"
@@ -188,6 +209,8 @@ def _print_report(report: run_state.RunReport, log_path: str) -> None:
         Outcome.PUSHED: f"Pushed a new model version: {report.pushed_version_dir}",
         Outcome.UP_TO_DATE: f"Up to date; serving {report.pushed_version_dir}",
         Outcome.NOT_BLESSED: "Model trained but NOT blessed; the previous version keeps serving.",
+        Outcome.SERVING_CHECK_FAILED: f"Model blessed but it FAILED the serving check ({report.serving_check}); "
+                                      "the previous version keeps serving.",
         Outcome.DATA_REJECTED: "Data rejected; nothing was trained or pushed.",
     }[report.outcome]
     if report.stack:
@@ -206,6 +229,7 @@ def _run_config(args: argparse.Namespace) -> config.RunConfig:
         serving_dir=args.serving_dir,
         settings=config.Settings(
             keep_versions=args.keep_versions,
+            latency_budget_ms=args.latency_budget_ms,
             beam_args=config.local_beam_args() + tuple(args.beam_args),
             train=TrainConfig(run_eagerly=args.run_eagerly),
         ),
@@ -280,6 +304,7 @@ def _compile(args: argparse.Namespace) -> int:
         notify_url=args.notify,
         settings=config.Settings(
             keep_versions=args.keep_versions,
+            latency_budget_ms=args.latency_budget_ms,
             window_size=args.window or None,
             beam_args=config.VERTEX_BEAM_ARGS + tuple(args.beam_args),
         ),
@@ -316,8 +341,9 @@ def _quiet_libraries() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     # google-api-core's about Python 3.10, ...
     warnings.simplefilter("ignore", FutureWarning)
-    # TensorFlow's Python logger keeps a level set before TensorFlow is imported.
-    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    # Their Python loggers keep a level set before they are imported.
+    for name in ("tensorflow", "apache_beam"):
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def _make_data(args: argparse.Namespace) -> int:
@@ -382,6 +408,20 @@ def _write_report(output_root: str, metadata_path: str, pipeline_name: str, run:
     return report_page.write(output_root, details)
 
 
+def _predict(args: argparse.Namespace) -> int:
+    _quiet_libraries()
+    from pipeline import predict
+
+    started = time.perf_counter()
+    model = predict.run(predict.PredictConfig(
+        model=args.model, input_glob=args.input, output_dir=args.output, serving_dir=args.serving_dir,
+        model_name=args.model_name, csv=args.csv, key_feature=args.key,
+        beam_args=tuple(args.beam_args) or config.local_beam_args(),
+    ))
+    print(f"Scored {args.input} with {model} into {args.output} ({time.perf_counter() - started:.1f} s)")
+    return 0
+
+
 def _serving(args: argparse.Namespace) -> int:
     _quiet_libraries()
     from pipeline import serving
@@ -427,6 +467,8 @@ def _dispatch(args: argparse.Namespace, ending: Ending) -> int:
             return _schedule(args)
         if args.command == "serving":
             return _serving(args)
+        if args.command == "predict":
+            return _predict(args)
         if args.command in ("report", "history", "lineage"):
             return _records(args)
         return _make_data(args)

@@ -15,7 +15,7 @@ import os
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import components
-from components import spans
+from components import serving_probe, spans
 from components.trainer.settings import ExportConfig, TrainConfig
 
 PIPELINE_NAME = "taxi-big-tip"  # KFP v2 allows [a-z0-9-] only
@@ -41,6 +41,7 @@ class ExitCode(enum.IntEnum):
     NOT_BLESSED = 3  # trained, not blessed: the previous version keeps serving
     DATA_REJECTED = 4  # unreadable files, schema anomalies or drift: nothing trained
     LOCKED = 5  # another run or retrain holds the output root
+    SERVING_CHECK_FAILED = 6  # blessed, but failed the serving check: the previous version keeps serving
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +134,8 @@ class Settings:
     window_size: Optional[int] = None
     # Start training from the latest blessed model when compatible.
     warm_start: bool = True
+    # The serving check's p99 latency budget for one single-example request.
+    latency_budget_ms: float = serving_probe.DEFAULT_BUDGET_MS
     train: TrainConfig = TrainConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     beam_args: Tuple[str, ...] = ()
@@ -145,6 +148,8 @@ class Settings:
             raise ValueError(f"keep_versions must be at least 1, got {self.keep_versions}")
         if self.window_size is not None:
             spans.window_train_splits(self.window_size)  # refuses a window of fewer than 2 spans
+        if not self.latency_budget_ms > 0:
+            raise ValueError(f"the latency budget must be a positive number of ms, got {self.latency_budget_ms}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,6 +260,7 @@ def pipeline_args(
         evaluation=settings.evaluation,
         code_version=code_version(),
         keep_versions=settings.keep_versions,
+        latency_budget_ms=settings.latency_budget_ms,
         window_size=settings.window_size,
         warm_start=settings.warm_start,
         beam_pipeline_args=settings.beam_args,

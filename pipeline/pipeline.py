@@ -12,7 +12,7 @@ from tensorflow_model_analysis.proto import config_pb2 as tfma_config
 from tfx import v1 as tfx
 
 import components
-from components import drift, features, ingest, spans, window
+from components import drift, features, ingest, serving_check, spans, window
 from components import pusher as staged_pusher
 from components.trainer import export
 from components.trainer.settings import ExportConfig, TrainConfig
@@ -31,6 +31,7 @@ class NodeId:
     DATA_GATE = "DataGate"
     TRAINER = "Trainer"
     EVALUATOR = "Evaluator"
+    SERVING_CHECK = "ServingCheck"
     PUSHER = "Pusher"
 AUC_THRESHOLDS = 1000
 
@@ -138,6 +139,7 @@ def create_pipeline(
     evaluation: EvaluationConfig,
     code_version: str,
     keep_versions: int,
+    latency_budget_ms: float = serving_check.DEFAULT_BUDGET_MS,
     window_size: Optional[int] = None,
     span_listing: str = "",
     warm_start: bool = True,
@@ -162,6 +164,7 @@ def create_pipeline(
       code_version: Fingerprint of the user code; a change re-runs Transform and Trainer,
         which are referred to by dotted path and otherwise could not see it.
       keep_versions: Pushed versions kept in `serving_model_dir`; older ones are deleted.
+      latency_budget_ms: The serving check's p99 budget for a single-example request.
       window_size: Train on a rolling window of this many newest spans (at least two),
         chosen by the SpanWindow node each time the pipeline runs: the newest span is the
         eval split, the others are trained on, each span its own ExampleGen split. None:
@@ -251,13 +254,19 @@ def create_pipeline(
             example_splits=[splits.eval],
             eval_config=_eval_config(evaluation),
         ).with_id(NodeId.EVALUATOR)
-        pusher = staged_pusher.StagedPusher(
+        # The blessed model, served as TF Serving serves it, before the Pusher may push it.
+        checked = serving_check.ServingCheck(
             model=trainer.outputs["model"],
             model_blessing=evaluator.outputs["blessing"],
+            latency_budget_ms=latency_budget_ms,
+        ).with_id(NodeId.SERVING_CHECK)
+        pusher = staged_pusher.StagedPusher(
+            model=trainer.outputs["model"],
+            model_blessing=checked.outputs[serving_check.BLESSING_KEY],
             serving_model_dir=serving_model_dir,
             keep_versions=keep_versions,
         ).with_id(NodeId.PUSHER)
-    nodes += [transform, baseline, trainer, evaluator, pusher]
+    nodes += [transform, baseline, trainer, evaluator, checked, pusher]
     if parallel_beam_pipeline_args:
         for node in (statistics_gen, evaluator):
             node.with_beam_pipeline_args(list(parallel_beam_pipeline_args))

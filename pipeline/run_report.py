@@ -18,7 +18,7 @@ from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 from tfx.types import standard_component_specs
 
-from components import drift, window
+from components import drift, serving_check, window
 from components import pusher as staged_pusher
 from components.trainer.run import TRAINING_SUMMARY_FILE
 from pipeline.pipeline import NodeId
@@ -228,6 +228,13 @@ def report_of(records: RunRecords, run_id: str) -> RunReport:
     evaluation = output(NodeId.EVALUATOR, standard_component_specs.EVALUATION_KEY)
     if evaluation is not None:
         report.eval_metrics = eval_metrics(evaluation.uri)
+    checked = output(NodeId.SERVING_CHECK, serving_check.BLESSING_KEY)
+    blessing = output(NodeId.EVALUATOR, standard_component_specs.BLESSING_KEY)
+    if checked is not None:
+        report.serving_check = string_property(checked, serving_check.REASON_PROPERTY)
+        evaluator_blessed = blessing is not None and int_property(blessing, serving_check.BLESSED_PROPERTY) == 1
+        if evaluator_blessed and int_property(checked, serving_check.BLESSED_PROPERTY) != 1:
+            report.outcome = Outcome.SERVING_CHECK_FAILED
     pushed = output(NodeId.PUSHER, standard_component_specs.PUSHED_MODEL_KEY)
     if pushed is not None and int_property(pushed, staged_pusher.PUSHED_PROPERTY) == 1:
         # A Pusher served from cache pushed nothing in this run: what it pushed before serves.

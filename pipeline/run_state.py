@@ -50,6 +50,7 @@ class Outcome(enum.Enum):
     PUSHED = "pushed"
     UP_TO_DATE = "up to date"
     NOT_BLESSED = "not blessed"
+    SERVING_CHECK_FAILED = "failed the serving check"
     DATA_REJECTED = "data rejected"
 
     @property
@@ -58,6 +59,7 @@ class Outcome(enum.Enum):
             Outcome.PUSHED: config_lib.ExitCode.OK,
             Outcome.UP_TO_DATE: config_lib.ExitCode.OK,
             Outcome.NOT_BLESSED: config_lib.ExitCode.NOT_BLESSED,
+            Outcome.SERVING_CHECK_FAILED: config_lib.ExitCode.SERVING_CHECK_FAILED,
             Outcome.DATA_REJECTED: config_lib.ExitCode.DATA_REJECTED,
         }[self]
 
@@ -102,6 +104,8 @@ class RunReport:
     stack: str = ""
     # The run's HTML page (`pipeline.report_page`), "" when none was written.
     page: str = ""
+    # What the serving check found (`components.serving_check`), when it ran.
+    serving_check: str = ""
 
     @property
     def exit_code(self) -> config_lib.ExitCode:

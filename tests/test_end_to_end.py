@@ -15,7 +15,7 @@ from components import compat
 
 NODES = {
     "SpanWindow", "ImportExampleGen", "StatisticsGen", "InferredSchemaGen", "ImportSchemaGen", "ExampleValidator",
-    "DataGate", "Transform", "Trainer", "LatestBlessedModelResolver", "Evaluator", "Pusher",
+    "DataGate", "Transform", "Trainer", "LatestBlessedModelResolver", "Evaluator", "ServingCheck", "Pusher",
 }
 COMPLETE = metadata_store_pb2.Execution.COMPLETE
 

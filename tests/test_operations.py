@@ -236,8 +236,51 @@ def test_a_failed_run_is_alerted_and_a_dead_webhook_changes_no_exit_status(
     (alert,) = received
     assert alert["outcome"] == "error" and alert["exit_code"] == 1 and "nowhere" in alert["error"]
 
+    # A model that fails the serving check is not pushed: exit 6, the reason said and alerted.
+    versions = ws.versions()
+    slow = taxi_pipeline("run", *ws.locations(), "--latency-budget-ms", "0.0001", "--notify", url)
+    assert slow.returncode == 6, slow.stdout + slow.stderr
+    assert "FAILED the serving check (too slow: " in slow.stdout and "budget 0.0001 ms" in slow.stdout
+    assert ws.versions() == versions
+    assert received[-1]["outcome"] == "failed the serving check" and received[-1]["exit_code"] == 6
+
     # Nothing changed since the finished run: exit 0, whatever the webhook does.
     unchanged = taxi_pipeline("run", *ws.locations(), "--notify", "http://127.0.0.1:9/unreachable")
     assert unchanged.returncode == 0, unchanged.stdout + unchanged.stderr
     log = (ws.out / "logs").glob("run-*.log")
     assert any("could not notify http://127.0.0.1:9/unreachable" in path.read_text() for path in log)
+
+
+def test_batch_scores_equal_the_saved_models_own(copy_of_finished_run, taxi_pipeline, examples_without_label, tmp_path):
+    import tensorflow as tf
+
+    from pipeline import predict
+
+    ws = copy_of_finished_run
+    # A label-free copy of the run's spans of data/, as a client would score them.
+    serialized = examples_without_label(ws.data, 100_000)
+    inputs = tmp_path / "to-score"
+    inputs.mkdir()
+    with tf.io.TFRecordWriter(str(inputs / "part-0.tfrecord.gz"), options="GZIP") as writer:
+        for record in serialized:
+            writer.write(record)
+    output = tmp_path / "scored"
+    scored = taxi_pipeline("predict", "--model", "latest", "--input", str(inputs / "*"), "--output", str(output),
+                           "--serving-dir", str(ws.serving), "--csv")
+    assert scored.returncode == 0, scored.stdout + scored.stderr
+    scores = predict.read_scores(str(output))
+    assert set(scores) == set(serialized)
+    model = tf.saved_model.load(str(ws.model_dir / ws.versions()[0]))
+    expected = model.signatures["serving_default"](examples=tf.constant(serialized))["probability"].numpy()
+    np.testing.assert_allclose([scores[s] for s in serialized], expected, rtol=1e-6, atol=1e-7)
+    (csv,) = output.glob("scores-*.csv")
+    lines = csv.read_text().splitlines()
+    assert lines[0] == "probability,class_id" and len(lines) == len(serialized) + 1
+    assert sorted(float(line.split(",")[0]) for line in lines[1:]) == pytest.approx(sorted(expected), abs=1e-6)
+
+    again = taxi_pipeline("predict", "--model", "latest", "--input", str(inputs / "*"), "--output", str(output),
+                          "--serving-dir", str(ws.serving))
+    assert again.returncode == 1 and "is not empty" in again.stderr  # nothing overwritten
+    unknown = taxi_pipeline("predict", "--model", "7", "--input", str(inputs / "*"), "--output",
+                            str(tmp_path / "other"), "--serving-dir", str(ws.serving))
+    assert unknown.returncode == 1 and "--model must be 'latest' or a version" in unknown.stderr

@@ -240,3 +240,59 @@ def test_tflite_model_refuses_what_the_saved_model_refuses(lite, rows, name, val
     assert len(errors) == 1 and errors[0].startswith(f"{name} "), errors
     valid = lite(**{feature: tensor.numpy() for feature, tensor in _raw_inputs(rows[:3]).items()})
     assert np.isfinite(valid[export.PROBABILITY_KEY]).all() and valid[export.ERRORS_KEY].tolist() == []
+
+
+def test_the_serving_check_passes_the_exported_model_in_a_fresh_process(exported):
+    from components import serving_check
+
+    export_dir, written = exported
+    findings = serving_check.run_in_fresh_process(export_dir, budget_ms=serving_check.DEFAULT_BUDGET_MS)
+    assert findings["ok"], findings
+    assert findings["requests"] == written
+    assert 0 < findings["p50_ms"] <= findings["p99_ms"] < serving_check.DEFAULT_BUDGET_MS
+
+
+def test_the_serving_check_fails_a_model_over_its_latency_budget(exported):
+    from components import serving_check
+
+    findings = serving_check.run_in_fresh_process(exported[0], budget_ms=1e-6)
+    assert not findings["ok"] and findings["reason"].startswith("too slow: ")
+
+
+def test_the_serving_check_fails_a_model_without_warmup_requests_or_that_does_not_load(exported, tmp_path):
+    from components import serving_check
+
+    bare = tmp_path / "bare"
+    shutil.copytree(exported[0], bare)
+    os.remove(bare / export.WARMUP_FILE)
+    findings = serving_check.run_in_fresh_process(str(bare), budget_ms=serving_check.DEFAULT_BUDGET_MS)
+    assert not findings["ok"] and "no warmup requests" in findings["reason"]
+
+    os.remove(bare / "saved_model.pb")
+    findings = serving_check.run_in_fresh_process(str(bare), budget_ms=serving_check.DEFAULT_BUDGET_MS)
+    assert not findings["ok"] and "did not load or answer in a fresh process" in findings["reason"]
+
+
+def test_the_serving_check_fails_answers_that_are_not_probabilities(exported, tmp_path):
+    """A model whose `probability` output is out of [0, 1] for some request."""
+    from components import serving_check
+
+    broken = str(tmp_path / "broken")
+
+    class Doubled(tf.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def serve(self, examples):
+            outputs = self.inner.signatures["serving_default"](examples=examples)
+            return {"probability": outputs["probability"] * 3.0}
+
+    inner = tf.saved_model.load(exported[0])
+    module = Doubled(inner)
+    tf.saved_model.save(module, broken, signatures={"serving_default": module.serve})
+    shutil.copytree(os.path.join(exported[0], "assets.extra"), os.path.join(broken, "assets.extra"))
+    findings = serving_check.run_in_fresh_process(broken, budget_ms=serving_check.DEFAULT_BUDGET_MS)
+    assert not findings["ok"], findings
+    assert "not one finite probability in [0, 1] per example" in findings["reason"]
