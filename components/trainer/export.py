@@ -113,7 +113,11 @@ class ServingModule(tf.Module):
 
     def __init__(self, model: keras.Model, tf_transform_output: tft.TFTransformOutput):
         super().__init__(name="big_tip_serving")
-        self.model_variables = list(model.variables)
+        # The `tf.Variable`s themselves: Keras 3's wrappers, tracked instead, are saved as
+        # objects of their own beside the variables the signatures capture, and a loader
+        # that restores by the checkpoint's object graph, as TF Serving's does, leaves the
+        # captured ones uninitialized ("Could not find variable hidden_0/kernel").
+        self.model_variables = compat.tf_variables(model.variables)
         # Their names, the same on both stacks (see `compat.variable_key`): warm start
         # matches variables by these.
         self.model_variable_keys = tf.Variable(
