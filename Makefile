@@ -30,7 +30,7 @@ $(error unknown stack '$(STACK)'; the stacks are: $(STACKS))
 endif
 endif
 
-.PHONY: run test test-fast test-all-stacks lint data benchmark bench-scale lock clean venv stack browser
+.PHONY: run test test-fast test-all-stacks lint data benchmark bench-scale lock clean venv stack test-tools
 
 # One line naming the stack; fails, saying why, when the machine cannot load it. Points
 # .venv at its environment (not inside the Debian root, and never over a real folder).
@@ -52,17 +52,21 @@ $(STAMP): setup.py pyproject.toml $(LOCK) | stack
 run: $(STAMP)
 	$(BIN)/taxi-pipeline run
 
-test: lint browser
+test: lint test-tools
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# The run page is tested in a real browser, Debian's chromium (tests/test_operations.py);
-# installed here when missing, where apt-get can (as root; inside the Debian 13 root too).
-browser:
-	@command -v chromium >/dev/null 2>&1 || { \
+# Tests use real tools, not stand-ins: Debian's chromium renders the run page
+# (tests/test_operations.py) and a MariaDB server holds MLMD (tests/test_metadata_mysql.py).
+# Installed here when missing, where apt-get can (as root; inside the Debian 13 root too).
+TEST_TOOLS := chromium:chromium mariadbd:mariadb-server
+test-tools:
+	@missing=""; for pair in $(TEST_TOOLS); do \
+	  command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "Installing Debian's chromium for the run page's test."; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
-	  else echo "note: no chromium and no apt-get as root: the run page's test will fail (install chromium)"; fi; }
+	    echo "Installing Debian's$$missing for the tests."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  else echo "note: missing$$missing and no apt-get as root: the tests that use them will fail"; fi; fi
 
 test-fast: lint
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)

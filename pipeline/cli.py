@@ -51,9 +51,23 @@ def _add_latency_budget(command: argparse.ArgumentParser) -> None:
                               "is not pushed (exit 6)")
 
 
+def _mysql_address(text: str) -> config.MySqlAddress:
+    try:
+        return config.MySqlAddress.parse(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+
+
+def _add_metadata_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--output-root", default=config.OUTPUT_ROOT, help="pipeline root, MLMD and logs")
+    command.add_argument("--metadata-mysql", type=_mysql_address, default=None, metavar="HOST:PORT/DB",
+                         help=f"keep MLMD in this MySQL/MariaDB database instead of the output root's SQLite file "
+                              f"(account from {config.MYSQL_USER_ENV} and {config.MYSQL_PASSWORD_ENV})")
+
+
 def _add_local_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--data-root", default=config.DATA_ROOT, help="folder of span-<N>/ TFRecord folders")
-    command.add_argument("--output-root", default=config.OUTPUT_ROOT, help="pipeline root, MLMD and logs")
+    _add_metadata_options(command)
     command.add_argument("--serving-dir", default=config.SERVING_DIR, help="where blessed models are pushed")
     command.add_argument("--keep-versions", type=_positive, default=config.KEEP_VERSIONS,
                          help="pushed versions kept in the serving folder; older ones are deleted")
@@ -114,15 +128,15 @@ def _parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="write a past run's HTML page again, from the metadata store")
     report.add_argument("run", nargs="?", default=None,
                         help="a run id, or its start (e.g. 20261123-0745); default: the newest run")
-    report.add_argument("--output-root", default=config.OUTPUT_ROOT, help="pipeline root, MLMD and logs")
+    _add_metadata_options(report)
     history = commands.add_parser("history", help="the recent runs: when, spans, outcome, metrics, pushed version")
     history.add_argument("--limit", type=_positive, default=20, help="runs shown, newest first")
-    history.add_argument("--output-root", default=config.OUTPUT_ROOT, help="pipeline root, MLMD and logs")
+    _add_metadata_options(history)
     lineage = commands.add_parser(
         "lineage", help="the spans, files, executions and evaluation behind a pushed model version"
     )
     lineage.add_argument("version", type=int, help="a version folder's number under the serving folder")
-    lineage.add_argument("--output-root", default=config.OUTPUT_ROOT, help="pipeline root, MLMD and logs")
+    _add_metadata_options(lineage)
     lineage.add_argument("--serving-dir", default=config.SERVING_DIR, help="where blessed models are pushed")
     lineage.add_argument("--model-name", default=config.MODEL_NAME, help="the model's folder under --serving-dir")
 
@@ -227,6 +241,7 @@ def _run_config(args: argparse.Namespace) -> config.RunConfig:
         data_root=args.data_root,
         output_root=args.output_root,
         serving_dir=args.serving_dir,
+        metadata_mysql=args.metadata_mysql,
         settings=config.Settings(
             keep_versions=args.keep_versions,
             latency_budget_ms=args.latency_budget_ms,
@@ -372,39 +387,40 @@ def _records(args: argparse.Namespace) -> int:
     defaults = config.RunConfig()
     run_config = config.RunConfig(
         output_root=args.output_root,
+        metadata_mysql=args.metadata_mysql,
         serving_dir=getattr(args, "serving_dir", defaults.serving_dir),
         settings=dataclasses.replace(defaults.settings, model_name=getattr(args, "model_name", config.MODEL_NAME)),
     ).resolved()
-    metadata_path, pipeline_name = run_config.metadata_path, run_config.settings.pipeline_name
-    if not os.path.exists(metadata_path):
-        raise ValueError(f"no metadata store at {metadata_path}: no run wrote to --output-root {args.output_root} yet")
+    metadata, pipeline_name = run_config.metadata, run_config.settings.pipeline_name
+    if not metadata.exists():
+        raise ValueError(f"no metadata store at {metadata}: no run wrote to --output-root {args.output_root} yet")
     from pipeline import lineage
 
     try:
         if args.command == "history":
-            print(lineage.history(metadata_path, pipeline_name, args.limit))
+            print(lineage.history(metadata, pipeline_name, args.limit))
         elif args.command == "lineage":
-            print(lineage.lineage(metadata_path, run_config.model_serving_dir, args.version))
+            print(lineage.lineage(metadata, run_config.model_serving_dir, args.version))
         else:
-            print(f"Report: {_write_report(run_config.output_root, metadata_path, pipeline_name, args.run)}")
+            print(f"Report: {_write_report(run_config.output_root, metadata, pipeline_name, args.run)}")
     except LookupError as err:
         print(f"error: {err.args[0]}", file=sys.stderr)
         return config.ExitCode.ERROR
     return 0
 
 
-def _write_report(output_root: str, metadata_path: str, pipeline_name: str, run: Optional[str]) -> str:
+def _write_report(output_root: str, metadata: config.MetadataConfig, pipeline_name: str, run: Optional[str]) -> str:
     from pipeline import lineage, report_page, run_details
 
-    store = lineage.run_report.connect(metadata_path)
+    store = lineage.run_report.connect(metadata)
     known = lineage.run_ids(store)
     matching = [run_id for run_id in known if run is None or run_id.startswith(run)]
     if not matching:
-        raise LookupError(f"no run {run!r} in {metadata_path}" if run else f"no runs in {metadata_path}")
+        raise LookupError(f"no run {run!r} in {metadata}" if run else f"no runs in {metadata}")
     if run is not None and len(matching) > 1 and run not in matching:
         raise LookupError(f"{run!r} names {len(matching)} runs: {', '.join(matching[:5])}; give more of the id")
     run_id = run if run in matching else matching[0]
-    details = run_details.read(metadata_path, pipeline_name, run_id)
+    details = run_details.read(metadata, pipeline_name, run_id)
     return report_page.write(output_root, details)
 
 

@@ -152,6 +152,46 @@ class Settings:
             raise ValueError(f"the latency budget must be a positive number of ms, got {self.latency_budget_ms}")
 
 
+# The MySQL account of `--metadata-mysql`, from the environment (never a flag or a file).
+MYSQL_USER_ENV, MYSQL_PASSWORD_ENV = "TAXI_MLMD_USER", "TAXI_MLMD_PASSWORD"
+
+
+@dataclasses.dataclass(frozen=True)
+class MySqlAddress:
+    """A MySQL (or MariaDB) database for MLMD: `HOST:PORT/DATABASE`."""
+
+    host: str
+    port: int
+    database: str
+
+    @classmethod
+    def parse(cls, text: str) -> "MySqlAddress":
+        host_port, _, database = text.partition("/")
+        host, _, port = host_port.rpartition(":")
+        if not (host and port.isdigit() and database) or "/" in database:
+            raise ValueError(f"--metadata-mysql must be HOST:PORT/DATABASE, got {text!r}")
+        return cls(host, int(port), database)
+
+    def __str__(self) -> str:
+        return f"mysql://{self.host}:{self.port}/{self.database}"
+
+
+@dataclasses.dataclass(frozen=True)
+class MetadataConfig:
+    """Where MLMD keeps its records: a SQLite file (the default, in the output root) or a
+    MySQL database that runs on several hosts share."""
+
+    sqlite_path: str
+    mysql: Optional[MySqlAddress] = None
+
+    def exists(self) -> bool:
+        """Whether a run may have recorded anything there yet."""
+        return self.mysql is not None or os.path.exists(self.sqlite_path)
+
+    def __str__(self) -> str:
+        return str(self.mysql) if self.mysql else self.sqlite_path
+
+
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     """A run on this machine (LocalDagRunner or BeamDagRunner): the data root and serving
@@ -161,6 +201,8 @@ class RunConfig:
     output_root: str = OUTPUT_ROOT
     serving_dir: str = SERVING_DIR
     settings: Settings = Settings(beam_args=LOCAL_BEAM_ARGS)
+    # MLMD in MySQL instead of the output root's SQLite file.
+    metadata_mysql: Optional[MySqlAddress] = None
 
     def resolved(self) -> "RunConfig":
         """The same config with local paths made absolute."""
@@ -178,6 +220,10 @@ class RunConfig:
     @property
     def metadata_path(self) -> str:
         return os.path.join(self.output_root, "metadata.sqlite")
+
+    @property
+    def metadata(self) -> MetadataConfig:
+        return MetadataConfig(self.metadata_path, self.metadata_mysql)
 
     @property
     def model_serving_dir(self) -> str:

@@ -24,6 +24,7 @@ from tfx.types import standard_component_specs
 from components import ingest
 from components import pusher as staged_pusher
 from pipeline import run_report
+from pipeline.config import MetadataConfig
 from pipeline.pipeline import NodeId
 from pipeline.run_state import Outcome, RunReport
 
@@ -50,9 +51,9 @@ def status(report: RunReport) -> str:
     return "stopped before its decision"
 
 
-def history(metadata_path: str, pipeline_name: str, limit: int) -> str:
+def history(metadata: MetadataConfig, pipeline_name: str, limit: int) -> str:
     """The newest `limit` runs, one line each: when, spans, outcome, AUC, version."""
-    store = run_report.connect(metadata_path)
+    store = run_report.connect(metadata)
     lines = []
     for run_id in run_ids(store)[:limit]:
         records = run_report.run_records(store, pipeline_name, run_id)
@@ -67,7 +68,7 @@ def history(metadata_path: str, pipeline_name: str, limit: int) -> str:
         lines.append("  ".join(part for part in (when, run_id, f"spans {spans or '-'}", status(report), auc, version)
                                if part))
     if not lines:
-        return f"No runs recorded in {metadata_path}."
+        return f"No runs recorded in {metadata}."
     return "\n".join(lines)
 
 
@@ -113,13 +114,13 @@ def _pushed_model(store: metadata_store.MetadataStore, model_dir: str, version: 
     return min(found, key=lambda a: a.id) if found else None
 
 
-def lineage(metadata_path: str, model_dir: str, version: int) -> str:
+def lineage(metadata: MetadataConfig, model_dir: str, version: int) -> str:
     """Where version `version` in `model_dir` came from (`LookupError` if MLMD has no
     push of it)."""
-    store = _Store(run_report.connect(metadata_path))
+    store = _Store(run_report.connect(metadata))
     pushed = _pushed_model(store.store, model_dir, version)
     if pushed is None:
-        raise LookupError(f"no push of version {version} to {model_dir} is recorded in {metadata_path}")
+        raise LookupError(f"no push of version {version} to {model_dir} is recorded in {metadata}")
     push = store.producer(pushed.id)
     lines = [f"Version {version} in {model_dir}", f"  pushed by the Pusher, {store.describe(push)}"]
     pusher_inputs = run_report.inputs(store.store, push.id) if push else {}

@@ -33,9 +33,7 @@ def build_pipeline(
 ) -> tfx.dsl.Pipeline:
     return pipeline_lib.create_pipeline(
         **run_config.pipeline_args(span_listing),
-        metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
-            run_config.metadata_path
-        ),
+        metadata_connection_config=run_report.connection_config(run_config.metadata),
         enable_cache=enable_cache,
     )
 
@@ -60,8 +58,8 @@ def run(
     """Runs the pipeline once and records and returns what it did; with `recover`, a run
     of the same inputs that finished unrecorded is recorded instead (see `_unrecorded`)."""
     started = time.perf_counter()
-    if os.path.exists(run_config.metadata_path):
-        for node_id in run_report.close_interrupted(run_config.metadata_path):
+    if run_config.metadata.exists():
+        for node_id in run_report.close_interrupted(run_config.metadata):
             logging.warning("an earlier run was stopped while %s ran; its execution is marked CANCELED", node_id)
     recovered = _unrecorded(run_config, plan) if recover else None
     if recovered is not None:
@@ -75,7 +73,7 @@ def run(
         ir = compile_ir(run_config, plan.folders, run_id, enable_cache=plan.cache)
         os.makedirs(run_config.output_root, exist_ok=True)  # MLMD's SQLite file is local
         ORCHESTRATORS[orchestrator]().run_with_ir(ir)
-        report = run_report.read_run(run_config.metadata_path, run_config.settings.pipeline_name, run_id)
+        report = run_report.read_run(run_config.metadata, run_config.settings.pipeline_name, run_id)
     report.window_size = run_config.settings.window_size
     report.stack = compat.describe()
     report.ignored = plan.ignored
@@ -94,7 +92,7 @@ def write_page(run_config: config.RunConfig, report: run_state.RunReport) -> str
     from pipeline import report_page, run_details
 
     try:
-        details = run_details.read(run_config.metadata_path, run_config.settings.pipeline_name, report.run_id)
+        details = run_details.read(run_config.metadata, run_config.settings.pipeline_name, report.run_id)
         details.report = report
         return report_page.write(run_config.output_root, details)
     except Exception:  # a page is a view of the run: it must not fail a run that pushed
@@ -136,12 +134,12 @@ def _unrecorded(run_config: config.RunConfig, plan: run_state.RunPlan) -> Option
     """The report of a run of these very inputs that finished after the last recorded run
     but was stopped before it was recorded (a kill after the Pusher): its decision stands.
     Running again would compare the model it pushed with itself."""
-    if not os.path.exists(run_config.metadata_path):
+    if not run_config.metadata.exists():
         return None
     record = run_state.load(run_config.output_root)
     recorded = [r.run_id for r in ((record.report, record.window_report) if record else ()) if r is not None]
     report = run_report.finished_run(
-        run_config.metadata_path, run_config.settings.pipeline_name, plan.fingerprint, after=max(recorded, default="")
+        run_config.metadata, run_config.settings.pipeline_name, plan.fingerprint, after=max(recorded, default="")
     )
     if report is not None and report.outcome in (run_state.Outcome.PUSHED, run_state.Outcome.UP_TO_DATE):
         # What it pushed must still be what serves (another root may push to one folder).

@@ -22,6 +22,7 @@ from components import drift, ingest
 from components import pusher as staged_pusher
 from components.trainer.run import TRAINING_SUMMARY_FILE
 from pipeline import run_report
+from pipeline.config import MetadataConfig
 from pipeline.pipeline import NodeId
 from pipeline.run_state import RunReport
 
@@ -222,9 +223,9 @@ def _optional_int(artifact, name: str) -> Optional[int]:
     return int(value) if value.isdigit() else None
 
 
-def read(metadata_path: str, pipeline_name: str, run_id: str) -> RunDetails:
+def read(metadata: MetadataConfig, pipeline_name: str, run_id: str) -> RunDetails:
     """The details of run `run_id` (`LookupError` if the store has no such run)."""
-    records = run_report.run_records(run_report.connect(metadata_path), pipeline_name, run_id)
+    records = run_report.run_records(run_report.connect(metadata), pipeline_name, run_id)
     details = RunDetails(report=run_report.report_of(records, run_id))
     examples = records.output(EXAMPLE_GEN, standard_component_specs.EXAMPLES_KEY)
     if examples is not None:

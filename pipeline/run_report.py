@@ -21,6 +21,7 @@ from tfx.types import standard_component_specs
 from components import drift, serving_check, window
 from components import pusher as staged_pusher
 from components.trainer.run import TRAINING_SUMMARY_FILE
+from pipeline.config import MYSQL_PASSWORD_ENV, MYSQL_USER_ENV, MetadataConfig
 from pipeline.pipeline import NodeId
 from pipeline.run_state import NodeRun, Outcome, RunReport
 
@@ -34,21 +35,37 @@ _STATES = {
 }
 
 
-def connect(metadata_path: str, writable: bool = False) -> metadata_store.MetadataStore:
+def connection_config(metadata: MetadataConfig, writable: bool = True) -> metadata_store_pb2.ConnectionConfig:
+    """MLMD's connection: the SQLite file, or MySQL with the account from the environment."""
     config = metadata_store_pb2.ConnectionConfig()
-    config.sqlite.filename_uri = metadata_path
-    config.sqlite.connection_mode = (
-        metadata_store_pb2.SqliteMetadataSourceConfig.READWRITE if writable
-        else metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
-    )
-    return metadata_store.MetadataStore(config)
+    if metadata.mysql is None:
+        config.sqlite.filename_uri = metadata.sqlite_path
+        config.sqlite.connection_mode = (
+            metadata_store_pb2.SqliteMetadataSourceConfig.READWRITE_OPENCREATE if writable
+            else metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
+        )
+        return config
+    user = os.environ.get(MYSQL_USER_ENV)
+    if not user:
+        raise ValueError(f"--metadata-mysql needs the database account in {MYSQL_USER_ENV} and "
+                         f"{MYSQL_PASSWORD_ENV} (environment variables)")
+    config.mysql.host = metadata.mysql.host
+    config.mysql.port = metadata.mysql.port
+    config.mysql.database = metadata.mysql.database
+    config.mysql.user = user
+    config.mysql.password = os.environ.get(MYSQL_PASSWORD_ENV, "")
+    return config
 
 
-def close_interrupted(metadata_path: str) -> List[str]:
+def connect(metadata: MetadataConfig, writable: bool = False) -> metadata_store.MetadataStore:
+    return metadata_store.MetadataStore(connection_config(metadata, writable))
+
+
+def close_interrupted(metadata: MetadataConfig) -> List[str]:
     """Marks CANCELED the executions a killed run left RUNNING (or NEW), so the store says
     what happened; returns their types. Call it holding the output root's lock: then no
     execution is running."""
-    store = connect(metadata_path, writable=True)
+    store = connect(metadata, writable=True)
     stale = [
         execution for execution in store.get_executions()
         if execution.last_known_state in (metadata_store_pb2.Execution.RUNNING, metadata_store_pb2.Execution.NEW)
@@ -191,9 +208,9 @@ def run_records(store: metadata_store.MetadataStore, pipeline_name: str, run_id:
     return RunRecords(nodes, by_node, last_update)
 
 
-def read_run(metadata_path: str, pipeline_name: str, run_id: str) -> RunReport:
+def read_run(metadata: MetadataConfig, pipeline_name: str, run_id: str) -> RunReport:
     """The report of run `run_id` of `pipeline_name`, from its MLMD records."""
-    return report_of(run_records(connect(metadata_path), pipeline_name, run_id), run_id)
+    return report_of(run_records(connect(metadata), pipeline_name, run_id), run_id)
 
 
 def report_of(records: RunRecords, run_id: str) -> RunReport:
@@ -244,16 +261,18 @@ def report_of(records: RunRecords, run_id: str) -> RunReport:
     return report
 
 
-def finished_run(metadata_path: str, pipeline_name: str, fingerprint: str, after: str = "") -> Optional[RunReport]:
+def finished_run(
+    metadata: MetadataConfig, pipeline_name: str, fingerprint: str, after: str = ""
+) -> Optional[RunReport]:
     """The run of these inputs (by its id's fingerprint) that reached its decision (the
     Pusher finished, or the data gate rejected) after run id `after`, if no run of other
     inputs decided after it."""
-    store = connect(metadata_path)
+    store = connect(metadata)
     suffix = f"-{fingerprint[:RUN_KEY_LENGTH]}"
     contexts = store.get_contexts_by_type(PIPELINE_RUN_CONTEXT)
     # Run ids start with their UTC start time: newest first.
     for run_id in sorted((c.name for c in contexts if c.name > after), reverse=True):
-        report = read_run(metadata_path, pipeline_name, run_id)
+        report = read_run(metadata, pipeline_name, run_id)
         states = {node.node_id: node.state for node in report.nodes}
         decided = states.get(NodeId.PUSHER) in ("ran", "cached") or (
             report.outcome is Outcome.DATA_REJECTED and states.get(NodeId.DATA_GATE) in ("ran", "cached")
