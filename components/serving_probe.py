@@ -15,9 +15,9 @@ import time
 from typing import Dict, List
 
 # The p99 latency budget of one single-example request, in milliseconds. Measured on a
-# 2-core machine: p50 0.8 ms and p99 0.9 ms idle, p99 7 ms with the test suite running
-# beside it. 50 ms leaves room for a busy or smaller serving host and still stops a model
-# fifty times slower than this one.
+# 2-core machine, three runs on each stack: p50 0.7-1.1 ms and p99 1.3-2.2 ms idle, p99
+# up to 7 ms with the test suite running beside it (docs/operations.md). 50 ms leaves room
+# for a busy or smaller serving host and still stops a model twenty times slower.
 DEFAULT_BUDGET_MS = 50.0
 # Single-example requests timed; the first few warm the session and are not counted.
 TIMED_REQUESTS = 200
