@@ -47,12 +47,12 @@ def send(url: str, payload: Dict[str, Any]) -> bool:
     return False
 
 
-def run_payload(command: str, exit_code: int, report: Any, error: str) -> Dict[str, Any]:
+def run_payload(command: str, exit_code: int, report: Any, error: str, outcome: str = "error") -> Dict[str, Any]:
     """The alert for a local `run` or `retrain` that ended with `exit_code`, with its
-    report (`pipeline.run_state.RunReport`) when it reached one, else the error."""
+    report (`pipeline.run_state.RunReport`) when it reached one, else the error and the
+    `outcome` its exit status names (`error`, `locked`)."""
     if report is None:
-        outcome = "error"
-        text = f"taxi-pipeline {command} failed (exit {exit_code}): {error or 'see its log'}"
+        text = f"taxi-pipeline {command} failed (exit {exit_code}, {outcome}): {error or 'see its log'}"
         return {"text": text, "outcome": outcome, "exit_code": exit_code, "error": error}
     version = os.path.basename(report.pushed_version_dir or "") or None
     text = f"taxi-pipeline {command}: {report.outcome.value} (exit {exit_code})"

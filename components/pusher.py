@@ -212,7 +212,7 @@ class Executor(tfx_pusher_executor.Executor):
                             "not served, until `taxi-pipeline serving unpin`", after.pinned, version)
         io_utils.copy_dir(model_path, model_push.uri)
         mark_pushed(model_push, os.path.join(base, str(version)), version)
-        if before is not None and before != version:
+        if before is not None and before != after.serving:
             model_push.set_string_custom_property(REPLACED_PROPERTY, str(before))
         model_push.set_string_custom_property(SERVING_PROPERTY, str(after.serving))
         _mark_served(served, blessing, model, pushed=True)

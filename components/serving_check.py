@@ -30,13 +30,15 @@ import sys
 from typing import Dict
 
 from tfx import v1 as tfx
+from tfx.components.evaluator import constants as evaluator_constants
 from tfx.types import standard_artifacts
 
 from components.serving_probe import DEFAULT_BUDGET_MS
 
 # The output: a ModelBlessing the Pusher reads (its parameter name below).
 BLESSING_KEY = "blessing"
-BLESSED_PROPERTY = "blessed"
+# A blessing's verdict, as the Evaluator and TFX's Pusher name it.
+BLESSED_PROPERTY = evaluator_constants.ARTIFACT_PROPERTY_BLESSED_KEY
 REASON_PROPERTY = "serving_check"
 P99_PROPERTY = "p99_latency_ms"
 # The longest the check's process may take (loading TensorFlow included).
@@ -58,7 +60,10 @@ def run_in_fresh_process(model_dir: str, budget_ms: float) -> Dict[str, object]:
     if done.returncode != 0 or not lines:
         tail = " ".join(done.stderr.strip().splitlines()[-3:])
         return {"ok": False, "reason": f"the model did not load or answer in a fresh process: {tail}"}
-    return json.loads(lines[-1])
+    try:
+        return json.loads(lines[-1])
+    except ValueError:
+        return {"ok": False, "reason": f"the probe's answer was not its findings: {lines[-1][:200]}"}
 
 
 @tfx.dsl.components.component
@@ -72,17 +77,18 @@ def ServingCheck(  # a component is named like a class
     would serve it (see the module doc)."""
     import logging
 
-    from tfx.components.evaluator import constants
     from tfx.utils import path_utils
 
-    for key in (constants.ARTIFACT_PROPERTY_CURRENT_MODEL_ID_KEY, constants.ARTIFACT_PROPERTY_CURRENT_MODEL_URI_KEY):
+    for key in (evaluator_constants.ARTIFACT_PROPERTY_CURRENT_MODEL_ID_KEY,
+                evaluator_constants.ARTIFACT_PROPERTY_CURRENT_MODEL_URI_KEY):
         if model_blessing.has_custom_property(key):
             value = model_blessing.get_custom_property(key)
-            if isinstance(value, int):
-                blessing.set_int_custom_property(key, value)
+            # On Kubeflow Pipelines numbers arrive as JSON numbers: an id may be 123.0.
+            if isinstance(value, (int, float)):
+                blessing.set_int_custom_property(key, int(value))
             else:
                 blessing.set_string_custom_property(key, str(value))
-    if model_blessing.get_int_custom_property(constants.ARTIFACT_PROPERTY_BLESSED_KEY) != 1:
+    if model_blessing.get_int_custom_property(BLESSED_PROPERTY) != 1:
         blessing.set_int_custom_property(BLESSED_PROPERTY, 0)
         blessing.set_string_custom_property(REASON_PROPERTY, "not checked: the Evaluator did not bless the model")
         return

@@ -5,39 +5,44 @@ and which version serves.
                                             --model_config_file_poll_wait_seconds)
     <serving dir>/batching_parameters.txt   --enable_batching --batching_parameters_file
     <serving dir>/<model>/<version>/        what the Pusher pushes
-
-`models.config` is the one record of what an operator decided; nothing else holds state:
+    <serving dir>/<model>/.pinned           the pinned version, when an operator pinned one
 
 - **following** (the default): the newest version serves. TF Serving loads the newest two
-  (`specific` versions), labelled `canary` (the newest) and `stable` (the one before), so
-  a client can ask for either by label, and a rollback needs no new load. A request with
-  no version or label gets the newest.
+  (`specific` versions), so a rollback to the one before needs no new load; requests with
+  no version get the newest.
 - **pinned** to version V (`serving pin V`, `serving rollback`): TF Serving loads V alone,
-  labelled `stable`. Every request gets V, whatever is pushed after: a push adds a folder
-  and leaves `models.config` as it is, until `serving unpin`.
+  and every request gets it, whatever is pushed after: a push adds a folder and leaves
+  `models.config` as it is, until `serving unpin`.
 
-A pin is said in the file itself, by the label `pinned` on the pinned version (TF Serving
-accepts any label name): no other file can disagree with what TF Serving reads.
+Version labels: `stable` names the version that served before the newest push (following)
+or the pinned one. TF Serving refuses a config whose label names a version it has not
+loaded yet (and keeps its previous config), so a label is only ever written for a version
+that the config being replaced already loaded; a version pinned from further back gets its
+label with the next change. (A `canary` label for a just-pushed version would name a
+version not loaded yet at the moment its config is written: it is not written.)
 
-Retention (`components.pusher.prune`) never deletes a version `models.config` names.
-The file is replaced atomically (a temporary file renamed over it), under the serving
-folder's push lock, so TF Serving never reads half a file and a push and an operator's
-command never interleave.
+Retention (`components.pusher.prune`) never deletes a version `models.config` loads or
+labels, nor the pinned one. The file is replaced atomically (a temporary file renamed over
+it), under the model folder's push lock, so TF Serving never reads half a file and a push
+and an operator's command never interleave.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import tensorflow as tf
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format, wrappers_pb2
 from tensorflow_serving.config import model_server_config_pb2
 
+from components import spans
+
 CONFIG_FILE = "models.config"
 BATCHING_FILE = "batching_parameters.txt"
-STABLE, CANARY, PINNED = "stable", "canary", "pinned"
+STABLE = "stable"
+PIN_FILE = ".pinned"
 MODEL_PLATFORM = "tensorflow"
 # Server-side batching: small batches that wait at most 2 ms, so that a single request's
 # latency stays near a lone call's (measured by the serving check) and bursts share a
@@ -61,9 +66,9 @@ class ServingState:
     model_name: str
     # Every version folder on disk, oldest first.
     on_disk: List[int]
-    # The versions TF Serving loads, and their labels.
+    # The versions TF Serving loads, their labels, and the pinned version if any.
     loaded: List[int]
-    labels: dict
+    labels: Dict[str, int]
     pinned: Optional[int]
 
     @property
@@ -105,12 +110,23 @@ def _model_entry(config: Optional[model_server_config_pb2.ModelServerConfig], mo
     return None
 
 
+def _pinned(model_dir: str) -> Optional[int]:
+    path = os.path.join(model_dir, PIN_FILE)
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as handle:
+        text = handle.read().strip()
+    return int(text) if text.isdigit() else None
+
+
 def state(serving_dir: str, model_name: str) -> ServingState:
+    model_dir = os.path.join(serving_dir, model_name)
     entry = _model_entry(read_config(serving_dir), model_name)
-    on_disk = versions(os.path.join(serving_dir, model_name))
+    on_disk = versions(model_dir)
+    pinned = _pinned(model_dir)
     if entry is None:
         # No config yet: TF Serving's default policy, the newest version.
-        return ServingState(model_name, on_disk, on_disk[-1:], {}, None)
+        return ServingState(model_name, on_disk, on_disk[-1:], {}, pinned)
     policy = entry.model_version_policy
     if policy.WhichOneof("policy_choice") == "specific":
         loaded = sorted(policy.specific.versions)
@@ -119,15 +135,14 @@ def state(serving_dir: str, model_name: str) -> ServingState:
     else:
         count = policy.latest.num_versions if policy.HasField("latest") else 1
         loaded = on_disk[-(count or 1):]
-    labels = dict(entry.version_labels)
-    return ServingState(model_name, on_disk, loaded, labels, labels.get(PINNED))
+    return ServingState(model_name, on_disk, loaded, dict(entry.version_labels), pinned)
 
 
-def _entry_for(serving_dir: str, model_name: str, loaded: List[int], labels: dict):
+def _entry_for(serving_dir: str, model_name: str, loaded: List[int], labels: Dict[str, int]):
+    model_dir = os.path.join(serving_dir, model_name)
     entry = model_server_config_pb2.ModelConfig(
         name=model_name,
-        base_path=os.path.abspath(os.path.join(serving_dir, model_name))
-        if "://" not in serving_dir else os.path.join(serving_dir, model_name),
+        base_path=model_dir if spans.is_remote(model_dir) else os.path.abspath(model_dir),
         model_platform=MODEL_PLATFORM,
     )
     entry.model_version_policy.specific.versions.extend(loaded)
@@ -136,16 +151,12 @@ def _entry_for(serving_dir: str, model_name: str, loaded: List[int], labels: dic
     return entry
 
 
-def following_labels(on_disk: List[int]) -> dict:
-    """Labels when the newest version serves: `canary` the newest, `stable` the one before."""
-    if len(on_disk) == 1:
-        return {STABLE: on_disk[0]}
-    return {CANARY: on_disk[-1], STABLE: on_disk[-2]} if on_disk else {}
-
-
-def _write(serving_dir: str, model_name: str, loaded: List[int], labels: dict) -> None:
-    """Replaces this model's entry of `models.config` (other models' entries stay), atomically."""
+def _write(serving_dir: str, model_name: str, loaded: List[int], stable: Optional[int]) -> None:
+    """Replaces this model's entry of `models.config` (other models' entries stay),
+    atomically; `stable` is labelled only if the config it replaces loaded it."""
     config = read_config(serving_dir) or model_server_config_pb2.ModelServerConfig()
+    available = state(serving_dir, model_name).loaded if _model_entry(config, model_name) else []
+    labels = {STABLE: stable} if stable is not None and stable in available else {}
     kept = [entry for entry in config.model_config_list.config if entry.name != model_name]
     del config.model_config_list.config[:]
     config.model_config_list.config.extend(kept + [_entry_for(serving_dir, model_name, loaded, labels)])
@@ -164,30 +175,36 @@ def after_push(serving_dir: str, model_name: str) -> ServingState:
     """After a push (or a retention prune): a following config names the newest two
     versions; a pinned one is left as the operator set it."""
     current = state(serving_dir, model_name)
-    if current.pinned is not None:
+    if current.pinned is None:
+        follow(serving_dir, model_name)
+    else:
         write_batching_parameters(serving_dir)
-        return current
-    follow(serving_dir, model_name)
     return state(serving_dir, model_name)
 
 
 def follow(serving_dir: str, model_name: str) -> None:
     """Unpinned: the newest version serves (see the module doc)."""
-    on_disk = versions(os.path.join(serving_dir, model_name))
+    model_dir = os.path.join(serving_dir, model_name)
+    on_disk = versions(model_dir)
     if not on_disk:
-        raise ServingConfigError(f"no model versions under {os.path.join(serving_dir, model_name)}")
-    _write(serving_dir, model_name, on_disk[-2:], following_labels(on_disk))
+        raise ServingConfigError(f"no model versions under {model_dir}")
+    _write(serving_dir, model_name, on_disk[-2:], on_disk[-2] if len(on_disk) > 1 else on_disk[-1])
+    pin_file = os.path.join(model_dir, PIN_FILE)
+    if tf.io.gfile.exists(pin_file):
+        tf.io.gfile.remove(pin_file)
 
 
 def pin(serving_dir: str, model_name: str, version: int) -> None:
     """Only `version` serves, until `follow`; pushes after it do not change that."""
-    on_disk = versions(os.path.join(serving_dir, model_name))
+    model_dir = os.path.join(serving_dir, model_name)
+    on_disk = versions(model_dir)
     if version not in on_disk:
         raise ServingConfigError(
-            f"version {version} is not in {os.path.join(serving_dir, model_name)}; the versions there are "
-            f"{', '.join(map(str, on_disk)) or 'none'}"
+            f"version {version} is not in {model_dir}; the versions there are {', '.join(map(str, on_disk)) or 'none'}"
         )
-    _write(serving_dir, model_name, [version], {STABLE: version, PINNED: version})
+    # The pin first: a config that loads only `version` is then never without its record.
+    _write_text(os.path.join(model_dir, PIN_FILE), f"{version}\n")
+    _write(serving_dir, model_name, [version], version)
 
 
 def rollback_target(current: ServingState, version: Optional[int] = None) -> int:
@@ -204,11 +221,12 @@ def rollback_target(current: ServingState, version: Optional[int] = None) -> int
 
 
 def protected_versions(serving_dir: str, model_name: str) -> List[int]:
-    """Versions retention must keep: every one `models.config` loads or labels."""
+    """Versions retention must keep: every one `models.config` loads or labels, and the pinned one."""
     current = state(serving_dir, model_name)
-    if read_config(serving_dir) is None:
-        return []
-    return sorted(set(current.loaded) | set(current.labels.values()))
+    if _model_entry(read_config(serving_dir), model_name) is None:
+        return [current.pinned] if current.pinned is not None else []
+    pinned = [current.pinned] if current.pinned is not None else []
+    return sorted(set(current.loaded) | set(current.labels.values()) | set(pinned))
 
 
 def batching_parameters_class():

@@ -95,7 +95,7 @@ def check_model(model_dir: str, budget_ms: float, timed: int = TIMED_REQUESTS) -
 
 
 def main(argv: List[str]) -> int:
-    """`python -m components.serving_check MODEL_DIR BUDGET_MS`: the findings as JSON."""
+    """`python -m components.serving_probe MODEL_DIR BUDGET_MS`: the findings as JSON."""
     print(json.dumps(check_model(argv[0], float(argv[1]))))
     return 0
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import errno
 import logging
 import os
@@ -297,7 +298,10 @@ def _run(args: argparse.Namespace, ending: Ending) -> int:
         return config.ExitCode.ERROR
     except preflight.BadDataError as err:
         ending.fail(f"data rejected: {err}")
+        ending.report = _rejected_before_the_run(run_config, str(err), started)
         print("Data rejected; nothing was trained or pushed.")
+        if ending.report.page:
+            print(f"Report: {ending.report.page}")
         return config.ExitCode.DATA_REJECTED
     except lock.LockHeld as err:
         ending.fail(str(err))
@@ -306,6 +310,24 @@ def _run(args: argparse.Namespace, ending: Ending) -> int:
     ending.report = report
     _print_report(report, log_path)
     return report.exit_code
+
+
+def _rejected_before_the_run(run_config: config.RunConfig, reason: str, started: float) -> run_state.RunReport:
+    """The report of a run the record check stopped before the pipeline started (nothing
+    in MLMD), with its page."""
+    report = run_state.RunReport(
+        outcome=run_state.Outcome.DATA_REJECTED, anomalies=[reason], stack=compat.describe(),
+        run_id=f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{os.getpid()}-rejected",
+        finished=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        seconds=time.perf_counter() - started,
+    )
+    from pipeline import report_page, run_details
+
+    try:
+        report.page = report_page.write(run_config.output_root, run_details.RunDetails(report=report))
+    except Exception:  # a page is a view of the run: it must not change the run's outcome
+        logging.exception("the run's page could not be written")
+    return report
 
 
 def _compile(args: argparse.Namespace) -> int:
@@ -463,11 +485,15 @@ def _resource_limit(err: BaseException) -> Optional[str]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     ending = Ending()
-    code = _dispatch(args, ending)
-    if args.command in ("run", "retrain") and args.notify:
-        from components import notify
+    code = config.ExitCode.ERROR
+    try:
+        code = _dispatch(args, ending)
+    finally:
+        if args.command in ("run", "retrain") and args.notify:
+            from components import notify
 
-        notify.send(args.notify, notify.run_payload(args.command, int(code), ending.report, ending.error))
+            outcome = config.ExitCode(int(code)).name.lower().replace("_", " ")
+            notify.send(args.notify, notify.run_payload(args.command, int(code), ending.report, ending.error, outcome))
     return code
 
 

@@ -5,8 +5,8 @@ A version folder under the serving folder is traced back through the events of t
 executions that produced each artifact: the Pusher's PushedModel (by its
 `pushed_version`) -> the Model it pushed and the blessing that let it -> the Trainer
 execution and its inputs (examples, transform graph, schema, warm-start model) -> the
-ExampleGen execution and the files it read; the blessing -> the Evaluator execution and
-its metrics.
+ExampleGen execution and the files it read; the blessing -> the ServingCheck execution ->
+the Evaluator's blessing, execution and metrics.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 from tfx.types import standard_component_specs
 
-from components import ingest
+from components import ingest, serving_check
 from components import pusher as staged_pusher
 from pipeline import run_report
 from pipeline.config import MetadataConfig
@@ -153,10 +153,15 @@ def lineage(metadata: MetadataConfig, model_dir: str, version: int) -> str:
             lines.append(f"  spans: {', '.join(spans)}")
         for split, files in sorted(sources.items()):
             lines += [f"  files of input split {split}:"] + [f"    {path}" for path in files]
+    check = store.producer(blessing.id) if blessing is not None else None
+    if check is not None:
+        lines.append(f"Serving check: {run_report.string_property(blessing, serving_check.REASON_PROPERTY)}"
+                     f" ({store.describe(check)})")
+        blessing = run_report.inputs(store.store, check.id).get(standard_component_specs.MODEL_BLESSING_KEY)
     if blessing is not None:
         evaluate = store.producer(blessing.id)
-        verdict = "blessed" if run_report.int_property(blessing, "blessed") == 1 else "NOT blessed"
-        lines += [f"Evaluation: {verdict} by the Evaluator, {store.describe(evaluate)}"]
+        blessed = run_report.int_property(blessing, serving_check.BLESSED_PROPERTY) == 1
+        lines += [f"Evaluation: {'blessed' if blessed else 'NOT blessed'} by the Evaluator, {store.describe(evaluate)}"]
         evaluation = run_report.outputs(store.store, evaluate.id).get(standard_component_specs.EVALUATION_KEY) \
             if evaluate else None
         if evaluation is not None:

@@ -58,7 +58,9 @@ def run(
     """Runs the pipeline once and records and returns what it did; with `recover`, a run
     of the same inputs that finished unrecorded is recorded instead (see `_unrecorded`)."""
     started = time.perf_counter()
-    if run_config.metadata.exists():
+    # The output root's lock says no run of this root is running; a MySQL store is shared
+    # with other roots whose runs may be, so it is left as it is.
+    if run_config.metadata_mysql is None and run_config.metadata.exists():
         for node_id in run_report.close_interrupted(run_config.metadata):
             logging.warning("an earlier run was stopped while %s ran; its execution is marked CANCELED", node_id)
     recovered = _unrecorded(run_config, plan) if recover else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+import re
 import sys
 import time
 from typing import Optional
@@ -51,6 +52,16 @@ class ProgressHandler(logging.Handler):
             self._stream.flush()
 
 
+class RedactingFormatter(logging.Formatter):
+    """Never writes a password: TFX logs the MLMD connection config (a MySQL password
+    with it, see `--metadata-mysql`) when a run starts."""
+
+    _PASSWORD = re.compile(r"""(password["']?\s*[:=]\s*)("[^"]*"|'[^']*'|\S+)""", re.IGNORECASE)
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self._PASSWORD.sub(r'\1"***"', super().format(record))
+
+
 def configure(log_dir: str, verbose: bool) -> str:
     """Full logs go to a file (and the console with `verbose`); the console gets progress.
 
@@ -72,7 +83,7 @@ def configure(log_dir: str, verbose: bool) -> str:
         tf_logger.removeHandler(handler)
     tf_logger.propagate = True
     file_handler = logging.FileHandler(log_path)
-    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    file_handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(file_handler)
     root.addHandler(logging.StreamHandler(sys.stderr) if verbose else ProgressHandler())
     return log_path

@@ -27,6 +27,8 @@ TRAIN_SPLIT, EVAL_SPLIT = "train", "eval"
 class NodeId:
     """Ids of the nodes whose outputs the run report reads (`pipeline.run_report`)."""
 
+    EXAMPLE_GEN = "ImportExampleGen"
+    STATISTICS_GEN = "StatisticsGen"
     EXAMPLE_VALIDATOR = "ExampleValidator"
     DATA_GATE = "DataGate"
     TRAINER = "Trainer"

@@ -1,12 +1,14 @@
 """`taxi-pipeline predict`: batch scoring of tf.Example TFRecords with a pushed model.
 
-One Beam pipeline: read the records (any size: they stream), score them with tfx_bsl's
+One Beam pipeline: read the records (GZIP by a `.gz` name, else uncompressed; any size:
+they stream), score them with tfx_bsl's
 `RunInference` on the model's `serving_default` signature (batched by Beam), write
 TF Serving's `PredictionLog`s, and a CSV when asked. The same command runs on Dataflow
 with Dataflow's Beam options after `--` (the model and files then on gs://).
 
-The output folder is written whole or not at all: Beam writes into a staging folder
-beside it, which is renamed into place once every shard is written.
+A local output folder is written whole or not at all: Beam writes into a staging folder
+beside it, which is renamed into place once every shard is written. On gs:// Beam's own
+temporary files make each shard whole, and the folder fills as they finish.
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ def run(config: PredictConfig) -> str:
     from tfx_bsl.public.beam.run_inference import RunInference
     from tfx_bsl.public.proto import model_spec_pb2
 
+    if config.key_feature and not config.csv:
+        raise ValueError("--key names the CSV's join column: it needs --csv")
     path = model_path(config.serving_dir, config.model_name, config.model)
     if not tf.io.gfile.glob(config.input_glob):
         raise ValueError(f"no files match --input {config.input_glob}")

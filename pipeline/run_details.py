@@ -18,7 +18,7 @@ import tensorflow_data_validation as tfdv
 from tensorflow_metadata.proto.v0 import anomalies_pb2, statistics_pb2
 from tfx.types import standard_component_specs
 
-from components import drift, ingest
+from components import drift, ingest, serving_check
 from components import pusher as staged_pusher
 from components.trainer.run import TRAINING_SUMMARY_FILE
 from pipeline import run_report
@@ -26,8 +26,6 @@ from pipeline.config import MetadataConfig
 from pipeline.pipeline import NodeId
 from pipeline.run_state import RunReport
 
-EXAMPLE_GEN = "ImportExampleGen"
-STATISTICS_GEN = "StatisticsGen"
 OVERALL = "Overall"
 
 
@@ -118,6 +116,8 @@ def _missing(common: statistics_pb2.CommonStatistics, examples: int) -> float:
 
 
 def features_of(statistics: statistics_pb2.DatasetFeatureStatisticsList) -> Dict[str, FeatureStats]:
+    if not statistics.datasets:
+        return {}
     dataset = statistics.datasets[0]
     found = (_feature_stats(feature, dataset.num_examples) for feature in dataset.features)
     return {stats.name: stats for stats in found}
@@ -126,7 +126,7 @@ def features_of(statistics: statistics_pb2.DatasetFeatureStatisticsList) -> Dict
 def _span_statistics(records: run_report.RunRecords, spans_read: List[int]) -> Dict[int, Dict[str, FeatureStats]]:
     """The newest two spans' statistics, as the data gate compared them."""
     verdict = records.output(NodeId.DATA_GATE, drift.VERDICT_KEY)
-    statistics = records.output(STATISTICS_GEN, standard_component_specs.STATISTICS_KEY)
+    statistics = records.output(NodeId.STATISTICS_GEN, standard_component_specs.STATISTICS_KEY)
     newest_two = spans_read[-2:]
     if verdict is not None:
         sliced = os.path.join(verdict.uri, f"span-{drift.STATS_FILE}")
@@ -227,7 +227,7 @@ def read(metadata: MetadataConfig, pipeline_name: str, run_id: str) -> RunDetail
     """The details of run `run_id` (`LookupError` if the store has no such run)."""
     records = run_report.run_records(run_report.connect(metadata), pipeline_name, run_id)
     details = RunDetails(report=run_report.report_of(records, run_id))
-    examples = records.output(EXAMPLE_GEN, standard_component_specs.EXAMPLES_KEY)
+    examples = records.output(NodeId.EXAMPLE_GEN, standard_component_specs.EXAMPLES_KEY)
     if examples is not None:
         details.files = json.loads(run_report.string_property(examples, ingest.SOURCE_FILES_PROPERTY) or "{}")
     spans_read = details.report.spans
@@ -252,9 +252,10 @@ def read(metadata: MetadataConfig, pipeline_name: str, run_id: str) -> RunDetail
         _evaluation(details, evaluation.uri)
     blessing = records.output(NodeId.EVALUATOR, standard_component_specs.BLESSING_KEY)
     if blessing is not None:
-        details.blessed = run_report.int_property(blessing, drift.BLESSED_PROPERTY) == 1
+        details.blessed = run_report.int_property(blessing, serving_check.BLESSED_PROPERTY) == 1
     pushed = records.output(NodeId.PUSHER, standard_component_specs.PUSHED_MODEL_KEY)
-    if pushed is not None and run_report.int_property(pushed, staged_pusher.PUSHED_PROPERTY) == 1:
+    pusher_ran = any(node.node_id == NodeId.PUSHER and node.state == "ran" for node in records.nodes)
+    if pusher_ran and pushed is not None and run_report.int_property(pushed, staged_pusher.PUSHED_PROPERTY) == 1:
         details.pushed_version = _optional_int(pushed, staged_pusher.VERSION_PROPERTY)
         details.replaced_version = _optional_int(pushed, staged_pusher.REPLACED_PROPERTY)
         details.serving_version = _optional_int(pushed, staged_pusher.SERVING_PROPERTY)

@@ -1,15 +1,18 @@
 """`taxi-pipeline serving`: what TF Serving serves, and the operator's rollback and pin.
 
-Every change rewrites `models.config` (see `components.serving_config`) under the serving
-folder's push lock, so it never interleaves with a run's push; no version folder is ever
-deleted here.
+Every change rewrites `models.config` (see `components.serving_config`) under the model
+folder's push lock, so it never interleaves with a run's push on this machine (a gs://
+folder has no lock: run these commands when no run pushes there); no version folder is
+ever deleted here.
 """
 
 from __future__ import annotations
 
 import datetime
 import os
-from typing import List, Optional
+from typing import Dict, List, Optional
+
+import tensorflow as tf
 
 from components import pusher, serving_config
 
@@ -19,19 +22,16 @@ def describe(current: serving_config.ServingState, model_dir: str) -> str:
     which one a request with no version gets."""
     if not current.on_disk:
         return f"No model versions in {model_dir}."
-    labels_of = {}
+    labels_of: Dict[int, List[str]] = {}
     for label, version in sorted(current.labels.items()):
         labels_of.setdefault(version, []).append(label)
     lines: List[str] = []
     for version in reversed(current.on_disk):
-        pushed = datetime.datetime.fromtimestamp(os.path.getmtime(os.path.join(model_dir, str(version))))
-        marks = []
-        if version == current.serving:
-            marks.append("SERVING")
-        elif version in current.loaded:
-            marks.append("loaded")
-        marks += labels_of.get(version, [])
-        lines.append(f"{version}  pushed {pushed:%Y-%m-%d %H:%M:%S}  {' '.join(marks)}".rstrip())
+        seconds = tf.io.gfile.stat(os.path.join(model_dir, str(version))).mtime_nsec / 1e9
+        marks = ["SERVING" if version == current.serving else "loaded" if version in current.loaded else ""]
+        marks += (["pinned"] if version == current.pinned else []) + labels_of.get(version, [])
+        pushed = datetime.datetime.fromtimestamp(seconds)
+        lines.append(f"{version}  pushed {pushed:%Y-%m-%d %H:%M:%S}  {' '.join(m for m in marks if m)}".rstrip())
     mode = (f"pinned to version {current.pinned} (`serving unpin` serves the newest again)"
             if current.pinned is not None else "following the newest version")
     return "\n".join([f"{model_dir}: {mode}", *lines])
@@ -46,7 +46,7 @@ def command(serving_dir: str, model_name: str, action: str, version: Optional[in
         raise ValueError("serving pin needs the VERSION to serve")
     if action == "unpin" and version is not None:
         raise ValueError("serving unpin takes no VERSION")
-    if not os.path.isdir(model_dir):
+    if not tf.io.gfile.isdir(model_dir):
         raise ValueError(f"no serving folder {model_dir}: nothing was pushed there yet")
     with pusher.push_lock(model_dir):
         current = serving_config.state(serving_dir, model_name)

@@ -114,6 +114,11 @@ def test_unreadable_input_is_rejected_naming_the_file_and_nothing_changes(
     assert named in result.stderr
     assert "Data rejected; nothing was trained or pushed." in result.stdout
     assert _state(ws, executions) == before
+    # The run's page says so too, though nothing reached MLMD.
+    page = result.stdout.splitlines()[-1]
+    assert page.startswith("Report: ") and page.endswith("-rejected.html")
+    text = open(page[len("Report: "):]).read()
+    assert "Data rejected: nothing was trained or pushed (exit 4)." in text and named in text
 
 
 def test_data_breaking_the_schema_is_rejected_with_exit_4(workspace, repo, taxi_pipeline, last_run):

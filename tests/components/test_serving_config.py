@@ -26,7 +26,7 @@ def _parsed(serving_dir) -> model_server_config_pb2.ModelConfig:
     return entry
 
 
-def test_following_loads_the_newest_two_labelled_canary_and_stable(tmp_path):
+def test_following_loads_the_newest_two_and_labels_only_what_was_loaded(tmp_path):
     serving_dir = _serving(tmp_path, [100, 200, 300])
     serving_config.follow(serving_dir, MODEL)
     entry = _parsed(serving_dir)
@@ -34,22 +34,31 @@ def test_following_loads_the_newest_two_labelled_canary_and_stable(tmp_path):
     assert entry.base_path == os.path.join(serving_dir, MODEL)
     assert entry.model_platform == "tensorflow"
     assert list(entry.model_version_policy.specific.versions) == [200, 300]
-    assert dict(entry.version_labels) == {"canary": 300, "stable": 200}
+    # TF Serving had loaded nothing under an earlier config: a label would be refused.
+    assert dict(entry.version_labels) == {}
     assert serving_config.state(serving_dir, MODEL).serving == 300
+    # A push: the version that served before it (loaded by the config replaced) is `stable`.
+    (tmp_path / "serving" / MODEL / "400").mkdir()
+    serving_config.after_push(serving_dir, MODEL)
+    entry = _parsed(serving_dir)
+    assert list(entry.model_version_policy.specific.versions) == [300, 400]
+    assert dict(entry.version_labels) == {"stable": 300}
 
 
 def test_a_pin_survives_the_next_push_and_unpin_serves_the_newest(tmp_path):
     serving_dir = _serving(tmp_path, [100, 200])
+    serving_config.follow(serving_dir, MODEL)
     serving_config.pin(serving_dir, MODEL, 100)
     (tmp_path / "serving" / MODEL / "300").mkdir()
     after = serving_config.after_push(serving_dir, MODEL)
     assert after.pinned == 100 and after.serving == 100
     entry = _parsed(serving_dir)
     assert list(entry.model_version_policy.specific.versions) == [100]
-    assert dict(entry.version_labels) == {"stable": 100, "pinned": 100}
+    assert dict(entry.version_labels) == {"stable": 100}  # loaded by the config it replaced
     serving_config.follow(serving_dir, MODEL)
     assert serving_config.state(serving_dir, MODEL).serving == 300
     assert serving_config.state(serving_dir, MODEL).pinned is None
+    assert not (tmp_path / "serving" / MODEL / serving_config.PIN_FILE).exists()
 
 
 def test_rollback_goes_to_the_version_before_what_serves(tmp_path):
@@ -71,12 +80,15 @@ def test_pinning_a_version_that_is_not_there_names_the_ones_that_are(tmp_path):
     assert not os.path.exists(os.path.join(serving_dir, serving_config.CONFIG_FILE))
 
 
-def test_retention_never_deletes_a_pinned_or_labelled_version(tmp_path):
+def test_retention_never_deletes_a_pinned_or_loaded_version(tmp_path):
     serving_dir = _serving(tmp_path, [100, 200, 300, 400])
     serving_config.pin(serving_dir, MODEL, 100)
     removed = pusher.prune(os.path.join(serving_dir, MODEL), keep_versions=1)
     assert removed == [200, 300]
     assert serving_config.versions(os.path.join(serving_dir, MODEL)) == [100, 400]
+    # Following, the two versions TF Serving loads stay whatever the retention.
+    serving_config.follow(serving_dir, MODEL)
+    assert pusher.prune(os.path.join(serving_dir, MODEL), keep_versions=1) == []
 
 
 def test_other_models_entries_are_kept(tmp_path):
@@ -104,10 +116,8 @@ def test_batching_parameters_are_written_once_and_parse_as_tf_servings(tmp_path)
     parameters = text_format.Parse(open(path).read(), serving_config.batching_parameters_class()())
     assert parameters.max_batch_size.value == serving_config.BATCHING_DEFAULTS["max_batch_size"]
     assert parameters.batch_timeout_micros.value == serving_config.BATCHING_DEFAULTS["batch_timeout_micros"]
-    # TF Serving's field numbers (session_bundle_config.proto), whatever the names say.
-    numbers = {field.name: field.number for field in parameters.DESCRIPTOR.fields}
-    assert numbers == {"max_batch_size": 1, "batch_timeout_micros": 2, "max_enqueued_batches": 3,
-                       "num_batch_threads": 4}
+    # The text TF Serving's --batching_parameters_file reads (its documented example form).
+    assert "max_batch_size {\n  value: 64\n}" in open(path).read()
     with open(path, "w") as handle:
         handle.write("max_batch_size { value: 8 }\n")
     serving_config.follow(serving_dir, MODEL)

@@ -14,4 +14,4 @@ def test_the_nodes_the_report_reads_have_the_ids_it_reads_them_by(tmp_path):
     run_config = config.RunConfig(output_root=str(tmp_path)).resolved()
     ids = {component.id for component in local_runner.build_pipeline(run_config, ["span-1", "span-2"]).components}
     expected = {value for name, value in vars(pipeline_lib.NodeId).items() if not name.startswith("_")}
-    assert len(expected) == 5 and expected <= ids
+    assert len(expected) == 8 and expected <= ids

@@ -287,7 +287,7 @@ def test_the_serving_check_fails_answers_that_are_not_probabilities(exported, tm
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
         def serve(self, examples):
             outputs = self.inner.signatures["serving_default"](examples=examples)
-            return {"probability": outputs["probability"] * 3.0}
+            return {"probability": outputs["probability"] + 1.0}
 
     inner = tf.saved_model.load(exported[0])
     module = Doubled(inner)
