@@ -61,7 +61,7 @@ test: lint test-tools
 TEST_TOOLS := chromium:chromium mariadbd:mariadb-server
 test-tools:
 	@missing=""; for pair in $(TEST_TOOLS); do \
-	  command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
+	  PATH="$$PATH:/usr/sbin:/sbin" command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "Installing Debian's$$missing for the tests."; \
