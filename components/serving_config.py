@@ -223,10 +223,10 @@ def rollback_target(current: ServingState, version: Optional[int] = None) -> int
 def protected_versions(serving_dir: str, model_name: str) -> List[int]:
     """Versions retention must keep: every one `models.config` loads or labels, and the pinned one."""
     current = state(serving_dir, model_name)
+    pinned = {current.pinned} if current.pinned is not None else set()
     if _model_entry(read_config(serving_dir), model_name) is None:
-        return [current.pinned] if current.pinned is not None else []
-    pinned = [current.pinned] if current.pinned is not None else []
-    return sorted(set(current.loaded) | set(current.labels.values()) | set(pinned))
+        return sorted(pinned)
+    return sorted(set(current.loaded) | set(current.labels.values()) | pinned)
 
 
 def batching_parameters_class():

@@ -14,6 +14,8 @@ import sys
 import time
 from typing import Dict, List
 
+from components.trainer.settings import EXAMPLES_INPUT, PROBABILITY_KEY, SERVING_SIGNATURE, WARMUP_FILE
+
 # The p99 latency budget of one single-example request, in milliseconds. Measured on a
 # 2-core machine, three runs on each stack: p50 0.7-1.1 ms and p99 1.3-2.2 ms idle, p99
 # up to 7 ms with the test suite running beside it (docs/operations.md). 50 ms leaves room
@@ -22,10 +24,6 @@ DEFAULT_BUDGET_MS = 50.0
 # Single-example requests timed; the first few warm the session and are not counted.
 TIMED_REQUESTS = 200
 WARM_UP_REQUESTS = 20
-SERVING_SIGNATURE = "serving_default"
-EXAMPLES_INPUT = "examples"
-PROBABILITY_OUTPUT = "probability"
-WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 
 
 def check_model(model_dir: str, budget_ms: float, timed: int = TIMED_REQUESTS) -> Dict[str, object]:
@@ -42,9 +40,9 @@ def check_model(model_dir: str, budget_ms: float, timed: int = TIMED_REQUESTS) -
             return {"ok": False, "reason": f"the model has no {SERVING_SIGNATURE!r} signature "
                                            f"(it has {sorted(meta_graph.signature_def)})"}
         signature = meta_graph.signature_def[SERVING_SIGNATURE]
-        if PROBABILITY_OUTPUT not in signature.outputs:
-            return {"ok": False, "reason": f"{SERVING_SIGNATURE!r} has no {PROBABILITY_OUTPUT!r} output"}
-        fetch = signature.outputs[PROBABILITY_OUTPUT].name
+        if PROBABILITY_KEY not in signature.outputs:
+            return {"ok": False, "reason": f"{SERVING_SIGNATURE!r} has no {PROBABILITY_KEY!r} output"}
+        fetch = signature.outputs[PROBABILITY_KEY].name
 
         def run(signature_def, inputs: Dict[str, object]) -> Dict[str, np.ndarray]:
             feeds = {signature_def.inputs[key].name: value for key, value in inputs.items()}
@@ -65,7 +63,7 @@ def check_model(model_dir: str, budget_ms: float, timed: int = TIMED_REQUESTS) -
             inputs = {key: tf.make_ndarray(proto) for key, proto in request.inputs.items()}
             outputs = run(meta_graph.signature_def[name], inputs)
             examples = len(next(iter(inputs.values())))
-            probability = np.asarray(outputs.get(PROBABILITY_OUTPUT, []), dtype=np.float64).reshape(-1)
+            probability = np.asarray(outputs.get(PROBABILITY_KEY, []), dtype=np.float64).reshape(-1)
             if probability.size != examples or not np.all(np.isfinite(probability)) or not np.all(
                 (probability >= 0) & (probability <= 1)
             ):

@@ -66,6 +66,11 @@ def _add_metadata_options(command: argparse.ArgumentParser) -> None:
                               f"(account from {config.MYSQL_USER_ENV} and {config.MYSQL_PASSWORD_ENV})")
 
 
+def _add_serving_location(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--serving-dir", default=config.SERVING_DIR, help="where blessed models are pushed")
+    command.add_argument("--model-name", default=config.MODEL_NAME, help="the model's folder under --serving-dir")
+
+
 def _add_local_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--data-root", default=config.DATA_ROOT, help="folder of span-<N>/ TFRecord folders")
     _add_metadata_options(command)
@@ -138,8 +143,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     lineage.add_argument("version", type=int, help="a version folder's number under the serving folder")
     _add_metadata_options(lineage)
-    lineage.add_argument("--serving-dir", default=config.SERVING_DIR, help="where blessed models are pushed")
-    lineage.add_argument("--model-name", default=config.MODEL_NAME, help="the model's folder under --serving-dir")
+    _add_serving_location(lineage)
 
     predict = commands.add_parser("predict", help="score tf.Example TFRecords with a pushed model, with Beam")
     predict.add_argument("--model", default="latest",
@@ -148,8 +152,7 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("--output", required=True, metavar="DIR", help="a new or empty folder for the scores")
     predict.add_argument("--csv", action="store_true", help="also write a CSV of probability and class")
     predict.add_argument("--key", default="", metavar="FEATURE", help="with --csv: a feature's value to join on")
-    predict.add_argument("--serving-dir", default=config.SERVING_DIR, help="where blessed models are pushed")
-    predict.add_argument("--model-name", default=config.MODEL_NAME, help="the model's folder under --serving-dir")
+    _add_serving_location(predict)
     predict.add_argument("beam_args", nargs="*", metavar="BEAM_ARG",
                          help="Beam options after `--` (e.g. Dataflow's); default: this machine's DirectRunner")
 
@@ -161,8 +164,7 @@ def _parser() -> argparse.ArgumentParser:
                               "before what serves now) and keep serving it; pin VERSION: serve only it; unpin: "
                               "serve the newest again")
     serving.add_argument("version", nargs="?", type=int, default=None, help="a version folder's number")
-    serving.add_argument("--serving-dir", default=config.SERVING_DIR, help="where blessed models are pushed")
-    serving.add_argument("--model-name", default=config.MODEL_NAME, help="the model's folder under --serving-dir")
+    _add_serving_location(serving)
 
     data = commands.add_parser(
         "make-data", help="rebuild data/ from the CSV shipped in the tfx wheel, or write synthetic data of any size"
@@ -315,18 +317,15 @@ def _run(args: argparse.Namespace, ending: Ending) -> int:
 def _rejected_before_the_run(run_config: config.RunConfig, reason: str, started: float) -> run_state.RunReport:
     """The report of a run the record check stopped before the pipeline started (nothing
     in MLMD), with its page."""
+    from pipeline import local_runner
+
     report = run_state.RunReport(
         outcome=run_state.Outcome.DATA_REJECTED, anomalies=[reason], stack=compat.describe(),
-        run_id=f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{os.getpid()}-rejected",
+        run_id=local_runner.new_run_id("rejected"),
         finished=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         seconds=time.perf_counter() - started,
     )
-    from pipeline import report_page, run_details
-
-    try:
-        report.page = report_page.write(run_config.output_root, run_details.RunDetails(report=report))
-    except Exception:  # a page is a view of the run: it must not change the run's outcome
-        logging.exception("the run's page could not be written")
+    report.page = local_runner.write_page(run_config, report, recorded=False)
     return report
 
 
@@ -432,9 +431,9 @@ def _records(args: argparse.Namespace) -> int:
 
 
 def _write_report(output_root: str, metadata: config.MetadataConfig, pipeline_name: str, run: Optional[str]) -> str:
-    from pipeline import lineage, report_page, run_details
+    from pipeline import lineage, report_page, run_details, run_report
 
-    store = lineage.run_report.connect(metadata)
+    store = run_report.connect(metadata)
     known = lineage.run_ids(store)
     matching = [run_id for run_id in known if run is None or run_id.startswith(run)]
     if not matching:

@@ -61,10 +61,7 @@ def history(metadata: MetadataConfig, pipeline_name: str, limit: int) -> str:
         when = _time(records.last_update) if records.last_update else "?"
         spans = f"{report.spans[0]}-{report.spans[-1]}" if len(report.spans) > 1 else ",".join(map(str, report.spans))
         auc = f"auc {report.eval_metrics['auc']:.4f}" if "auc" in report.eval_metrics else ""
-        pushed = records.output(NodeId.PUSHER, standard_component_specs.PUSHED_MODEL_KEY)
-        version = ""
-        if pushed is not None and run_report.int_property(pushed, staged_pusher.PUSHED_PROPERTY) == 1:
-            version = f"version {run_report.string_property(pushed, staged_pusher.VERSION_PROPERTY)}"
+        version = f"version {os.path.basename(report.pushed_version_dir)}" if report.pushed_version_dir else ""
         lines.append("  ".join(part for part in (when, run_id, f"spans {spans or '-'}", status(report), auc, version)
                                if part))
     if not lines:

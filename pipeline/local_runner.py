@@ -88,14 +88,17 @@ def run(
     return report
 
 
-def write_page(run_config: config.RunConfig, report: run_state.RunReport) -> str:
-    """The run's HTML page (`pipeline.report_page`); "" if it could not be written, which
-    never changes the run's outcome (the log says why)."""
+def write_page(run_config: config.RunConfig, report: run_state.RunReport, recorded: bool = True) -> str:
+    """The run's HTML page (`pipeline.report_page`), from its MLMD records, or with
+    `recorded` False from `report` alone (a run stopped before the pipeline started); ""
+    if it could not be written, which never changes the run's outcome (the log says why)."""
     from pipeline import report_page, run_details
 
     try:
-        details = run_details.read(run_config.metadata, run_config.settings.pipeline_name, report.run_id)
-        details.report = report
+        if recorded:
+            details = run_details.read(run_config.metadata, run_config.settings.pipeline_name, report.run_id, report)
+        else:
+            details = run_details.RunDetails(report=report)
         return report_page.write(run_config.output_root, details)
     except Exception:  # a page is a view of the run: it must not fail a run that pushed
         logging.exception("the run's page could not be written")

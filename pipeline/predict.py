@@ -19,10 +19,8 @@ import shutil
 from typing import Dict, Sequence
 
 from components import serving_config
+from components.trainer.settings import CLASS_KEY, EXAMPLES_INPUT, PROBABILITY_KEY, SERVING_SIGNATURE
 
-SIGNATURE = "serving_default"
-PROBABILITY_OUTPUT = "probability"
-CLASS_OUTPUT = "class_id"
 LOGS_PREFIX = "predictions"
 CSV_PREFIX = "scores"
 
@@ -57,16 +55,16 @@ def model_path(serving_dir: str, model_name: str, model: str) -> str:
 
 def score_of(log) -> float:
     """The probability in one `PredictionLog` (one example per log)."""
-    return float(log.predict_log.response.outputs[PROBABILITY_OUTPUT].float_val[0])
+    return float(log.predict_log.response.outputs[PROBABILITY_KEY].float_val[0])
 
 
 def _csv_row(log, key_feature: str) -> str:
     import tensorflow as tf
 
     outputs = log.predict_log.response.outputs
-    row = [f"{score_of(log):.6f}", str(int(outputs[CLASS_OUTPUT].int64_val[0]))]
+    row = [f"{score_of(log):.6f}", str(int(outputs[CLASS_KEY].int64_val[0]))]
     if key_feature:
-        example = tf.train.Example.FromString(log.predict_log.request.inputs["examples"].string_val[0])
+        example = tf.train.Example.FromString(log.predict_log.request.inputs[EXAMPLES_INPUT].string_val[0])
         feature = example.features.feature.get(key_feature)
         kind = feature.WhichOneof("kind") if feature is not None else None
         values = list(getattr(feature, kind).value) if kind else []
@@ -96,7 +94,7 @@ def run(config: PredictConfig) -> str:
     remote = "://" in config.output_dir
     staging = config.output_dir if remote else f"{config.output_dir.rstrip('/')}.staging-{os.getpid()}"
     spec = model_spec_pb2.InferenceSpecType(
-        saved_model_spec=model_spec_pb2.SavedModelSpec(model_path=path, signature_name=[SIGNATURE])
+        saved_model_spec=model_spec_pb2.SavedModelSpec(model_path=path, signature_name=[SERVING_SIGNATURE])
     )
     with beam.Pipeline(options=PipelineOptions(list(config.beam_args))) as pipeline:
         logs = (
@@ -109,7 +107,7 @@ def run(config: PredictConfig) -> str:
             coder=beam.coders.ProtoCoder(prediction_log_pb2.PredictionLog),
         )
         if config.csv:
-            header = ",".join(([config.key_feature] if config.key_feature else []) + [PROBABILITY_OUTPUT, CLASS_OUTPUT])
+            header = ",".join(([config.key_feature] if config.key_feature else []) + [PROBABILITY_KEY, CLASS_KEY])
             _ = (
                 logs
                 | "ToCsv" >> beam.Map(_csv_row, config.key_feature)
@@ -132,5 +130,5 @@ def read_scores(output_dir: str) -> Dict[bytes, float]:
     scores = {}
     for record in tf.data.TFRecordDataset(files, compression_type="GZIP"):
         log = prediction_log_pb2.PredictionLog.FromString(record.numpy())
-        scores[log.predict_log.request.inputs["examples"].string_val[0]] = score_of(log)
+        scores[log.predict_log.request.inputs[EXAMPLES_INPUT].string_val[0]] = score_of(log)
     return scores

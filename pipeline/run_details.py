@@ -223,10 +223,13 @@ def _optional_int(artifact, name: str) -> Optional[int]:
     return int(value) if value.isdigit() else None
 
 
-def read(metadata: MetadataConfig, pipeline_name: str, run_id: str) -> RunDetails:
-    """The details of run `run_id` (`LookupError` if the store has no such run)."""
+def read(
+    metadata: MetadataConfig, pipeline_name: str, run_id: str, report: Optional[RunReport] = None
+) -> RunDetails:
+    """The details of run `run_id` (`LookupError` if the store has no such run), with its
+    `report` when the caller has it already (else it is read too)."""
     records = run_report.run_records(run_report.connect(metadata), pipeline_name, run_id)
-    details = RunDetails(report=run_report.report_of(records, run_id))
+    details = RunDetails(report=report or run_report.report_of(records, run_id))
     examples = records.output(NodeId.EXAMPLE_GEN, standard_component_specs.EXAMPLES_KEY)
     if examples is not None:
         details.files = json.loads(run_report.string_property(examples, ingest.SOURCE_FILES_PROPERTY) or "{}")

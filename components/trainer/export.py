@@ -40,22 +40,24 @@ from components import compat, features
 from components.compat import keras
 from components.trainer import data
 from components.trainer import model as model_lib
-from components.trainer.settings import MAX_WARMUP_RECORDS
+from components.trainer.settings import (
+    CLASS_KEY,
+    EXAMPLES_INPUT,
+    MAX_WARMUP_RECORDS,
+    PROBABILITY_KEY,
+    SERVING_SIGNATURE,
+    WARMUP_FILE,
+)
 
-SERVING_SIGNATURE = "serving_default"
 RAW_SIGNATURE = "serving_raw"
 TRANSFORM_SIGNATURE = "transform_features"
-EXAMPLES_INPUT = "examples"
-PROBABILITY_KEY = "probability"
 # The TFLite model's messages for the values it refuses (see `TFLiteModule`).
 ERRORS_KEY = "errors"
-CLASS_KEY = "class_id"
 # Examples with probability above this are classed as big tips.
 DECISION_THRESHOLD = 0.5
 # `serving_raw` reads these values of an optional feature as "missing".
 MISSING_VALUES: Dict[tf.dtypes.DType, object] = {tf.float32: float("nan"), tf.int64: -1, tf.string: ""}
 
-WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 TFLITE_FILE = os.path.join("assets.extra", "model.tflite")
 
 

@@ -8,6 +8,13 @@ from typing import Mapping, Optional
 
 # TF Serving reads at most this many warmup records.
 MAX_WARMUP_RECORDS = 1000
+# The exported model's serving interface, by name: what `export` writes and what the
+# serving check and batch scoring call, without importing TensorFlow to know it.
+SERVING_SIGNATURE = "serving_default"
+EXAMPLES_INPUT = "examples"
+PROBABILITY_KEY = "probability"
+CLASS_KEY = "class_id"
+WARMUP_FILE = "assets.extra/tf_serving_warmup_requests"
 # The training loop's log line after each epoch; the command line echoes it on the
 # console as the Trainer's progress (`pipeline.logs`).
 EPOCH_PROGRESS = "epoch %d of %d: train loss %.4f, eval loss %.4f, eval AUC %.4f (%.0f s)"
