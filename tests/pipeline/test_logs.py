@@ -61,7 +61,9 @@ def test_the_trainer_epochs_are_echoed_under_their_component():
 def test_what_tensorflow_prints_while_it_loads_goes_to_the_log_file(tmp_path):
     """In a fresh interpreter, as the CLI runs it: TensorFlow's native start-up lines
     (oneDNN, on both stacks at the default log level) land in the log file, and stderr
-    works as before once TensorFlow is loaded."""
+    works as before once TensorFlow is loaded. TensorFlow prints the oneDNN line by default
+    only on some processors (not on AMD EPYC, say): the test turns oneDNN on so that the
+    line is printed on every machine."""
     log_path = tmp_path / "run.log"
     code = (
         "import os, sys\n"
@@ -70,6 +72,7 @@ def test_what_tensorflow_prints_while_it_loads_goes_to_the_log_file(tmp_path):
         "print('after', file=sys.stderr, flush=True)\n"
     )
     env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    env["TF_ENABLE_ONEDNN_OPTS"] = "1"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0, result.stderr
     assert result.stderr == "after\n"
