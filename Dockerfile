@@ -1,37 +1,69 @@
-# The pipeline image for Kubeflow Pipelines v2 / Vertex AI, on either stack:
-#   docker build -t REGION-docker.pkg.dev/PROJECT/REPO/taxi-pipeline:TAG .      # tfx-1.16
-#   docker build --build-arg TFX_VERSION=1.21.0 --build-arg TF_USE_LEGACY_KERAS=0 \
-#       -t REGION-docker.pkg.dev/PROJECT/REPO/taxi-pipeline:TAG .             # tfx-1.21
-#   taxi-pipeline compile --image REGION-docker.pkg.dev/PROJECT/REPO/taxi-pipeline:TAG ...
-# TFX's own image of that version (the TFX executors' entry points), then the stack's lock
-# (locks/tfx-<major.minor>.txt), then this package. The lock was made on the stack's
-# Python (3.10 for 1.16, 3.13 for 1.21); the build stops, naming both versions, when the
-# image's Python is another one rather than install a set of packages never tested
-# together. The source stays at /pipeline: the compiled pipeline reads the curated schema
-# from /pipeline/components/schema. The Keras switch is in the image's environment, for
-# every process of every component, whatever it imports first: 1 (Keras 2) for TFX 1.16,
-# 0 (Keras 3) for TFX 1.21; the build stops if it does not match the stack
-# (components.compat.LEGACY_KERAS).
-ARG TFX_VERSION=1.16.0
-FROM gcr.io/tfx-oss-public/tfx:${TFX_VERSION}
-ARG TFX_VERSION
-ARG TF_USE_LEGACY_KERAS=1
-ENV TF_USE_LEGACY_KERAS=${TF_USE_LEGACY_KERAS}
+# The pipeline image for Kubeflow Pipelines v2 / Vertex AI: one stack's lock and this package
+# in a virtual environment (/opt/taxi), on a plain Debian base. Every compiled task runs
+# `python -m tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor ...` in it.
+#
+#   make image                                   # here: a Debian 13 base made offline, buildah
+#   docker build -t REGION-docker.pkg.dev/PROJECT/REPO/taxi-pipeline:tfx-1.21 .
+#   docker build --build-arg STACK=tfx-1.16 --build-arg BASE_IMAGE=gcr.io/tfx-oss-public/tfx:1.16.0 \
+#       --build-arg PYTHON=python3.10 -t .../taxi-pipeline:tfx-1.16 .
+#
+# BASE_IMAGE: any Debian-like image. A base without the stack's Python gets Debian's
+# (python3 of Debian 13 is 3.13, the tfx-1.21 stack's); TFX's own image of the version
+# can be the base too (give its Python as PYTHON). The build stops, naming both versions,
+# when the Python is not the one the lock was made on, rather than install a set of
+# packages never tested together.
+# Two stages: compilers and headers (pyfarmhash builds from source on Python 3.13) stay
+# in the first, which installs the dependencies; the image is the base, Python, that
+# environment and this package. The dependencies' layers depend only on the lock and
+# setup.py, so an edit of the code rebuilds in seconds.
+ARG BASE_IMAGE=docker.io/library/debian:trixie-slim
 
+FROM ${BASE_IMAGE} AS dependencies
+ARG STACK=tfx-1.21
+ARG PYTHON=python3
+# A CA bundle for pip where downloads go through a proxy with its own CA (scripts/image
+# mounts the machine's); unset, pip's own.
+ARG PIP_CERT
+ENV DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN if ! { command -v "${PYTHON}" && "${PYTHON}" -c 'import ensurepip, sysconfig' && command -v g++; } >/dev/null 2>&1; then \
+      apt-get update -qq && apt-get install -y -qq --no-install-recommends \
+        python3 python3-venv python3-dev g++ ca-certificates >/dev/null && rm -rf /var/lib/apt/lists/*; \
+    fi
+WORKDIR /build
+COPY locks/${STACK}.txt lock.txt
+COPY setup.py pyproject.toml ./
+RUN set -e; \
+    case "${STACK}" in tfx-1.16) want=3.10 ;; tfx-1.21) want=3.13 ;; *) echo "unknown STACK ${STACK}"; exit 1 ;; esac; \
+    have=$("${PYTHON}" -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+    test "${have}" = "${want}" || { echo "locks/${STACK}.txt is for Python ${want}; ${PYTHON} here is ${have}"; exit 1; }; \
+    "${PYTHON}" -m venv /opt/taxi; \
+    /opt/taxi/bin/pip install --quiet -c lock.txt pip setuptools wheel; \
+    mkdir -p pipeline components; \
+    /opt/taxi/bin/pip install --quiet -c lock.txt .; \
+    /opt/taxi/bin/pip uninstall --quiet -y taxi-tfx-pipeline
+
+FROM ${BASE_IMAGE}
+ARG STACK=tfx-1.21
+ARG PYTHON=python3
+# The Keras switch, for every process of every component whatever it imports first:
+# 1 (Keras 2) for tfx-1.16, 0 (Keras 3) for tfx-1.21; checked against the stack below.
+ARG TF_USE_LEGACY_KERAS=0
+ENV TF_USE_LEGACY_KERAS=${TF_USE_LEGACY_KERAS} PATH=/opt/taxi/bin:${PATH} PYTHONDONTWRITEBYTECODE=1 \
+    TAXI_PIPELINE_STACK=${STACK}
+RUN if ! command -v "${PYTHON}" >/dev/null 2>&1; then \
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        python3 ca-certificates >/dev/null && rm -rf /var/lib/apt/lists/*; \
+    fi
+COPY --from=dependencies /opt/taxi /opt/taxi
+# This package last, so that a code edit rebuilds only these layers. The compiled pipeline
+# reads the curated schema from /pipeline/components/schema (pipeline.config.IMAGE_SCHEMA_DIR).
 WORKDIR /pipeline
-COPY locks ./locks
 COPY setup.py pyproject.toml ./
 COPY components ./components
 COPY pipeline ./pipeline
-RUN set -e; \
-    stack="tfx-$(echo "${TFX_VERSION}" | cut -d. -f1,2)"; \
-    lock="locks/${stack}.txt"; \
-    test -f "${lock}" || { echo "no lock for TFX ${TFX_VERSION} (${lock}); the stacks are: $(ls locks)"; exit 1; }; \
-    case "${stack}" in tfx-1.16) want=3.10 ;; tfx-1.21) want=3.13 ;; esac; \
-    have=$(python -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
-    test "${have}" = "${want}" || { echo "${lock} is for Python ${want}; this image has Python ${have}"; exit 1; }; \
-    python -m pip install --no-cache-dir -c "${lock}" . \
-    && python -c "import components, pipeline.pipeline, tfx; assert tfx.__version__ == '${TFX_VERSION}', tfx.__version__" \
-    && python -c "from components import compat; import sys; \
-sys.exit(None if compat.LEGACY_KERAS == ('${TF_USE_LEGACY_KERAS}' == '1') else \
-'TF_USE_LEGACY_KERAS=${TF_USE_LEGACY_KERAS} does not fit ' + compat.STACK + ': give 1 for tfx-1.16, 0 for tfx-1.21')"
+RUN pip install --quiet --no-deps --no-build-isolation --no-compile . && rm -rf build *.egg-info \
+    && python -m compileall -q /opt/taxi/lib/python*/site-packages/components /opt/taxi/lib/python*/site-packages/pipeline
+RUN python -c "from components import compat; import sys; \
+sys.exit(None if compat.STACK == '${STACK}' and compat.LEGACY_KERAS == ('${TF_USE_LEGACY_KERAS}' == '1') else \
+'TF_USE_LEGACY_KERAS=${TF_USE_LEGACY_KERAS} and STACK=${STACK} do not fit ' + compat.STACK + \
+': give 1 for tfx-1.16, 0 for tfx-1.21')"

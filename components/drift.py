@@ -263,6 +263,7 @@ def DataGate(  # a component is named like a class
     if len(spans_read) >= 2:
         previous, newest = spans_read[-2:]
         found = drift_anomalies(span_stats[newest], span_stats[previous], loaded_schema)
+        tf.io.gfile.makedirs(verdict.uri)  # made by LocalDagRunner, not by Vertex AI (see ImportSchema)
         with tf.io.gfile.GFile(os.path.join(verdict.uri, ANOMALIES_FILE), "wb") as handle:
             handle.write(found.SerializeToString())
         lines = describe(found, newest, previous)

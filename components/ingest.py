@@ -207,5 +207,8 @@ def ImportSchema(  # a component is named like a class
         text_format.Parse(content.decode(), schema_pb2.Schema())
     except text_format.ParseError as err:
         raise ValueError(f"{schema_file} is not a valid schema: {err}") from err
+    # The artifact's folder may not exist: LocalDagRunner makes it, Vertex AI does not (on
+    # gs:// no folder is needed; on its Cloud Storage FUSE mount, /gcs/..., one is).
+    tf.io.gfile.makedirs(schema.uri)
     with tf.io.gfile.GFile(os.path.join(schema.uri, SCHEMA_FILE), "wb") as handle:
         handle.write(content)

@@ -9,14 +9,18 @@ nor its exit status.
 The body has Slack's `text` (one line a person reads) and the fields a program reads.
 """
 
+import datetime
 import json
 import logging
 import os
 import urllib.error
 import urllib.request
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
+import tensorflow as tf
 from tfx import v1 as tfx
+
+from components.serving_config import versions
 
 # Seconds before a webhook that does not answer is given up on.
 TIMEOUT_SECONDS = 10
@@ -71,8 +75,10 @@ def run_payload(command: str, exit_code: int, report: Any, error: str, outcome: 
     }
 
 
-def final_status_payload(final_status: str) -> Dict[str, Any]:
-    """The alert for Vertex's final status (`PipelineTaskFinalStatus` as JSON)."""
+def final_status_payload(final_status: str, pushed: Optional[int] = None,
+                         serving: Optional[int] = None) -> Dict[str, Any]:
+    """The alert for Vertex's final status (`PipelineTaskFinalStatus` as JSON), with the
+    version this job pushed (`pushed`) or, when it pushed none, the one serving."""
     try:
         status = json.loads(final_status)
     except ValueError:
@@ -83,14 +89,45 @@ def final_status_payload(final_status: str) -> Dict[str, Any]:
     text = f"taxi pipeline {job or 'run'} ended: {state}"
     if error.get("message"):
         text += f": {error['message']}"
+    if pushed is not None:
+        text += f"; pushed model version {pushed}"
+    else:
+        text += f"; nothing pushed ({f'version {serving} keeps serving' if serving else 'no model serving'})"
     return {"text": text, "outcome": state.lower(), "exit_code": 0 if state == "SUCCEEDED" else 1,
-            "pipeline_job": job, "error": error}
+            "pipeline_job": job, "error": error, "version": pushed, "serving_version": serving}
+
+
+def pushed_since(model_dir: str, since: str) -> Tuple[Optional[int], Optional[int]]:
+    """(the newest version of `model_dir` pushed at or after `since`, an RFC 3339 time, or
+    None; the newest version). Versions are the push's time in seconds (components.pusher)."""
+    if not model_dir:
+        return None, None
+    try:
+        found = versions(model_dir)
+    except tf.errors.OpError as err:
+        logging.warning("could not list %s: %s", model_dir, err)
+        return None, None
+    newest = found[-1] if found else None
+    try:
+        started = datetime.datetime.fromisoformat(since.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        logging.warning("the job's creation time %r is not an RFC 3339 time", since)
+        return None, newest
+    return (newest if newest is not None and newest >= int(started) else None), newest
+
+
+# The job's creation time, which Vertex AI (and KFP) put in place of this whole-value constant.
+JOB_CREATED = "{{$.pipeline_job_create_time_utc}}"
 
 
 @tfx.orchestration.experimental.exit_handler
 def NotifyFinalStatus(  # a component is named like a class
     final_status: tfx.dsl.components.Parameter[str],
     url: tfx.dsl.components.Parameter[str],
+    model_dir: tfx.dsl.components.Parameter[str] = "",
+    job_created: tfx.dsl.components.Parameter[str] = JOB_CREATED,
 ) -> None:
-    """The compiled pipeline's exit handler: posts the run's final status to `url`."""
-    send(url, final_status_payload(final_status))
+    """The compiled pipeline's exit handler: posts the run's final status to `url`, with
+    the version this job pushed to `model_dir`, or the one still serving."""
+    pushed, serving = pushed_since(model_dir, job_created)
+    send(url, final_status_payload(final_status, pushed, serving))

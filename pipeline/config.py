@@ -29,6 +29,9 @@ KEEP_VERSIONS = 3
 WINDOW_SIZE = 4
 # How a local run is orchestrated: LocalDagRunner (the default) or BeamDagRunner.
 ORCHESTRATORS = ("local", "beam")
+# Where Vertex AI mounts Cloud Storage in every task's container (Cloud Storage FUSE):
+# gs://BUCKET/x is /gcs/BUCKET/x there.
+FUSE_ROOT = "/gcs/"
 # Where the Dockerfile installs the package; the schema ships inside it.
 IMAGE_SCHEMA_DIR = "/pipeline/components/schema"
 
@@ -268,8 +271,11 @@ class KubeflowConfig:
     def __post_init__(self) -> None:
         for name in ("pipeline_root", "data_root", "serving_dir"):
             value = getattr(self, name)
-            if not spans.is_remote(value):
-                raise ValueError(f"{name} must be a remote URI (gs://...) the pipeline's pods can read, got {value!r}")
+            if not (spans.is_remote(value) or value.startswith(FUSE_ROOT)):
+                raise ValueError(
+                    f"{name} must be a location every task of the pipeline can reach: gs://BUCKET/... or "
+                    f"its Cloud Storage FUSE path {FUSE_ROOT}BUCKET/..., got {value!r}"
+                )
         if not self.image:
             raise ValueError("an image is required")
         if self.notify_url and not self.notify_url.startswith(("https://", "http://")):

@@ -33,7 +33,8 @@ def compile_pipeline(kfp_config: config.KubeflowConfig, output_path: str) -> Dic
         # A plain string, not a RuntimeParameter: TFX 1.16-1.21 compile an exit handler
         # outside the pipeline's parameter context and fail on runtime parameters there.
         runner.set_exit_handler(notify.NotifyFinalStatus(
-            final_status=tfx.orchestration.experimental.FinalStatusStr(), url=kfp_config.notify_url
+            final_status=tfx.orchestration.experimental.FinalStatusStr(), url=kfp_config.notify_url,
+            model_dir=kfp_config.model_serving_dir, job_created=notify.JOB_CREATED,
         ).with_id(NOTIFY_NODE_ID))
     job = runner.run(build_pipeline(kfp_config), write_out=False)
     for fix in (

@@ -116,7 +116,17 @@ def test_local_paths_are_refused_for_a_remote_pipeline(tmp_path, capsys):
     status = cli.main(["compile", "--image", IMAGE, "--pipeline-root", str(tmp_path), "--data-root", "gs://b/d",
                        "--serving-dir", "gs://b/s", "--output", str(tmp_path / "p.json")])
     assert status == 1
-    assert "pipeline_root must be a remote URI" in capsys.readouterr().err
+    assert "pipeline_root must be a location every task of the pipeline can reach" in capsys.readouterr().err
+
+
+def test_cloud_storage_fuse_paths_compile_as_given(tmp_path):
+    """Vertex AI mounts Cloud Storage at /gcs/ in every task: those paths are taken as they are."""
+    output = tmp_path / "p.json"
+    assert cli.main(["compile", "--image", IMAGE, "--pipeline-root", "/gcs/b/p", "--data-root", "/gcs/b/d",
+                     "--serving-dir", "/gcs/b/s", "--output", str(output)]) == 0
+    job = json.loads(output.read_text())
+    assert job["runtimeConfig"]["gcsOutputDirectory"] == "/gcs/b/p"
+    assert '"/gcs/b/d"' in json.dumps(job) and "/gcs/b/s/big_tip" in json.dumps(job)
 
 
 def test_a_window_of_one_span_is_refused_when_compiling(tmp_path, capsys):
@@ -144,6 +154,11 @@ def test_notify_compiles_an_exit_handler_that_runs_after_any_outcome(tmp_path):
     parameters = handler["inputs"]["parameters"]
     assert parameters["final_status"] == {"taskFinalStatus": {"producerTask": "tfx-dag"}}
     assert parameters["url"]["runtimeValue"]["constantValue"]["stringValue"] == url
+    # What the handler reads to tell what the job pushed: the model's folder, and the job's
+    # creation time as a whole-value constant the backend resolves.
+    assert parameters["model_dir"]["runtimeValue"]["constantValue"]["stringValue"] == "gs://bucket/serving/big_tip"
+    assert parameters["job_created"]["runtimeValue"]["constantValue"]["stringValue"] == (
+        "{{$.pipeline_job_create_time_utc}}")
     # Every node is in the sub-DAG, and the compiled fixes still apply there.
     inner = spec["components"]["tfx-dag"]["dag"]["tasks"]
     assert set(inner) == TASKS

@@ -1,0 +1,451 @@
+"""Runs a compiled PipelineJob JSON (`taxi-pipeline compile`) here, task by task, each task
+inside the pipeline image, the way Vertex AI Pipelines runs it. Test code.
+
+What it stands in for, as Vertex AI does it:
+- the DAG: tasks in the order of their `dependentTasks` and of the artifacts and
+  parameters they take, the `tfx-dag` sub-DAG first and the exit handler last, with the
+  sub-DAG's final status (`PipelineTaskFinalStatus` as a JSON string, `state` SUCCEEDED or
+  FAILED with the failing task's error) whatever happened;
+- each container task: a fresh container of the image (`buildah from`, chroot isolation)
+  running the exact `command` and `args` of the JSON, `{{$}}` replaced by the ExecutorInput
+  built as Vertex builds it for a schema-2.0.0 spec: the task's constants and upstream
+  outputs as `inputs.parameters`, upstream artifacts with their `name`, `type`, `uri` and
+  `metadata`, output artifacts provisioned under the pipeline root at
+  `<root>/<project>/<job>/<task>_<uuid>/<output>`, and `outputs.outputFile`; after it, the
+  ExecutorOutput's `uri` and `metadata` merged into the provisioned artifacts and its
+  `parameterValues` made the task's output parameters;
+- `lifecycle.preCacheCheck` (ImportExampleGen's driver): run first, in its own container,
+  with the same ExecutorInput; its `parameterValues` then replace the executor's
+  parameters and its artifact metadata is merged into the output artifact;
+- `triggerPolicy.condition`: evaluated by a CEL implementation (cel-python) on the task's
+  inputs, artifact metadata as a protobuf Struct holds it (every number a double); a false
+  condition skips the task, and a task whose upstream was skipped is not triggered;
+- resolver tasks: their `outputArtifactQueries` filters (`schema_title`, `state`,
+  `name`, `metadata.K.number_value`) answered from the artifacts that earlier jobs of this
+  harness recorded in the same state folder, newest first, limit 1 (none on a first run);
+- runtime constants that are whole values (`{{$.pipeline_job_uuid}}` and the like).
+
+What it does not do: Vertex's caching (every task runs), retries, machine types and
+resource limits, Vertex ML Metadata's API (artifacts live in a JSON file), service
+accounts, Cloud Storage itself (the pipeline's paths are Cloud Storage FUSE paths,
+`/gcs/BUCKET/...`, which Vertex mounts in every task and this harness bind-mounts from a
+local folder), and importer tasks (the pipeline has none: the harness refuses them).
+Each task's output goes to `<state>/<job>/logs/<task>.log` (`.driver.log` for a driver).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import time
+import uuid
+from typing import Any, Dict, List, Optional, Tuple
+
+import celpy
+
+PROJECT_NUMBER = "0"
+LOCATION = "local"
+ARTIFACT_PREFIX = f"projects/{PROJECT_NUMBER}/locations/{LOCATION}/metadataStores/default/artifacts/"
+# Whole-value runtime constants the backend resolves, and what they are here.
+RUNTIME_CONSTANTS = ("pipeline_job_uuid", "pipeline_job_name", "pipeline_job_resource_name",
+                     "pipeline_job_create_time_utc", "pipeline_job_schedule_time_utc")
+TASK_TIMEOUT_SECONDS = 900
+# What buildah itself prints after a command that failed in the container.
+BUILDAH_LINE = re.compile(r"^(subprocess exited with status \d+|Error: exit status \d+)$")
+
+
+class HarnessError(Exception):
+    """The JSON asks for something this harness does not stand in for."""
+
+
+@dataclasses.dataclass
+class TaskResult:
+    name: str
+    state: str  # SUCCEEDED, FAILED, SKIPPED, NOT_TRIGGERED
+    seconds: float = 0.0
+    log: str = ""
+    error: str = ""
+    outputs: Dict[str, List[Dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    parameters: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class JobResult:
+    job_id: str
+    state: str  # the tfx-dag's final state
+    tasks: Dict[str, TaskResult]
+    final_status: Dict[str, Any]
+    seconds: float
+
+    def log_of(self, task: str) -> str:
+        path = self.tasks[task].log
+        return open(path, encoding="utf-8", errors="replace").read() if path and os.path.exists(path) else ""
+
+
+class Image:
+    """Runs commands in fresh containers of one image, with bind mounts."""
+
+    def __init__(self, image: str, mounts: Dict[str, str]):
+        self.image = image
+        self.mounts = mounts  # host path -> path in the container
+
+    def run(self, argv: List[str], log_path: str, timeout: float = TASK_TIMEOUT_SECONDS) -> int:
+        container = subprocess.run(
+            ["buildah", "from", "--pull-never", "--quiet", self.image],
+            check=True, capture_output=True, text=True,
+        ).stdout.strip()
+        try:
+            command = ["buildah", "run", "--isolation", "chroot"]
+            for host, inside in self.mounts.items():
+                command += ["--volume", f"{host}:{inside}"]
+            command += [container, "--"] + argv
+            with open(log_path, "ab") as log:
+                try:
+                    return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=timeout).returncode
+                except subprocess.TimeoutExpired:
+                    log.write(f"\n[harness] timed out after {timeout} s\n".encode())
+                    return 124
+        finally:
+            subprocess.run(["buildah", "rm", container], capture_output=True)
+
+
+class ArtifactStore:
+    """The artifacts every job recorded: what the resolver tasks query."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.data = {"next_id": 1, "artifacts": []}
+        if os.path.exists(path):
+            with open(path) as handle:
+                self.data = json.load(handle)
+
+    def new_name(self) -> str:
+        name = f"{ARTIFACT_PREFIX}{self.data['next_id']}"
+        self.data["next_id"] += 1
+        return name
+
+    def record(self, pipeline: str, job_id: str, artifact: Dict[str, Any]) -> None:
+        self.data["artifacts"].append(dict(artifact, pipeline=pipeline, job=job_id, state="LIVE"))
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as handle:
+            json.dump(self.data, handle, indent=1)
+        os.replace(tmp, self.path)
+
+    def query(self, pipeline: str, query: str) -> List[Dict[str, Any]]:
+        """The newest artifact of `pipeline` matching a Vertex ML Metadata filter of the
+        clauses TFX compiles, joined by AND; an empty list when none does."""
+        tests = []
+        for clause in query.split(" AND "):
+            clause = clause.strip()
+            match = re.fullmatch(r'(schema_title|name)="(.*)"', clause)
+            if match:
+                key, value = match.groups()
+                tests.append(lambda a, k=key, v=value: (artifact_title(a) if k == "schema_title" else a["name"]) == v)
+                continue
+            match = re.fullmatch(r"state=(\w+)", clause)
+            if match:
+                tests.append(lambda a, v=match.group(1): a["state"] == v)
+                continue
+            match = re.fullmatch(r"metadata\.(\w+)\.number_value=([-\d.]+)", clause)
+            if match:
+                tests.append(lambda a, k=match.group(1), v=float(match.group(2)):
+                             isinstance(a["metadata"].get(k), (int, float)) and float(a["metadata"][k]) == v)
+                continue
+            raise HarnessError(f"resolver filter clause not understood: {clause!r}")
+        found = [a for a in self.data["artifacts"] if a["pipeline"] == pipeline and all(t(a) for t in tests)]
+        return [strip_record(found[-1])] if found else []
+
+
+def strip_record(artifact: Dict[str, Any]) -> Dict[str, Any]:
+    return {key: artifact[key] for key in ("name", "type", "uri", "metadata")}
+
+
+def artifact_title(artifact: Dict[str, Any]) -> str:
+    kind = artifact["type"]
+    if "schemaTitle" in kind:
+        return kind["schemaTitle"]
+    match = re.search(r"^title:\s*(\S+)", kind.get("instanceSchema", ""), re.M)
+    return match.group(1) if match else ""
+
+
+def as_struct(value: Any) -> Any:
+    """A JSON value as a protobuf Struct holds it: every number a double."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, dict):
+        return {key: as_struct(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [as_struct(item) for item in value]
+    return value
+
+
+def legacy_value(value: Any, kind: str) -> Dict[str, Any]:
+    """A parameter value in the schema-2.0.0 form (`pipeline_spec.Value`) for a `kind`
+    (STRING, INT, DOUBLE) input definition."""
+    if kind == "INT":
+        return {"intValue": str(int(value))}
+    if kind == "DOUBLE":
+        return {"doubleValue": float(value)}
+    if isinstance(value, str):
+        return {"stringValue": value}
+    if isinstance(value, float) and value.is_integer():
+        return {"stringValue": str(int(value))}
+    return {"stringValue": json.dumps(value) if isinstance(value, (dict, list)) else str(value)}
+
+
+def plain_value(legacy: Dict[str, Any]) -> Any:
+    if "intValue" in legacy:
+        return int(legacy["intValue"])
+    if "doubleValue" in legacy:
+        return float(legacy["doubleValue"])
+    return legacy.get("stringValue", "")
+
+
+class VertexJob:
+    """One PipelineJob of a compiled JSON, run here (see the module's docstring)."""
+
+    def __init__(self, job_json: str, image: Image, state_dir: str, pipeline_root: Optional[str] = None):
+        with open(job_json) as handle:
+            self.job = json.load(handle)
+        self.spec = self.job["pipelineSpec"]
+        if self.spec.get("schemaVersion") != "2.0.0":
+            raise HarnessError(f"schema {self.spec.get('schemaVersion')} (this harness builds 2.0.0 inputs)")
+        self.image = image
+        self.pipeline = self.spec["pipelineInfo"]["name"]
+        self.root = (pipeline_root or self.job["runtimeConfig"]["gcsOutputDirectory"]).rstrip("/")
+        self.state_dir = state_dir
+        self.store = ArtifactStore(os.path.join(state_dir, "artifacts.json"))
+        self.job_id = f"{self.pipeline}-{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        self.created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.logs = os.path.join(state_dir, self.job_id, "logs")
+        os.makedirs(self.logs, exist_ok=True)
+
+    # ---- paths: the pipeline root as the tasks see it, and as this machine sees it.
+    def host_path(self, path: str) -> str:
+        for host, inside in self.image.mounts.items():
+            if path == inside or path.startswith(inside.rstrip("/") + "/"):
+                return host + path[len(inside):]
+        raise HarnessError(f"{path} is outside every mount of the harness")
+
+    def constant(self, value: str) -> str:
+        match = re.fullmatch(r"\{\{\$\.(\w+)\}\}", value)
+        if not match:
+            return value
+        key = match.group(1)
+        if key not in RUNTIME_CONSTANTS:
+            raise HarnessError(f"runtime constant {value} not known to the harness")
+        return {
+            "pipeline_job_uuid": self.job_id,
+            "pipeline_job_name": self.job_id,
+            "pipeline_job_resource_name": self.resource_name,
+            "pipeline_job_create_time_utc": self.created,
+            "pipeline_job_schedule_time_utc": self.created,
+        }[key]
+
+    @property
+    def resource_name(self) -> str:
+        return f"projects/{PROJECT_NUMBER}/locations/{LOCATION}/pipelineJobs/{self.job_id}"
+
+    # ---- the job
+    def run(self) -> JobResult:
+        started = time.perf_counter()
+        root_tasks = self.spec["root"]["dag"]["tasks"]
+        results: Dict[str, TaskResult] = {}
+        dag_names = [name for name, task in root_tasks.items() if "dag" in self.component(task)]
+        exit_names = [name for name in root_tasks if name not in dag_names]
+        final_status: Dict[str, Any] = {}
+        state = "SUCCEEDED"
+        if dag_names:
+            for dag_name in dag_names:
+                state, error = self.run_dag(self.component(root_tasks[dag_name])["dag"]["tasks"], results)
+                final_status = {"state": state, "error": error, "pipelineJobResourceName": self.resource_name,
+                                "pipelineTaskName": dag_name}
+                results[dag_name] = TaskResult(dag_name, state, error=error.get("message", ""))
+            for name in exit_names:
+                results[name] = self.run_task(name, root_tasks[name], results, final_status)
+        else:
+            state, error = self.run_dag(root_tasks, results)
+            final_status = {"state": state, "error": error}
+        return JobResult(self.job_id, state, results, final_status, time.perf_counter() - started)
+
+    def component(self, task: Dict[str, Any]) -> Dict[str, Any]:
+        return self.spec["components"][task["componentRef"]["name"]]
+
+    def run_dag(self, tasks: Dict[str, Any], results: Dict[str, TaskResult]) -> Tuple[str, Dict[str, Any]]:
+        for name in self.order(tasks):
+            task = tasks[name]
+            upstream = [results[dep].state for dep in self.upstream(task)]
+            if any(state in ("FAILED", "NOT_TRIGGERED", "SKIPPED") for state in upstream):
+                results[name] = TaskResult(name, "NOT_TRIGGERED")
+                continue
+            results[name] = self.run_task(name, task, results)
+            if results[name].state == "FAILED":
+                for other in tasks:
+                    results.setdefault(other, TaskResult(other, "NOT_TRIGGERED"))
+                return "FAILED", {"code": 13, "message": f"task {name} failed: {results[name].error}"}
+        return "SUCCEEDED", {}
+
+    @staticmethod
+    def upstream(task: Dict[str, Any]) -> List[str]:
+        names = set(task.get("dependentTasks", []))
+        for spec in task.get("inputs", {}).get("artifacts", {}).values():
+            if "taskOutputArtifact" in spec:
+                names.add(spec["taskOutputArtifact"]["producerTask"])
+        for spec in task.get("inputs", {}).get("parameters", {}).values():
+            if "taskOutputParameter" in spec:
+                names.add(spec["taskOutputParameter"]["producerTask"])
+        return sorted(names)
+
+    def order(self, tasks: Dict[str, Any]) -> List[str]:
+        done: List[str] = []
+        pending = sorted(tasks)
+        while pending:
+            ready = [name for name in pending if all(dep in done for dep in self.upstream(tasks[name]))]
+            if not ready:
+                raise HarnessError(f"tasks wait on tasks that are not in the DAG: {pending}")
+            done += ready
+            pending = [name for name in pending if name not in ready]
+        return done
+
+    # ---- one task
+    def inputs(self, name: str, task: Dict[str, Any], results: Dict[str, TaskResult],
+               final_status: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+        definitions = self.component(task).get("inputDefinitions", {})
+        parameters: Dict[str, Any] = {}
+        for key, spec in task.get("inputs", {}).get("parameters", {}).items():
+            kind = definitions.get("parameters", {}).get(key, {}).get("type", "STRING")
+            if "runtimeValue" in spec:
+                value = dict(spec["runtimeValue"]["constantValue"])
+                if "stringValue" in value:
+                    value["stringValue"] = self.constant(value["stringValue"])
+                parameters[key] = value
+            elif "taskOutputParameter" in spec:
+                source = spec["taskOutputParameter"]
+                parameters[key] = legacy_value(results[source["producerTask"]].parameters[source["outputParameterKey"]],
+                                               kind)
+            elif "taskFinalStatus" in spec:
+                parameters[key] = {"stringValue": json.dumps(final_status, separators=(",", ":"))}
+            else:
+                raise HarnessError(f"{name}: parameter {key} of a kind the harness does not know: {spec}")
+        artifacts: Dict[str, Any] = {}
+        for key, spec in task.get("inputs", {}).get("artifacts", {}).items():
+            if "taskOutputArtifact" not in spec:
+                raise HarnessError(f"{name}: artifact input {key} of a kind the harness does not know: {spec}")
+            source = spec["taskOutputArtifact"]
+            artifacts[key] = {"artifacts": results[source["producerTask"]].outputs.get(source["outputArtifactKey"], [])}
+        return {"parameters": parameters, "artifacts": artifacts}
+
+    def condition_holds(self, condition: str, inputs: Dict[str, Any]) -> bool:
+        environment = celpy.Environment()
+        program = environment.program(environment.compile(condition))
+        activation = {"inputs": celpy.json_to_cel(as_struct(inputs))}
+        result = program.evaluate(activation)
+        if not isinstance(result, celpy.celtypes.BoolType):
+            raise HarnessError(f"condition {condition!r} gave {result!r}, not a bool")
+        return bool(result)
+
+    def run_task(self, name: str, task: Dict[str, Any], results: Dict[str, TaskResult],
+                 final_status: Optional[Dict[str, Any]] = None) -> TaskResult:
+        started = time.perf_counter()
+        component = self.component(task)
+        executor = self.spec["deploymentSpec"]["executors"][component["executorLabel"]]
+        inputs = self.inputs(name, task, results, final_status)
+        condition = task.get("triggerPolicy", {}).get("condition")
+        if condition and not self.condition_holds(condition, inputs):
+            return TaskResult(name, "SKIPPED")
+        if "resolver" in executor:
+            outputs = {}
+            for key, query in executor["resolver"]["outputArtifactQueries"].items():
+                outputs[key] = self.store.query(self.pipeline, self.resolve_filter(query["filter"], inputs))
+            return TaskResult(name, "SUCCEEDED", time.perf_counter() - started, outputs=outputs)
+        if "container" not in executor:
+            raise HarnessError(f"{name}: executor kind {sorted(executor)} not run by this harness")
+        return self.run_container(name, component, executor["container"], inputs, started)
+
+    def resolve_filter(self, query: str, inputs: Dict[str, Any]) -> str:
+        def metadata(match: "re.Match[str]") -> str:
+            artifacts = inputs["artifacts"].get(match.group(1), {}).get("artifacts", [])
+            return str(artifacts[0]["metadata"].get(match.group(2), "")) if artifacts else ""
+
+        return re.sub(r"\{\{\$\.inputs\.artifacts\['([^']+)'\]\.metadata\['([^']+)'\]\}\}", metadata, query)
+
+    def run_container(self, name: str, component: Dict[str, Any], container: Dict[str, Any],
+                      inputs: Dict[str, Any], started: float) -> TaskResult:
+        task_root = f"{self.root}/{PROJECT_NUMBER}/{self.job_id}/{name}_{uuid.uuid4().hex[:12]}"
+        os.makedirs(self.host_path(task_root), exist_ok=True)
+        output_definitions = component.get("outputDefinitions", {})
+        outputs = {}
+        for key, definition in output_definitions.get("artifacts", {}).items():
+            outputs[key] = {"artifacts": [{
+                "name": self.store.new_name(), "type": definition["artifactType"],
+                "uri": f"{task_root}/{key}", "metadata": dict(definition.get("metadata", {})),
+            }]}
+        executor_input = {
+            "inputs": inputs,
+            "outputs": {
+                "artifacts": outputs,
+                "parameters": {key: {"outputFile": f"{task_root}/parameters/{key}"}
+                               for key in output_definitions.get("parameters", {})},
+                "outputFile": f"{task_root}/executor_output.json",
+            },
+        }
+        output_file = self.host_path(executor_input["outputs"]["outputFile"])
+        log = os.path.join(self.logs, f"{name}.log")
+        hook = container.get("lifecycle", {}).get("preCacheCheck")
+        if hook:
+            driver_log = os.path.join(self.logs, f"{name}.driver.log")
+            status = self.image.run(self.argv(hook, executor_input), driver_log)
+            if status != 0:
+                return self.failed(name, started, driver_log, f"its preCacheCheck driver exited {status}")
+            driver_output = read_json(output_file)
+            kinds = component.get("inputDefinitions", {}).get("parameters", {})
+            for key, value in driver_output.get("parameterValues", {}).items():
+                inputs["parameters"][key] = legacy_value(value, kinds.get(key, {}).get("type", "STRING"))
+            for key, produced in driver_output.get("artifacts", {}).items():
+                if key in outputs and produced.get("artifacts"):
+                    outputs[key]["artifacts"][0]["metadata"].update(produced["artifacts"][0].get("metadata", {}))
+            os.remove(output_file)
+        status = self.image.run(self.argv(container, executor_input), log)
+        if status != 0:
+            return self.failed(name, started, log, f"exited {status}")
+        produced = read_json(output_file) if os.path.exists(output_file) else {}
+        result = TaskResult(name, "SUCCEEDED", time.perf_counter() - started, log=log)
+        for key, spec in outputs.items():
+            artifact = spec["artifacts"][0]
+            made = (produced.get("artifacts", {}).get(key, {}).get("artifacts") or [{}])[0]
+            artifact["uri"] = made.get("uri") or artifact["uri"]
+            artifact["metadata"].update(made.get("metadata", {}))
+            result.outputs[key] = [artifact]
+            self.store.record(self.pipeline, self.job_id, artifact)
+        result.parameters = dict(produced.get("parameterValues", {}))
+        for key, spec in executor_input["outputs"]["parameters"].items():
+            path = self.host_path(spec["outputFile"])
+            if key not in result.parameters and os.path.exists(path):
+                result.parameters[key] = open(path).read()
+        return result
+
+    def argv(self, container: Dict[str, Any], executor_input: Dict[str, Any]) -> List[str]:
+        serialized = json.dumps(executor_input, separators=(",", ":"))
+        argv = []
+        for arg in list(container["command"]) + list(container.get("args", [])):
+            if "{{$" in arg and arg != "{{$}}":
+                raise HarnessError(f"placeholder not known to the harness: {arg}")
+            argv.append(serialized if arg == "{{$}}" else arg)
+        return argv
+
+    @staticmethod
+    def failed(name: str, started: float, log: str, why: str) -> TaskResult:
+        lines = [line for line in open(log, encoding="utf-8", errors="replace").read().splitlines()
+                 if line.strip() and not BUILDAH_LINE.match(line)]
+        return TaskResult(name, "FAILED", time.perf_counter() - started, log=log,
+                          error=f"{why}; last line of {log}: {lines[-1] if lines else '(empty)'}")
+
+
+def read_json(path: str) -> Dict[str, Any]:
+    with open(path) as handle:
+        return json.load(handle)
