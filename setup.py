@@ -21,6 +21,6 @@ setuptools.setup(
         "jinja2",
         "matplotlib",
     ],
-    extras_require={"test": ["pytest", "pytest-timeout", "pytest-randomly", "pytest-xdist", "ruff"]},
+    extras_require={"test": ["pytest", "pytest-timeout", "pytest-randomly", "pytest-xdist", "ruff", "cel-python"]},
     entry_points={"console_scripts": ["taxi-pipeline=pipeline.cli:console_main"]},
 )

@@ -108,9 +108,11 @@ def _parser() -> argparse.ArgumentParser:
 
     kfp = commands.add_parser("compile", help="write the pipeline JSON for Kubeflow Pipelines v2 / Vertex AI")
     kfp.add_argument("--image", required=True, help="the pipeline image (see Dockerfile)")
-    kfp.add_argument("--pipeline-root", required=True, help="gs:// root for component outputs (or its Cloud Storage FUSE path, /gcs/BUCKET/...)")
+    kfp.add_argument("--pipeline-root", required=True,
+                     help="gs:// root for component outputs (or its Cloud Storage FUSE path, /gcs/BUCKET/...)")
     kfp.add_argument("--data-root", required=True, help="gs:// folder of span-<N>/ folders (or /gcs/BUCKET/...)")
-    kfp.add_argument("--serving-dir", required=True, help="gs:// folder blessed models are pushed to (or /gcs/BUCKET/...)")
+    kfp.add_argument("--serving-dir", required=True,
+                     help="gs:// folder blessed models are pushed to (or /gcs/BUCKET/...)")
     kfp.add_argument("--keep-versions", type=_positive, default=config.KEEP_VERSIONS, help="pushed versions kept")
     kfp.add_argument("--window", type=int, default=config.WINDOW_SIZE,
                      help="train on the newest N spans, chosen on each run (the newest is evaluated on); "

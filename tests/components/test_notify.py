@@ -5,8 +5,8 @@ import json
 
 from components import notify
 
-STATUS = json.dumps({"state": "SUCCEEDED", "error": {}, "pipelineJobResourceName": "projects/0/locations/l/pipelineJobs/j",
-                     "pipelineTaskName": "tfx-dag"})
+STATUS = json.dumps({"state": "SUCCEEDED", "error": {}, "pipelineTaskName": "tfx-dag",
+                     "pipelineJobResourceName": "projects/0/locations/l/pipelineJobs/j"})
 
 
 def _rfc3339(seconds: int) -> str:
