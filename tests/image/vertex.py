@@ -30,7 +30,8 @@ resource limits, Vertex ML Metadata's API (artifacts live in a JSON file), servi
 accounts, Cloud Storage itself (the pipeline's paths are Cloud Storage FUSE paths,
 `/gcs/BUCKET/...`, which Vertex mounts in every task and this harness bind-mounts from a
 local folder), and importer tasks (the pipeline has none: the harness refuses them).
-Each task's output goes to `<state>/<job>/logs/<task>.log` (`.driver.log` for a driver).
+Each task's output goes to `<state>/<job>/logs/<task>.log` (`.driver.log` for a driver),
+and the job's states and times to `<state>/<job>/job.json`.
 """
 
 from __future__ import annotations
@@ -271,7 +272,10 @@ class VertexJob:
         else:
             state, error = self.run_dag(root_tasks, results)
             final_status = {"state": state, "error": error}
-        return JobResult(self.job_id, state, results, final_status, time.perf_counter() - started)
+        result = JobResult(self.job_id, state, results, final_status, time.perf_counter() - started)
+        with open(os.path.join(self.state_dir, self.job_id, "job.json"), "w") as handle:
+            json.dump(dataclasses.asdict(result), handle, indent=1)
+        return result
 
     def component(self, task: Dict[str, Any]) -> Dict[str, Any]:
         return self.spec["components"][task["componentRef"]["name"]]
