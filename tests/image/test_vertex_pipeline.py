@@ -10,23 +10,16 @@ copy of data/'s slice, then a new span with an anomaly. The tests only read what
 
 from __future__ import annotations
 
-import dataclasses
-import http.server
 import json
-import os
-import threading
 from pathlib import Path
-from typing import List
 
 import pytest
 
-from tests.conftest import SLICE_SPANS
 from tests.image import vertex
+from tests.image.conftest import MODEL, report
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
-BUCKET = "/gcs/taxi-harness"
-MODEL = "big_tip"
 WINDOW = 4
 # Scores of the compiled pipeline's model and of a local run's, on the same spans and seed.
 SCORE_TOLERANCE = 1e-6
@@ -70,60 +63,6 @@ with tf.io.TFRecordWriter(f"{target}/trips.tfrecord.gz", options) as writer:
 """
 
 
-class _Webhook(http.server.BaseHTTPRequestHandler):
-    received: list = []
-
-    def do_POST(self):  # noqa: N802 (http.server's name)
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        type(self).received.append(json.loads(body))
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
-
-
-@dataclasses.dataclass
-class Bucket:
-    """The local folder mounted at BUCKET in every task's container."""
-
-    root: Path
-    image: vertex.Image
-
-    def inside(self, *parts: str) -> str:
-        return "/".join([BUCKET, *parts])
-
-    def versions(self, serving: str = "serving") -> List[str]:
-        folder = self.root / serving / MODEL
-        return sorted(name for name in os.listdir(folder) if name.isdigit()) if folder.is_dir() else []
-
-    def run(self, argv: List[str], log: Path) -> str:
-        """Runs `argv` in a container of the image; returns its output, failing the test
-        with it when the command fails."""
-        status = self.image.run(argv, str(log))
-        output = log.read_text(errors="replace")
-        assert status == 0, f"{argv[:3]} exited {status} in the image:\n{output[-4000:]}"
-        return output
-
-
-@pytest.fixture(scope="module")
-def webhook():
-    _Webhook.received = []
-    server = http.server.HTTPServer(("127.0.0.1", 0), _Webhook)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/hook", _Webhook.received
-    server.shutdown()
-    server.server_close()
-
-
-@pytest.fixture(scope="module")
-def bucket(tmp_path_factory, pipeline_image, copy_spans) -> Bucket:
-    root = tmp_path_factory.mktemp("bucket")
-    copy_spans(root / "data", SLICE_SPANS)
-    copy_spans(root / "local-data", SLICE_SPANS)
-    return Bucket(root, vertex.Image(pipeline_image, {str(root): BUCKET}))
-
-
 @pytest.fixture(scope="module")
 def compiled(bucket, webhook, pipeline_image) -> Path:
     """The PipelineJob JSON, compiled inside the image by the image's own stack."""
@@ -151,17 +90,12 @@ def anomaly_job(bucket, compiled, first_job, webhook):
     return job, versions, webhook[1][alerts:]
 
 
-def _report(job: vertex.JobResult) -> str:
-    lines = [f"{name}: {task.state} {task.seconds:.1f} s {task.error}" for name, task in job.tasks.items()]
-    return f"job {job.job_id} {job.state}\n" + "\n".join(lines)
-
-
 def test_a_clean_copy_of_the_data_pushes_a_model(first_job, bucket, webhook):
-    report = _report(first_job)
-    assert first_job.state == "SUCCEEDED", report
+    states = report(first_job)
+    assert first_job.state == "SUCCEEDED", states
     ran = {name for name, task in first_job.tasks.items() if task.state == "SUCCEEDED"}
     assert {"ImportExampleGen", "DataGate", "Transform", "Trainer", "Evaluator", "ServingCheck", "Pusher",
-            "NotifyFinalStatus"} <= ran, report
+            "NotifyFinalStatus"} <= ran, states
     # ImportExampleGen's preCacheCheck driver ran and fingerprinted the window's four spans.
     (examples,) = first_job.tasks["ImportExampleGen"].outputs["examples"]
     assert examples["metadata"]["input_fingerprint"].count("split:") == WINDOW
@@ -181,7 +115,7 @@ def test_a_clean_copy_of_the_data_pushes_a_model(first_job, bucket, webhook):
 def test_the_pushed_model_scores_as_a_local_run_on_the_same_spans(first_job, bucket):
     """`taxi-pipeline retrain --window 4` in the same image, on a copy of the same spans:
     the same model, to within float noise (the seed is fixed)."""
-    assert first_job.state == "SUCCEEDED", _report(first_job)
+    assert first_job.state == "SUCCEEDED", report(first_job)
     bucket.run(["taxi-pipeline", "retrain", "--window", str(WINDOW), "--data-root", bucket.inside("local-data"),
                 "--output-root", bucket.inside("local-out"), "--serving-dir", bucket.inside("local-serving")],
                bucket.root / "local-retrain.log")
@@ -197,15 +131,15 @@ def test_the_pushed_model_scores_as_a_local_run_on_the_same_spans(first_job, buc
 
 def test_a_new_span_with_an_anomaly_skips_training_and_pushes_nothing(anomaly_job, first_job, bucket):
     job, versions_before, alerts = anomaly_job
-    report = _report(job)
-    assert job.state == "SUCCEEDED", report
+    states = report(job)
+    assert job.state == "SUCCEEDED", states
     # The gate ran on the window that holds the new span, and its verdict said no.
     (verdict,) = job.tasks["DataGate"].outputs["verdict"]
     assert verdict["metadata"]["blessed"] == 0, verdict
     # The Cond is false: Transform is skipped, and nothing after it runs.
-    assert job.tasks["Transform"].state == "SKIPPED", report
+    assert job.tasks["Transform"].state == "SKIPPED", states
     for name in ("Trainer", "Evaluator", "ServingCheck", "Pusher"):
-        assert job.tasks[name].state in ("SKIPPED", "NOT_TRIGGERED"), report
+        assert job.tasks[name].state in ("SKIPPED", "NOT_TRIGGERED"), states
     assert bucket.versions() == versions_before
     # The resolver found the first job's blessed model (what a baseline would have been).
     (model,) = job.tasks["LatestBlessedModelResolver-model-resolver"].outputs["model"]
@@ -214,25 +148,3 @@ def test_a_new_span_with_an_anomaly_skips_training_and_pushes_nothing(anomaly_jo
     (alert,) = [body for body in alerts if job.job_id in body["text"]]
     assert alert["outcome"] == "succeeded" and alert["version"] is None
     assert alert["text"].endswith(f"nothing pushed (version {versions_before[-1]} keeps serving)"), alert
-
-
-def test_a_failing_task_is_named_with_its_log_and_still_alerted(bucket, webhook, pipeline_image, copy_spans,
-                                                                 tmp_path):
-    """A data root with fewer spans than the window: SpanWindow fails saying so, nothing
-    after it runs, and the exit handler still posts the failure."""
-    url, received = webhook
-    copy_spans(bucket.root / "short-data", SLICE_SPANS[:2])
-    bucket.run(["taxi-pipeline", "compile", "--image", pipeline_image,
-                "--pipeline-root", bucket.inside("short-root"), "--data-root", bucket.inside("short-data"),
-                "--serving-dir", bucket.inside("short-serving"), "--window", str(WINDOW), "--notify", url,
-                "--output", bucket.inside("short.json")], bucket.root / "short-compile.log")
-    alerts = len(received)
-    job = vertex.VertexJob(str(bucket.root / "short.json"), bucket.image, str(tmp_path / "harness")).run()
-    assert job.state == "FAILED" and job.tasks["SpanWindow"].state == "FAILED", _report(job)
-    error = job.tasks["SpanWindow"].error
-    assert "SpanWindow" in job.final_status["error"]["message"]
-    assert "found 2" in error and "SpanWindow.log" in error, error
-    assert "Traceback" in job.log_of("SpanWindow")
-    assert job.tasks["ImportExampleGen"].state == "NOT_TRIGGERED" and job.tasks["NotifyFinalStatus"].state == "SUCCEEDED"
-    (alert,) = received[alerts:]
-    assert alert["outcome"] == "failed" and "task SpanWindow failed" in alert["text"], alert

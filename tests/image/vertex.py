@@ -199,12 +199,48 @@ def legacy_value(value: Any, kind: str) -> Dict[str, Any]:
     return {"stringValue": json.dumps(value) if isinstance(value, (dict, list)) else str(value)}
 
 
-def plain_value(legacy: Dict[str, Any]) -> Any:
-    if "intValue" in legacy:
-        return int(legacy["intValue"])
-    if "doubleValue" in legacy:
-        return float(legacy["doubleValue"])
-    return legacy.get("stringValue", "")
+def upstream(task: Dict[str, Any]) -> List[str]:
+    """The tasks a task waits for: its `dependentTasks` and the producers of its inputs."""
+    names = set(task.get("dependentTasks", []))
+    for spec in task.get("inputs", {}).get("artifacts", {}).values():
+        if "taskOutputArtifact" in spec:
+            names.add(spec["taskOutputArtifact"]["producerTask"])
+    for spec in task.get("inputs", {}).get("parameters", {}).values():
+        if "taskOutputParameter" in spec:
+            names.add(spec["taskOutputParameter"]["producerTask"])
+    return sorted(names)
+
+
+def dag_order(tasks: Dict[str, Any]) -> List[str]:
+    """The tasks in an order that runs each after every task it waits for."""
+    done: List[str] = []
+    pending = sorted(tasks)
+    while pending:
+        ready = [name for name in pending if all(dep in done for dep in upstream(tasks[name]))]
+        if not ready:
+            raise HarnessError(f"tasks wait on tasks that are not in the DAG, or on each other: {pending}")
+        done += ready
+        pending = [name for name in pending if name not in ready]
+    return done
+
+
+def condition_holds(condition: str, inputs: Dict[str, Any]) -> bool:
+    """A `triggerPolicy.condition` (CEL) on a task's inputs, as Vertex AI evaluates it."""
+    environment = celpy.Environment()
+    program = environment.program(environment.compile(condition))
+    result = program.evaluate({"inputs": celpy.json_to_cel(as_struct(inputs))})
+    if not isinstance(result, celpy.celtypes.BoolType):
+        raise HarnessError(f"condition {condition!r} gave {result!r}, not a bool")
+    return bool(result)
+
+
+def resolve_filter(query: str, inputs: Dict[str, Any]) -> str:
+    """A resolver's filter with its `{{$.inputs.artifacts['K'].metadata['P']}}` filled in."""
+    def metadata(match: "re.Match[str]") -> str:
+        artifacts = inputs["artifacts"].get(match.group(1), {}).get("artifacts", [])
+        return str(artifacts[0]["metadata"].get(match.group(2), "")) if artifacts else ""
+
+    return re.sub(r"\{\{\$\.inputs\.artifacts\['([^']+)'\]\.metadata\['([^']+)'\]\}\}", metadata, query)
 
 
 class VertexJob:
@@ -281,10 +317,10 @@ class VertexJob:
         return self.spec["components"][task["componentRef"]["name"]]
 
     def run_dag(self, tasks: Dict[str, Any], results: Dict[str, TaskResult]) -> Tuple[str, Dict[str, Any]]:
-        for name in self.order(tasks):
+        for name in dag_order(tasks):
             task = tasks[name]
-            upstream = [results[dep].state for dep in self.upstream(task)]
-            if any(state in ("FAILED", "NOT_TRIGGERED", "SKIPPED") for state in upstream):
+            waited = [results[dep].state for dep in upstream(task)]
+            if any(state in ("FAILED", "NOT_TRIGGERED", "SKIPPED") for state in waited):
                 results[name] = TaskResult(name, "NOT_TRIGGERED")
                 continue
             results[name] = self.run_task(name, task, results)
@@ -293,28 +329,6 @@ class VertexJob:
                     results.setdefault(other, TaskResult(other, "NOT_TRIGGERED"))
                 return "FAILED", {"code": 13, "message": f"task {name} failed: {results[name].error}"}
         return "SUCCEEDED", {}
-
-    @staticmethod
-    def upstream(task: Dict[str, Any]) -> List[str]:
-        names = set(task.get("dependentTasks", []))
-        for spec in task.get("inputs", {}).get("artifacts", {}).values():
-            if "taskOutputArtifact" in spec:
-                names.add(spec["taskOutputArtifact"]["producerTask"])
-        for spec in task.get("inputs", {}).get("parameters", {}).values():
-            if "taskOutputParameter" in spec:
-                names.add(spec["taskOutputParameter"]["producerTask"])
-        return sorted(names)
-
-    def order(self, tasks: Dict[str, Any]) -> List[str]:
-        done: List[str] = []
-        pending = sorted(tasks)
-        while pending:
-            ready = [name for name in pending if all(dep in done for dep in self.upstream(tasks[name]))]
-            if not ready:
-                raise HarnessError(f"tasks wait on tasks that are not in the DAG: {pending}")
-            done += ready
-            pending = [name for name in pending if name not in ready]
-        return done
 
     # ---- one task
     def inputs(self, name: str, task: Dict[str, Any], results: Dict[str, TaskResult],
@@ -344,15 +358,6 @@ class VertexJob:
             artifacts[key] = {"artifacts": results[source["producerTask"]].outputs.get(source["outputArtifactKey"], [])}
         return {"parameters": parameters, "artifacts": artifacts}
 
-    def condition_holds(self, condition: str, inputs: Dict[str, Any]) -> bool:
-        environment = celpy.Environment()
-        program = environment.program(environment.compile(condition))
-        activation = {"inputs": celpy.json_to_cel(as_struct(inputs))}
-        result = program.evaluate(activation)
-        if not isinstance(result, celpy.celtypes.BoolType):
-            raise HarnessError(f"condition {condition!r} gave {result!r}, not a bool")
-        return bool(result)
-
     def run_task(self, name: str, task: Dict[str, Any], results: Dict[str, TaskResult],
                  final_status: Optional[Dict[str, Any]] = None) -> TaskResult:
         started = time.perf_counter()
@@ -360,23 +365,16 @@ class VertexJob:
         executor = self.spec["deploymentSpec"]["executors"][component["executorLabel"]]
         inputs = self.inputs(name, task, results, final_status)
         condition = task.get("triggerPolicy", {}).get("condition")
-        if condition and not self.condition_holds(condition, inputs):
+        if condition and not condition_holds(condition, inputs):
             return TaskResult(name, "SKIPPED")
         if "resolver" in executor:
             outputs = {}
             for key, query in executor["resolver"]["outputArtifactQueries"].items():
-                outputs[key] = self.store.query(self.pipeline, self.resolve_filter(query["filter"], inputs))
+                outputs[key] = self.store.query(self.pipeline, resolve_filter(query["filter"], inputs))
             return TaskResult(name, "SUCCEEDED", time.perf_counter() - started, outputs=outputs)
         if "container" not in executor:
             raise HarnessError(f"{name}: executor kind {sorted(executor)} not run by this harness")
         return self.run_container(name, component, executor["container"], inputs, started)
-
-    def resolve_filter(self, query: str, inputs: Dict[str, Any]) -> str:
-        def metadata(match: "re.Match[str]") -> str:
-            artifacts = inputs["artifacts"].get(match.group(1), {}).get("artifacts", [])
-            return str(artifacts[0]["metadata"].get(match.group(2), "")) if artifacts else ""
-
-        return re.sub(r"\{\{\$\.inputs\.artifacts\['([^']+)'\]\.metadata\['([^']+)'\]\}\}", metadata, query)
 
     def run_container(self, name: str, component: Dict[str, Any], container: Dict[str, Any],
                       inputs: Dict[str, Any], started: float) -> TaskResult:

@@ -1,0 +1,75 @@
+"""The harness's own rules (tests/image/vertex.py), on small inputs: no image needed."""
+
+import json
+
+import pytest
+
+from tests.image import vertex
+
+VERDICT = "(inputs.artifacts['_DataGate.verdict'].artifacts[0].metadata['blessed'] == 1.0)"
+
+
+def _inputs(blessed):
+    return {"parameters": {}, "artifacts": {"_DataGate.verdict": {"artifacts": [
+        {"name": "a/1", "uri": "/gcs/b/v", "metadata": {"blessed": blessed}}]}}}
+
+
+def test_a_condition_reads_artifact_metadata_as_a_struct_holds_it():
+    # An integer 1 in the executor's output is the double 1.0 in Vertex's metadata Struct.
+    assert vertex.condition_holds(VERDICT, _inputs(1))
+    assert vertex.condition_holds(VERDICT, _inputs(1.0))
+    assert not vertex.condition_holds(VERDICT, _inputs(0))
+
+
+def test_a_condition_that_is_not_a_bool_is_refused():
+    with pytest.raises(vertex.HarnessError, match="not a bool"):
+        vertex.condition_holds("inputs.artifacts['_DataGate.verdict'].artifacts[0].metadata['blessed']", _inputs(1))
+
+
+def _artifact(store, title, **metadata):
+    artifact = {"name": store.new_name(), "type": {"instanceSchema": f"title: {title}\ntype: object\n"},
+                "uri": f"/gcs/b/{title}", "metadata": metadata}
+    store.record("p", "job-1", artifact)
+    return artifact
+
+
+def test_resolver_filters_pick_the_newest_match_of_the_pipeline(tmp_path):
+    store = vertex.ArtifactStore(str(tmp_path / "artifacts.json"))
+    model = _artifact(store, "tfx.Model")
+    _artifact(store, "tfx.ModelBlessing", blessed=1.0, current_model_id=model["name"])
+    newer = _artifact(store, "tfx.ModelBlessing", blessed=1.0, current_model_id="other")
+    _artifact(store, "tfx.ModelBlessing", blessed=0.0, current_model_id="x")
+    blessed = 'schema_title="tfx.ModelBlessing" AND state=LIVE AND metadata.blessed.number_value=1'
+    assert store.query("p", blessed) == [vertex.strip_record(newer)]
+    assert store.query("another pipeline", blessed) == []
+    # What a later job sees: the store is a file.
+    again = vertex.ArtifactStore(str(tmp_path / "artifacts.json"))
+    query = vertex.resolve_filter(
+        'schema_title="tfx.Model" AND state=LIVE AND name="{{$.inputs.artifacts[\'input\'].metadata'
+        "['current_model_id']}}\"",
+        {"artifacts": {"input": {"artifacts": [{"metadata": {"current_model_id": model["name"]}}]}}},
+    )
+    assert again.query("p", query) == [vertex.strip_record(model)]
+    with pytest.raises(vertex.HarnessError, match="not understood"):
+        store.query("p", "uri=\"/gcs/b\"")
+
+
+def test_parameters_take_the_schema_2_0_0_form_of_their_definition():
+    assert vertex.legacy_value(6.0, "INT") == {"intValue": "6"}
+    assert vertex.legacy_value("0.5", "DOUBLE") == {"doubleValue": 0.5}
+    assert vertex.legacy_value("{}", "STRING") == {"stringValue": "{}"}
+    assert vertex.legacy_value(3.0, "STRING") == {"stringValue": "3"}
+    assert vertex.legacy_value({"a": 1}, "STRING") == {"stringValue": json.dumps({"a": 1})}
+
+
+def test_tasks_run_after_what_they_take_and_a_cycle_is_refused():
+    tasks = {
+        "b": {"inputs": {"artifacts": {"x": {"taskOutputArtifact": {"producerTask": "a", "outputArtifactKey": "o"}}}}},
+        "c": {"dependentTasks": ["b"], "inputs": {"parameters": {
+            "p": {"taskOutputParameter": {"producerTask": "a", "outputParameterKey": "q"}}}}},
+        "a": {},
+    }
+    assert vertex.dag_order(tasks) == ["a", "b", "c"]
+    tasks["a"] = {"dependentTasks": ["c"]}
+    with pytest.raises(vertex.HarnessError, match="wait on"):
+        vertex.dag_order(tasks)
