@@ -1,4 +1,4 @@
-# Two entry points for a fresh machine: `make run` and `make test`.
+# Two entry points for a fresh machine: `make run` and `make test-all-stacks` (every test, what CI runs).
 #
 # Two stacks, each with a complete lock in locks/ (see scripts/stack):
 #   tfx-1.21  TFX 1.21, TensorFlow 2.21, Keras 3, Python 3.13 (needs glibc >= 2.39)
