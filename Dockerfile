@@ -40,7 +40,9 @@ RUN set -e; \
     /opt/taxi/bin/pip install --quiet -c lock.txt pip setuptools wheel; \
     mkdir -p pipeline components; \
     /opt/taxi/bin/pip install --quiet -c lock.txt .; \
-    /opt/taxi/bin/pip uninstall --quiet -y taxi-tfx-pipeline
+    /opt/taxi/bin/pip uninstall --quiet -y taxi-tfx-pipeline; \
+    rm -rf /opt/taxi/lib/python*/site-packages/tensorflow/include
+# TensorFlow's C++ headers (430 MB) serve only to compile custom ops, which nothing here does.
 
 FROM ${BASE_IMAGE}
 ARG STACK=tfx-1.21
@@ -52,7 +54,7 @@ ENV TF_USE_LEGACY_KERAS=${TF_USE_LEGACY_KERAS} PATH=/opt/taxi/bin:${PATH} PYTHON
     TAXI_PIPELINE_STACK=${STACK}
 RUN if ! command -v "${PYTHON}" >/dev/null 2>&1; then \
       apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        python3 ca-certificates >/dev/null && rm -rf /var/lib/apt/lists/*; \
+        python3 ca-certificates >/dev/null && apt-get clean && rm -rf /var/lib/apt/lists/*; \
     fi
 COPY --from=dependencies /opt/taxi /opt/taxi
 # This package last, so that a code edit rebuilds only these layers. The compiled pipeline

@@ -6,6 +6,7 @@ import os
 import pytest
 import tensorflow as tf
 from tfx.proto import example_gen_pb2
+from tfx.types import standard_artifacts
 
 from components import ingest, spans
 
@@ -129,3 +130,14 @@ def test_the_file_executor_refuses_other_payload_formats(tmp_path):
         ingest.FileExecutor().Do({}, {standard_component_specs.EXAMPLES_KEY: [examples]}, {
             standard_component_specs.OUTPUT_DATA_FORMAT_KEY: example_gen_pb2.FORMAT_PARQUET,
         })
+
+
+def test_import_schema_makes_its_artifact_folder_as_vertex_leaves_it_unmade(repo, tmp_path):
+    """LocalDagRunner makes each output artifact's folder; Vertex AI does not, and on its
+    Cloud Storage FUSE mount (/gcs/...) a file cannot be written into a missing folder."""
+    schema_file = repo / "components" / "schema" / "schema.pbtxt"
+    artifact = standard_artifacts.Schema()
+    artifact.uri = str(tmp_path / "ImportSchemaGen_1" / "schema")
+    run = ingest.ImportSchema.EXECUTOR_SPEC.executor_class._FUNCTION
+    run(schema_file=str(schema_file), digest=spans.sha256(str(schema_file)), schema=artifact)
+    assert (tmp_path / "ImportSchemaGen_1" / "schema" / ingest.SCHEMA_FILE).read_bytes() == schema_file.read_bytes()
