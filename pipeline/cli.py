@@ -29,6 +29,7 @@ import datetime
 import errno
 import logging
 import os
+import re
 import sys
 import time
 import warnings
@@ -470,17 +471,34 @@ def _serving(args: argparse.Namespace) -> int:
     return 0
 
 
+# What a full disk, exhausted memory and a spent quota say, whatever the error's type:
+# TensorFlow raises ResourceExhaustedError for all three, Beam and the Python file system
+# an OSError that may carry no errno.
+DISK_FULL = ("no space left on device", "disk quota exceeded", "file too large")
+OUT_OF_MEMORY = ("oom when allocating", "out of memory", "failed to allocate", "cannot allocate memory")
+QUOTA = ("quota exceeded", "ratelimitexceeded", "rate limit exceeded", "too many requests")
+
+
 def _resource_limit(err: BaseException) -> Optional[str]:
-    """A message naming the limit `err` ran into, or None if it is not a resource limit.
-    Nothing already pushed or recorded is touched by the failed run."""
-    if isinstance(err, MemoryError):
+    """A message naming the limit `err` ran into, by what it says rather than by its type
+    alone, or None if it is not a resource limit. Nothing already pushed or recorded is
+    touched by the failed run."""
+    text = str(err).lower()
+    resource_error = isinstance(err, (MemoryError, OSError)) or type(err).__name__ == "ResourceExhaustedError"
+    if not resource_error:
+        return None
+    if (isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)) or any(s in text for s in DISK_FULL):
+        path = getattr(err, "filename", None) or next(iter(re.findall(r"(?:gs://|/)[^\s;:'\"]+", str(err))), "")
+        where = f" writing {path}" if path else ""
+        return (f"no space left on the device{where}: free space under the output root, the serving folder "
+                "and the temporary folder, then run again. Nothing that was serving changed.")
+    if any(s in text for s in QUOTA):
+        return (f"a quota ran out ({str(err).strip().splitlines()[0][:200]}): wait, or raise the quota, then "
+                "run again. Nothing that was serving changed.")
+    if isinstance(err, MemoryError) or any(s in text for s in OUT_OF_MEMORY) or not isinstance(err, OSError):
         return ("out of memory: the run needed more than this machine has (the log names the component); "
                 "give it more memory, or fewer rows per run (see README, At scale). "
                 "Nothing that was serving changed.")
-    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
-        where = f" writing {err.filename}" if err.filename else ""
-        return (f"no space left on the device{where}: free space under the output root, the serving folder "
-                "and the temporary folder, then run again. Nothing that was serving changed.")
     return None
 
 
@@ -528,10 +546,7 @@ def _dispatch(args: argparse.Namespace, ending: Ending) -> int:
         return config.ExitCode.ERROR
     except Exception as err:  # the last line of defence: a clear message and exit 1
         logging.exception("run failed")
-        if type(err).__name__ == "ResourceExhaustedError":  # TensorFlow's out of memory
-            ending.fail(_resource_limit(MemoryError(str(err))))
-        else:
-            ending.fail(f"{type(err).__name__}: {err}")
+        ending.fail(_resource_limit(err) or f"{type(err).__name__}: {err}")
         return config.ExitCode.ERROR
 
 
