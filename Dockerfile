@@ -2,10 +2,11 @@
 # in a virtual environment (/opt/taxi), on a plain Debian base. Every compiled task runs
 # `python -m tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor ...` in it.
 #
-#   make image                                   # here: a Debian 13 base made offline, buildah
+#   make image                                   # here: a Debian 13 base by mmdebstrap, buildah
 #   docker build -t REGION-docker.pkg.dev/PROJECT/REPO/taxi-pipeline:tfx-1.21 .
-#   docker build --build-arg STACK=tfx-1.16 --build-arg BASE_IMAGE=gcr.io/tfx-oss-public/tfx:1.16.0 \
-#       --build-arg PYTHON=python3.10 -t .../taxi-pipeline:tfx-1.16 .
+#   docker build --build-arg STACK=tfx-1.16 --build-arg TF_USE_LEGACY_KERAS=1 \
+#       --build-arg BASE_IMAGE=gcr.io/tfx-oss-public/tfx:1.16.0 --build-arg PYTHON=python3.10 \
+#       -t .../taxi-pipeline:tfx-1.16 .
 #
 # BASE_IMAGE: any Debian-like image. A base without the stack's Python gets Debian's
 # (python3 of Debian 13 is 3.13, the tfx-1.21 stack's); TFX's own image of the version
@@ -14,8 +15,8 @@
 # packages never tested together.
 # Two stages: compilers and headers (pyfarmhash builds from source on Python 3.13) stay
 # in the first, which installs the dependencies; the image is the base, Python, that
-# environment and this package. The dependencies' layers depend only on the lock and
-# setup.py, so an edit of the code rebuilds in seconds.
+# environment and this package. The dependencies' layers depend only on the lock,
+# setup.py and pyproject.toml, so an edit of the code rebuilds only the package's layers.
 ARG BASE_IMAGE=docker.io/library/debian:trixie-slim
 
 FROM ${BASE_IMAGE} AS dependencies
@@ -25,7 +26,8 @@ ARG PYTHON=python3
 # mounts the machine's); unset, pip's own.
 ARG PIP_CERT
 ENV DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN if ! { command -v "${PYTHON}" && "${PYTHON}" -c 'import ensurepip, sysconfig' && command -v g++; } >/dev/null 2>&1; then \
+RUN if ! { command -v g++ && "${PYTHON}" -c 'import ensurepip, os, sysconfig; \
+assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))'; } >/dev/null 2>&1; then \
       apt-get update -qq && apt-get install -y -qq --no-install-recommends \
         python3 python3-venv python3-dev g++ ca-certificates >/dev/null && rm -rf /var/lib/apt/lists/*; \
     fi
@@ -33,11 +35,11 @@ WORKDIR /build
 COPY locks/${STACK}.txt lock.txt
 COPY setup.py pyproject.toml ./
 RUN set -e; \
-    case "${STACK}" in tfx-1.16) want=3.10 ;; tfx-1.21) want=3.13 ;; *) echo "unknown STACK ${STACK}"; exit 1 ;; esac; \
+    case "${STACK}" in tfx-1.16) want=3.10 ;; tfx-1.21) want=3.13 ;; *) echo "unknown STACK ${STACK}" >&2; exit 1 ;; esac; \
     have=$("${PYTHON}" -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
-    test "${have}" = "${want}" || { echo "locks/${STACK}.txt is for Python ${want}; ${PYTHON} here is ${have}"; exit 1; }; \
+    test "${have}" = "${want}" || { echo "locks/${STACK}.txt is for Python ${want}; ${PYTHON} here is ${have}" >&2; exit 1; }; \
     "${PYTHON}" -m venv /opt/taxi; \
-    /opt/taxi/bin/pip install --quiet -c lock.txt pip setuptools wheel; \
+    /opt/taxi/bin/pip install --quiet pip==24.2 setuptools==84.2.1 wheel==0.48.0; \
     mkdir -p pipeline components; \
     /opt/taxi/bin/pip install --quiet -c lock.txt .; \
     /opt/taxi/bin/pip uninstall --quiet -y taxi-tfx-pipeline; \
@@ -57,6 +59,8 @@ RUN if ! command -v "${PYTHON}" >/dev/null 2>&1; then \
         python3 ca-certificates >/dev/null && apt-get clean && rm -rf /var/lib/apt/lists/*; \
     fi
 COPY --from=dependencies /opt/taxi /opt/taxi
+# A base's own entry point (TFX's image has one) would take the tasks' commands as arguments.
+ENTRYPOINT []
 # This package last, so that a code edit rebuilds only these layers. The compiled pipeline
 # reads the curated schema from /pipeline/components/schema (pipeline.config.IMAGE_SCHEMA_DIR).
 WORKDIR /pipeline

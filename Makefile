@@ -80,8 +80,8 @@ test-all-stacks: test
 	@$(MAKE) --no-print-directory test-image
 
 # The pipeline image (Dockerfile) of IMAGE_STACK, built with buildah (no Docker daemon) on
-# a Debian 13 base made offline by mmdebstrap; both installed with apt-get when missing.
-# Layers are cached: a re-build with the same lock takes seconds.
+# a Debian 13 base made by mmdebstrap from Debian's packages; both installed with apt-get
+# when missing. Layers are cached: a re-build with the same lock rebuilds only the package.
 IMAGE_STACK ?= tfx-1.21
 IMAGE       := localhost/taxi-pipeline:$(IMAGE_STACK)
 image:

@@ -13,6 +13,7 @@ import datetime
 import json
 import logging
 import os
+import re
 import urllib.error
 import urllib.request
 from typing import Any, Dict, Optional, Tuple
@@ -20,7 +21,7 @@ from typing import Any, Dict, Optional, Tuple
 import tensorflow as tf
 from tfx import v1 as tfx
 
-from components.serving_config import versions
+from components import serving_config
 
 # Seconds before a webhook that does not answer is given up on.
 TIMEOUT_SECONDS = 10
@@ -75,10 +76,11 @@ def run_payload(command: str, exit_code: int, report: Any, error: str, outcome: 
     }
 
 
-def final_status_payload(final_status: str, pushed: Optional[int] = None,
-                         serving: Optional[int] = None) -> Dict[str, Any]:
+def final_status_payload(final_status: str, pushed: Optional[int] = None, serving: Optional[int] = None,
+                         determined: bool = True) -> Dict[str, Any]:
     """The alert for Vertex's final status (`PipelineTaskFinalStatus` as JSON), with the
-    version this job pushed (`pushed`) or, when it pushed none, the one serving."""
+    version this job pushed (`pushed`) and the one serving (`serving`); `determined`
+    False when whether the job pushed could not be told."""
     try:
         status = json.loads(final_status)
     except ValueError:
@@ -89,31 +91,40 @@ def final_status_payload(final_status: str, pushed: Optional[int] = None,
     text = f"taxi pipeline {job or 'run'} ended: {state}"
     if error.get("message"):
         text += f": {error['message']}"
-    if pushed is not None:
+    serving_text = f"version {serving} serving" if serving else "no model serving"
+    if not determined:
+        text += f"; whether it pushed is unknown ({serving_text})"
+    elif pushed is not None:
         text += f"; pushed model version {pushed}"
+        if serving != pushed:
+            text += f" ({serving_text}: a pin or rollback holds it)"
     else:
         text += f"; nothing pushed ({f'version {serving} keeps serving' if serving else 'no model serving'})"
     return {"text": text, "outcome": state.lower(), "exit_code": 0 if state == "SUCCEEDED" else 1,
-            "pipeline_job": job, "error": error, "version": pushed, "serving_version": serving}
+            "pipeline_job": job, "error": error, "version": pushed if determined else None,
+            "serving_version": serving}
 
 
-def pushed_since(model_dir: str, since: str) -> Tuple[Optional[int], Optional[int]]:
+def pushed_since(model_dir: str, since: str) -> Tuple[Optional[int], Optional[int], bool]:
     """(the newest version of `model_dir` pushed at or after `since`, an RFC 3339 time, or
-    None; the newest version). Versions are the push's time in seconds (components.pusher)."""
+    None; the version TF Serving serves, as `models.config` says; whether the first could
+    be told). Versions are the push's time in seconds (components.pusher)."""
     if not model_dir:
-        return None, None
+        return None, None, False
     try:
-        found = versions(model_dir)
-    except tf.errors.OpError as err:
-        logging.warning("could not list %s: %s", model_dir, err)
-        return None, None
-    newest = found[-1] if found else None
+        current = serving_config.state(os.path.dirname(model_dir.rstrip("/")), os.path.basename(model_dir.rstrip("/")))
+    except (tf.errors.OpError, serving_config.ServingConfigError) as err:
+        logging.warning("could not read what %s serves: %s", model_dir, err)
+        return None, None, False
+    newest = current.on_disk[-1] if current.on_disk else None
+    # Python 3.10's fromisoformat takes at most 6 digits of a second's fraction and no "Z".
+    text = re.sub(r"(\.\d{6})\d+", r"\1", since.replace("Z", "+00:00"))
     try:
-        started = datetime.datetime.fromisoformat(since.replace("Z", "+00:00")).timestamp()
+        started = datetime.datetime.fromisoformat(text).timestamp()
     except ValueError:
         logging.warning("the job's creation time %r is not an RFC 3339 time", since)
-        return None, newest
-    return (newest if newest is not None and newest >= int(started) else None), newest
+        return None, current.serving, False
+    return (newest if newest is not None and newest >= int(started) else None), current.serving, True
 
 
 # The job's creation time, which Vertex AI (and KFP) put in place of this whole-value constant.
@@ -129,5 +140,4 @@ def NotifyFinalStatus(  # a component is named like a class
 ) -> None:
     """The compiled pipeline's exit handler: posts the run's final status to `url`, with
     the version this job pushed to `model_dir`, or the one still serving."""
-    pushed, serving = pushed_since(model_dir, job_created)
-    send(url, final_status_payload(final_status, pushed, serving))
+    send(url, final_status_payload(final_status, *pushed_since(model_dir, job_created)))

@@ -110,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     kfp = commands.add_parser("compile", help="write the pipeline JSON for Kubeflow Pipelines v2 / Vertex AI")
     kfp.add_argument("--image", required=True, help="the pipeline image (see Dockerfile)")
     kfp.add_argument("--pipeline-root", required=True,
-                     help="gs:// root for component outputs (or its Cloud Storage FUSE path, /gcs/BUCKET/...)")
+                     help="gs:// root for component outputs")
     kfp.add_argument("--data-root", required=True, help="gs:// folder of span-<N>/ folders (or /gcs/BUCKET/...)")
     kfp.add_argument("--serving-dir", required=True,
                      help="gs:// folder blessed models are pushed to (or /gcs/BUCKET/...)")
@@ -474,7 +474,7 @@ def _serving(args: argparse.Namespace) -> int:
 # What a full disk, exhausted memory and a spent quota say, whatever the error's type:
 # TensorFlow raises ResourceExhaustedError for all three, Beam and the Python file system
 # an OSError that may carry no errno.
-DISK_FULL = ("no space left on device", "disk quota exceeded", "file too large")
+DISK_FULL = ("no space left on device", "disk quota exceeded")
 OUT_OF_MEMORY = ("oom when allocating", "out of memory", "failed to allocate", "cannot allocate memory")
 QUOTA = ("quota exceeded", "ratelimitexceeded", "rate limit exceeded", "too many requests")
 
@@ -488,7 +488,9 @@ def _resource_limit(err: BaseException) -> Optional[str]:
     if not resource_error:
         return None
     if (isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)) or any(s in text for s in DISK_FULL):
-        path = getattr(err, "filename", None) or next(iter(re.findall(r"(?:gs://|/)[^\s;:'\"]+", str(err))), "")
+        # TensorFlow writes "<path>; No space left on device".
+        named = re.search(r"((?:gs://|/)[^\s;'\"]+)\s*;\s*(?:no space left|disk quota)", str(err), re.IGNORECASE)
+        path = getattr(err, "filename", None) or (named.group(1) if named else "")
         where = f" writing {path}" if path else ""
         return (f"no space left on the device{where}: free space under the output root, the serving folder "
                 "and the temporary folder, then run again. Nothing that was serving changed.")

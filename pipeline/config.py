@@ -269,7 +269,11 @@ class KubeflowConfig:
     notify_url: str = ""
 
     def __post_init__(self) -> None:
-        for name in ("pipeline_root", "data_root", "serving_dir"):
+        # Vertex AI takes the pipeline root as gs:// only; the tasks may read and write the
+        # other locations through its Cloud Storage FUSE mount as well.
+        if not spans.is_remote(self.pipeline_root):
+            raise ValueError(f"pipeline_root must be a gs://BUCKET/... URI, got {self.pipeline_root!r}")
+        for name in ("data_root", "serving_dir"):
             value = getattr(self, name)
             if not (spans.is_remote(value) or value.startswith(FUSE_ROOT)):
                 raise ValueError(

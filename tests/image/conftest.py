@@ -17,7 +17,8 @@ from tests.image import vertex
 
 IMAGE_ENV = "TAXI_PIPELINE_IMAGE"
 # Where the tasks see the bucket: Vertex AI's Cloud Storage FUSE path of a bucket.
-BUCKET = "/gcs/taxi-harness"
+BUCKET_NAME = "taxi-harness"
+BUCKET = f"/gcs/{BUCKET_NAME}"
 MODEL = "big_tip"
 
 
@@ -40,6 +41,12 @@ class Bucket:
 
     def inside(self, *parts: str) -> str:
         return "/".join([BUCKET, *parts])
+
+    @staticmethod
+    def fuse(uri: str) -> str:
+        """A gs:// URI of the bucket as the tasks see it through Cloud Storage FUSE."""
+        assert uri.startswith(f"gs://{BUCKET_NAME}/"), uri
+        return BUCKET + uri[len(f"gs://{BUCKET_NAME}"):]
 
     def versions(self, serving: str = "serving") -> List[str]:
         folder = self.root / serving / MODEL

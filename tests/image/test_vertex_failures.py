@@ -7,7 +7,7 @@ import pytest
 
 from tests.conftest import SLICE_SPANS
 from tests.image import vertex
-from tests.image.conftest import report
+from tests.image.conftest import BUCKET_NAME, report
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 WINDOW = 4
@@ -20,11 +20,12 @@ def test_a_failing_task_is_named_with_its_log_and_still_alerted(bucket, webhook,
     url, received = webhook
     copy_spans(bucket.root / "short-data", SLICE_SPANS[:2])
     bucket.run(["taxi-pipeline", "compile", "--image", pipeline_image,
-                "--pipeline-root", bucket.inside("short-root"), "--data-root", bucket.inside("short-data"),
+                "--pipeline-root", f"gs://{BUCKET_NAME}/short-root", "--data-root", bucket.inside("short-data"),
                 "--serving-dir", bucket.inside("short-serving"), "--window", str(WINDOW), "--notify", url,
                 "--output", bucket.inside("short.json")], bucket.root / "short-compile.log")
     alerts = len(received)
-    job = vertex.VertexJob(str(bucket.root / "short.json"), bucket.image, str(tmp_path / "harness")).run()
+    job = vertex.VertexJob(str(bucket.root / "short.json"), bucket.image, str(tmp_path / "harness"),
+                           bucket.fuse(f"gs://{BUCKET_NAME}/short-root")).run()
     assert job.state == "FAILED" and job.tasks["SpanWindow"].state == "FAILED", report(job)
     error = job.tasks["SpanWindow"].error
     assert "SpanWindow" in job.final_status["error"]["message"]

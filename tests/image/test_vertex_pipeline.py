@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 
 from tests.image import vertex
-from tests.image.conftest import MODEL, report
+from tests.image.conftest import BUCKET_NAME, MODEL, report
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 WINDOW = 4
+PIPELINE_ROOT = f"gs://{BUCKET_NAME}/root"
 # Scores of the compiled pipeline's model and of a local run's, on the same spans and seed.
 SCORE_TOLERANCE = 1e-6
 
@@ -68,7 +69,7 @@ def compiled(bucket, webhook, pipeline_image) -> Path:
     """The PipelineJob JSON, compiled inside the image by the image's own stack."""
     url, _ = webhook
     bucket.run(["taxi-pipeline", "compile", "--image", pipeline_image,
-                "--pipeline-root", bucket.inside("root"), "--data-root", bucket.inside("data"),
+                "--pipeline-root", PIPELINE_ROOT, "--data-root", bucket.inside("data"),
                 "--serving-dir", bucket.inside("serving"), "--window", str(WINDOW), "--notify", url,
                 "--output", bucket.inside("pipeline.json")], bucket.root / "compile.log")
     return bucket.root / "pipeline.json"
@@ -76,7 +77,7 @@ def compiled(bucket, webhook, pipeline_image) -> Path:
 
 @pytest.fixture(scope="module")
 def first_job(bucket, compiled, webhook) -> vertex.JobResult:
-    return vertex.VertexJob(str(compiled), bucket.image, str(bucket.root / "harness")).run()
+    return vertex.VertexJob(str(compiled), bucket.image, str(bucket.root / "harness"), bucket.fuse(PIPELINE_ROOT)).run()
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +87,7 @@ def anomaly_job(bucket, compiled, first_job, webhook):
     alerts = len(webhook[1])
     bucket.run(["python", "-c", ANOMALOUS_SPAN, bucket.inside("data", "span-16"), bucket.inside("data", "span-17")],
                bucket.root / "span-17.log")
-    job = vertex.VertexJob(str(compiled), bucket.image, str(bucket.root / "harness")).run()
+    job = vertex.VertexJob(str(compiled), bucket.image, str(bucket.root / "harness"), bucket.fuse(PIPELINE_ROOT)).run()
     return job, versions, webhook[1][alerts:]
 
 

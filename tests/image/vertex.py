@@ -2,7 +2,7 @@
 inside the pipeline image, the way Vertex AI Pipelines runs it. Test code.
 
 What it stands in for, as Vertex AI does it:
-- the DAG: tasks in the order of their `dependentTasks` and of the artifacts and
+- the DAG, fail-slow as Vertex by default: tasks in the order of their `dependentTasks` and of the artifacts and
   parameters they take, the `tfx-dag` sub-DAG first and the exit handler last, with the
   sub-DAG's final status (`PipelineTaskFinalStatus` as a JSON string, `state` SUCCEEDED or
   FAILED with the failing task's error) whatever happened;
@@ -27,9 +27,12 @@ What it stands in for, as Vertex AI does it:
 
 What it does not do: Vertex's caching (every task runs), retries, machine types and
 resource limits, Vertex ML Metadata's API (artifacts live in a JSON file), service
-accounts, Cloud Storage itself (the pipeline's paths are Cloud Storage FUSE paths,
-`/gcs/BUCKET/...`, which Vertex mounts in every task and this harness bind-mounts from a
-local folder), and importer tasks (the pipeline has none: the harness refuses them).
+accounts, Cloud Storage itself, and importer tasks (the pipeline has none: the harness
+refuses them). Vertex hands the tasks `gs://` URIs under the pipeline root; here the
+caller gives the root's Cloud Storage FUSE form (`/gcs/BUCKET/...`, which Vertex mounts in
+every task), so the output URIs are local paths the harness bind-mounts from a folder:
+TensorFlow's `gs://` file system cannot be pointed at an emulator. The job's failure
+message (`task X failed: ...`, code 13) is the harness's own wording.
 Each task's output goes to `<state>/<job>/logs/<task>.log` (`.driver.log` for a driver),
 and the job's states and times to `<state>/<job>/job.json`.
 """
@@ -40,6 +43,7 @@ import dataclasses
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 import uuid
@@ -83,7 +87,10 @@ class JobResult:
 
     def log_of(self, task: str) -> str:
         path = self.tasks[task].log
-        return open(path, encoding="utf-8", errors="replace").read() if path and os.path.exists(path) else ""
+        if not (path and os.path.exists(path)):
+            return ""
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
 
 
 class Image:
@@ -94,21 +101,27 @@ class Image:
         self.mounts = mounts  # host path -> path in the container
 
     def run(self, argv: List[str], log_path: str, timeout: float = TASK_TIMEOUT_SECONDS) -> int:
-        container = subprocess.run(
-            ["buildah", "from", "--pull-never", "--quiet", self.image],
-            check=True, capture_output=True, text=True,
-        ).stdout.strip()
+        made = subprocess.run(["buildah", "from", "--pull-never", "--quiet", self.image],
+                              capture_output=True, text=True)
+        if made.returncode != 0:
+            raise HarnessError(f"no container of {self.image}: {made.stderr.strip()}")
+        container = made.stdout.strip()
         try:
             command = ["buildah", "run", "--isolation", "chroot"]
             for host, inside in self.mounts.items():
                 command += ["--volume", f"{host}:{inside}"]
             command += [container, "--"] + argv
             with open(log_path, "ab") as log:
+                process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
                 try:
-                    return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=timeout).returncode
+                    return process.wait(timeout=timeout)
                 except subprocess.TimeoutExpired:
                     log.write(f"\n[harness] timed out after {timeout} s\n".encode())
                     return 124
+                finally:
+                    if process.poll() is None:  # a timeout, or the test itself stopped
+                        os.killpg(process.pid, signal.SIGKILL)
+                        process.wait()
         finally:
             subprocess.run(["buildah", "rm", container], capture_output=True)
 
@@ -324,10 +337,10 @@ class VertexJob:
                 results[name] = TaskResult(name, "NOT_TRIGGERED")
                 continue
             results[name] = self.run_task(name, task, results)
-            if results[name].state == "FAILED":
-                for other in tasks:
-                    results.setdefault(other, TaskResult(other, "NOT_TRIGGERED"))
-                return "FAILED", {"code": 13, "message": f"task {name} failed: {results[name].error}"}
+        # Fail-slow, Vertex AI's default: tasks that do not wait for a failed one still run.
+        failed = [name for name in tasks if results[name].state == "FAILED"]
+        if failed:
+            return "FAILED", {"code": 13, "message": f"task {failed[0]} failed: {results[failed[0]].error}"}
         return "SUCCEEDED", {}
 
     # ---- one task
@@ -404,6 +417,8 @@ class VertexJob:
             status = self.image.run(self.argv(hook, executor_input), driver_log)
             if status != 0:
                 return self.failed(name, started, driver_log, f"its preCacheCheck driver exited {status}")
+            if not os.path.exists(output_file):
+                return self.failed(name, started, driver_log, "its preCacheCheck driver wrote no output")
             driver_output = read_json(output_file)
             kinds = component.get("inputDefinitions", {}).get("parameters", {})
             for key, value in driver_output.get("parameterValues", {}).items():
@@ -428,7 +443,8 @@ class VertexJob:
         for key, spec in executor_input["outputs"]["parameters"].items():
             path = self.host_path(spec["outputFile"])
             if key not in result.parameters and os.path.exists(path):
-                result.parameters[key] = open(path).read()
+                with open(path) as handle:
+                    result.parameters[key] = handle.read()
         return result
 
     def argv(self, container: Dict[str, Any], executor_input: Dict[str, Any]) -> List[str]:
@@ -442,8 +458,8 @@ class VertexJob:
 
     @staticmethod
     def failed(name: str, started: float, log: str, why: str) -> TaskResult:
-        lines = [line for line in open(log, encoding="utf-8", errors="replace").read().splitlines()
-                 if line.strip() and not BUILDAH_LINE.match(line)]
+        with open(log, encoding="utf-8", errors="replace") as handle:
+            lines = [line for line in handle.read().splitlines() if line.strip() and not BUILDAH_LINE.match(line)]
         return TaskResult(name, "FAILED", time.perf_counter() - started, log=log,
                           error=f"{why}; last line of {log}: {lines[-1] if lines else '(empty)'}")
 

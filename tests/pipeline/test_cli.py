@@ -112,6 +112,8 @@ def test_resource_errors_are_named_by_what_they_say_not_by_their_type():
     assert cli._resource_limit(oom).startswith("out of memory:")
     quota = tf.errors.ResourceExhaustedError(None, None, "Quota exceeded for quota metric 'Write requests'")
     assert cli._resource_limit(quota).startswith("a quota ran out (Quota exceeded for quota metric")
-    assert cli._resource_limit(OSError("[Errno 28] No space left on device")).startswith("no space left")
+    assert cli._resource_limit(OSError("[Errno 28] No space left on device")).startswith("no space left on the device:")
+    io_error = cli._resource_limit(OSError("I/O error at gs://b/x: No space left on device"))
+    assert io_error.startswith("no space left on the device:"), io_error
     assert cli._resource_limit(OSError(2, "No such file or directory", "/x")) is None
     assert cli._resource_limit(ValueError("out of memory")) is None

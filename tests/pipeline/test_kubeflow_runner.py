@@ -116,17 +116,21 @@ def test_local_paths_are_refused_for_a_remote_pipeline(tmp_path, capsys):
     status = cli.main(["compile", "--image", IMAGE, "--pipeline-root", str(tmp_path), "--data-root", "gs://b/d",
                        "--serving-dir", "gs://b/s", "--output", str(tmp_path / "p.json")])
     assert status == 1
-    assert "pipeline_root must be a location every task of the pipeline can reach" in capsys.readouterr().err
+    assert "pipeline_root must be a gs://BUCKET/... URI" in capsys.readouterr().err
 
 
-def test_cloud_storage_fuse_paths_compile_as_given(tmp_path):
-    """Vertex AI mounts Cloud Storage at /gcs/ in every task: those paths are taken as they are."""
+def test_cloud_storage_fuse_paths_compile_as_given(tmp_path, capsys):
+    """Vertex AI mounts Cloud Storage at /gcs/ in every task: the data root and serving
+    folder may be given that way; the pipeline root, which Vertex itself takes, not."""
     output = tmp_path / "p.json"
-    assert cli.main(["compile", "--image", IMAGE, "--pipeline-root", "/gcs/b/p", "--data-root", "/gcs/b/d",
+    assert cli.main(["compile", "--image", IMAGE, "--pipeline-root", "gs://b/p", "--data-root", "/gcs/b/d",
                      "--serving-dir", "/gcs/b/s", "--output", str(output)]) == 0
     job = json.loads(output.read_text())
-    assert job["runtimeConfig"]["gcsOutputDirectory"] == "/gcs/b/p"
+    assert job["runtimeConfig"]["gcsOutputDirectory"] == "gs://b/p"
     assert '"/gcs/b/d"' in json.dumps(job) and "/gcs/b/s/big_tip" in json.dumps(job)
+    assert cli.main(["compile", "--image", IMAGE, "--pipeline-root", "/gcs/b/p", "--data-root", "/gcs/b/d",
+                     "--serving-dir", "/gcs/b/s", "--output", str(output)]) == 1
+    assert "pipeline_root must be a gs://BUCKET/... URI" in capsys.readouterr().err
 
 
 def test_a_window_of_one_span_is_refused_when_compiling(tmp_path, capsys):
