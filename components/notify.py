@@ -99,7 +99,7 @@ def final_status_payload(final_status: str, pushed: Optional[int] = None, servin
         if serving != pushed:
             text += f" ({serving_text}: a pin or rollback holds it)"
     else:
-        text += f"; nothing pushed ({f'version {serving} keeps serving' if serving else 'no model serving'})"
+        text += f"; nothing pushed ({f'version {serving} keeps serving' if serving else serving_text})"
     return {"text": text, "outcome": state.lower(), "exit_code": 0 if state == "SUCCEEDED" else 1,
             "pipeline_job": job, "error": error, "version": pushed if determined else None,
             "serving_version": serving}

@@ -10,6 +10,7 @@ works on its own copy (`copy_of_finished_run`).
 from __future__ import annotations
 
 import dataclasses
+import glob
 import os
 import shutil
 import subprocess
@@ -216,3 +217,32 @@ def project_copy(tmp_path) -> Callable[..., subprocess.CompletedProcess]:
 
     run.path = root
     return run
+
+
+def write_gzip_records(path: Path, records: Sequence[bytes]) -> None:
+    """GZIP TFRecords at `path`, as a span's file."""
+    import tensorflow as tf
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tf.io.TFRecordWriter(str(path), tf.io.TFRecordOptions(compression_type="GZIP")) as writer:
+        for record in records:
+            writer.write(record)
+
+
+def span_like(source_dir: Path, every: int, edit: Callable) -> List[bytes]:
+    """The examples of a span folder, `edit` applied to one in `every`."""
+    import tensorflow as tf
+
+    records = []
+    files = sorted(glob.glob(str(source_dir / "*.gz")))
+    for index, record in enumerate(tf.data.TFRecordDataset(files, compression_type="GZIP")):
+        example = tf.train.Example.FromString(record.numpy())
+        if index % every == 0:
+            edit(example)
+        records.append(example.SerializeToString())
+    return records
+
+
+def unknown_payment(example) -> None:
+    """A payment type outside the schema's domain."""
+    example.features.feature["payment_type"].bytes_list.value[:] = [b"Bitcoin"]

@@ -1,34 +1,15 @@
 """What operators do between runs: edit the schema, copy data around, name folders their
 way, land a span with a problem of its own. Each as the command line meets it."""
 
-import glob
 import math
 import re
 import shutil
 
 import pytest
-import tensorflow as tf
+
+from tests.conftest import span_like, unknown_payment, write_gzip_records
 
 pytestmark = pytest.mark.slow
-
-
-def _gzip_records(path, records):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tf.io.TFRecordWriter(str(path), tf.io.TFRecordOptions(compression_type="GZIP")) as writer:
-        for record in records:
-            writer.write(record)
-
-
-def _span_like(source_dir, every, edit):
-    """The examples of a span folder, `edit` applied to one in `every`."""
-    records = []
-    files = sorted(glob.glob(str(source_dir / "*.gz")))
-    for index, record in enumerate(tf.data.TFRecordDataset(files, compression_type="GZIP")):
-        example = tf.train.Example.FromString(record.numpy())
-        if index % every == 0:
-            edit(example)
-        records.append(example.SerializeToString())
-    return records
 
 
 def _states(record):
@@ -82,16 +63,12 @@ def test_rewriting_identical_bytes_is_not_a_change(copy_of_finished_run, taxi_pi
     assert executions(ws.metadata) == before and ws.versions() == versions
 
 
-def _unknown_payment(example):
-    example.features.feature["payment_type"].bytes_list.value[:] = [b"Bitcoin"]
-
-
 def _nan_fare(example):
     example.features.feature["fare"].float_list.value[:] = [math.nan]
 
 
 @pytest.mark.parametrize("edit, every, feature", [
-    (_unknown_payment, 20, "payment_type"),  # 5% of the new span, 0.3% of all spans
+    (unknown_payment, 20, "payment_type"),  # 5% of the new span, 0.3% of all spans
     (_nan_fare, 100, "fare"),
 ])
 def test_a_problem_confined_to_the_new_span_is_rejected_naming_the_span(
@@ -99,7 +76,7 @@ def test_a_problem_confined_to_the_new_span_is_rejected_naming_the_span(
 ):
     ws = copy_of_finished_run
     versions = ws.versions()
-    _gzip_records(ws.data / "span-17" / "trips.tfrecord.gz", _span_like(ws.data / "span-16", every, edit))
+    write_gzip_records(ws.data / "span-17" / "trips.tfrecord.gz", span_like(ws.data / "span-16", every, edit))
     result = taxi_pipeline("run", *ws.locations())
     assert result.returncode == 4, result.stdout + result.stderr
     record = last_run(ws.out)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import span_like, unknown_payment, write_gzip_records
 from tests.image import vertex
 from tests.image.conftest import BUCKET_NAME, MODEL, report
 
@@ -46,24 +47,6 @@ for path in models:
 print(json.dumps({"examples": len(batch), "max_abs_diff": [float(np.max(np.abs(s - scores[0]))) for s in scores]}))
 """
 
-# A new span like `source`, with one example in 20 paid with an unknown payment type:
-# an anomaly of that span on its own (the schema's payment_type domain).
-ANOMALOUS_SPAN = """
-import glob, sys
-import tensorflow as tf
-source, target = sys.argv[1:]
-tf.io.gfile.makedirs(target)
-options = tf.io.TFRecordOptions(compression_type="GZIP")
-with tf.io.TFRecordWriter(f"{target}/trips.tfrecord.gz", options) as writer:
-    files = sorted(glob.glob(f"{source}/*.gz"))
-    for index, record in enumerate(tf.data.TFRecordDataset(files, compression_type="GZIP")):
-        example = tf.train.Example.FromString(record.numpy())
-        if index % 20 == 0:
-            example.features.feature["payment_type"].bytes_list.value[:] = [b"Bitcoin"]
-        writer.write(example.SerializeToString())
-"""
-
-
 @pytest.fixture(scope="module")
 def compiled(bucket, webhook, pipeline_image) -> Path:
     """The PipelineJob JSON, compiled inside the image by the image's own stack."""
@@ -85,8 +68,9 @@ def anomaly_job(bucket, compiled, first_job, webhook):
     """The next scheduled job, after a span with an anomaly landed."""
     versions = bucket.versions()
     alerts = len(webhook[1])
-    bucket.run(["python", "-c", ANOMALOUS_SPAN, bucket.inside("data", "span-16"), bucket.inside("data", "span-17")],
-               bucket.root / "span-17.log")
+    # One example in 20 paid in an unknown currency: an anomaly of that span on its own.
+    write_gzip_records(bucket.root / "data" / "span-17" / "trips.tfrecord.gz",
+                       span_like(bucket.root / "data" / "span-16", 20, unknown_payment))
     job = vertex.VertexJob(str(compiled), bucket.image, str(bucket.root / "harness"), bucket.fuse(PIPELINE_ROOT)).run()
     return job, versions, webhook[1][alerts:]
 
