@@ -22,7 +22,10 @@ checks each span on its own too:
 
 Drift thresholds are the curated schema's `drift_comparator`s (L-infinity for categorical
 features, Jensen-Shannon divergence for numeric ones), between the newest two spans the
-run ingested (SpanWindow's `spans_used`).
+run ingested (SpanWindow's `spans_used`). The label is gated the same way: its share of
+1s (the L-infinity distance of a binary label) may move at most
+`features.LABEL_DRIFT_THRESHOLD` from one span to the next, so a label an upstream bug
+zeroed, inverted or recomputed is never trained on.
 
 The verdict is one integer property, `blessed`, for `tfx.dsl.Cond`, with what was found
 in each span (`span_checks`, JSON: span number -> lines) and the drift lines (`report`).
@@ -43,7 +46,7 @@ from tfx import v1 as tfx
 from tfx.types import standard_artifacts
 from tfx_bsl.coders import example_coder
 
-from components import spans, window
+from components import features, spans, window
 
 BLESSED_PROPERTY = "blessed"
 # The output artifact (the parameter name of `DataGate` below).
@@ -119,6 +122,36 @@ _SPAN_COLUMN = "__span__"
 SPAN_SAMPLE_ROWS = 25_000
 # Records decoded into one record batch.
 _DECODE_BATCH = 1000
+
+
+def label_share(stats: statistics_pb2.DatasetFeatureStatisticsList) -> Optional[float]:
+    """The share of examples whose label is 1 in `stats`, or None when they hold no label
+    values: from the label's numeric statistics (StatisticsGen's, computed without a
+    schema) or its categorical ones (computed with the schema, whose `bool_domain` makes
+    it categorical)."""
+    for feature in stats.datasets[0].features if stats.datasets else ():
+        if tuple(feature.path.step) != (features.LABEL_KEY,):
+            continue
+        if feature.HasField("num_stats"):
+            counted = feature.num_stats.common_stats.num_non_missing
+            return feature.num_stats.mean if counted else None
+        buckets = feature.string_stats.rank_histogram.buckets
+        total = sum(bucket.sample_count for bucket in buckets)
+        return sum(b.sample_count for b in buckets if b.label == "1") / total if total else None
+    return None
+
+
+def label_drift(current: statistics_pb2.DatasetFeatureStatisticsList,
+                previous: statistics_pb2.DatasetFeatureStatisticsList, newest: int, previous_span: int,
+                threshold: float = features.LABEL_DRIFT_THRESHOLD) -> List[str]:
+    """A line naming the label when its share of 1s moved more than `threshold` from the
+    previous span to the newest (a binary label's L-infinity distance), else none."""
+    now, before = label_share(current), label_share(previous)
+    if now is None or before is None or abs(now - before) <= threshold:
+        return []
+    return [f"[label span {previous_span} -> {newest}] label {features.LABEL_KEY!r}: share of 1s "
+            f"{before:.3f} -> {now:.3f}, L_INFTY={abs(now - before):.3f} (threshold {threshold:.3f}): "
+            "check how the label is made upstream (a broken join, a unit change) before training on it"]
 
 
 def sample_rate(total_rows: int, span_count: int) -> float:
@@ -266,7 +299,9 @@ def DataGate(  # a component is named like a class
         tf.io.gfile.makedirs(verdict.uri)  # made by LocalDagRunner, not by Vertex AI (see ImportSchema)
         with tf.io.gfile.GFile(os.path.join(verdict.uri, ANOMALIES_FILE), "wb") as handle:
             handle.write(found.SerializeToString())
-        lines = describe(found, newest, previous)
+        lines = describe(found, newest, previous) + label_drift(
+            span_stats[newest], span_stats[previous], newest, previous
+        )
     spans_ok = not any(checks.values())
     verdict.set_int_custom_property(BLESSED_PROPERTY, 1 if schema_ok and spans_ok and not lines else 0)
     verdict.set_string_custom_property(REPORT_PROPERTY, "\n".join(lines))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import hashlib
 import os
 import shutil
 import subprocess
@@ -83,6 +84,20 @@ class Workspace:
     def serving_entries(self) -> List[str]:
         """Everything in the model's serving folder."""
         return sorted(os.listdir(self.model_dir)) if self.model_dir.exists() else []
+
+    def good_state(self) -> Dict[str, object]:
+        """What a failure must not touch: the served versions with every file's bytes,
+        `models.config`, the metadata store and the last run's record (each file's bytes,
+        None when absent)."""
+        state: Dict[str, object] = {}
+        for path in sorted(self.serving.rglob("*")) if self.serving.exists() else ():
+            if path.is_file():
+                state[str(path.relative_to(self.root))] = hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in (self.metadata, self.out / "last_run.json"):
+            state[str(path.relative_to(self.root))] = (
+                hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+            )
+        return state
 
 
 def cli_command(*args: str) -> List[str]:

@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 
+from components import features
 from tests.conftest import span_like, unknown_payment, write_gzip_records
 
 pytestmark = pytest.mark.slow
@@ -85,6 +86,31 @@ def test_a_problem_confined_to_the_new_span_is_rejected_naming_the_span(
     assert any(line.startswith("[span 17]") and repr(feature) in line for line in record["anomalies"])
     assert "rejected 17 (1 finding)" in result.stdout
     assert ws.versions() == versions
+
+
+def _inverted_label(example) -> None:
+    label = example.features.feature[features.LABEL_KEY].int64_list.value
+    label[:] = [1 - label[0]]
+
+
+@pytest.mark.parametrize("command", [("run",), ("retrain", "--window", "3")], ids=["all spans", "window"])
+def test_a_new_span_whose_label_was_corrupted_upstream_is_rejected_naming_the_label(
+    copy_of_finished_run, taxi_pipeline, last_run, command
+):
+    """Every feature of span 17 is span 16's; only the label is inverted (a broken join
+    upstream). Over every span DataGate computes the spans' statistics with the schema
+    (the label categorical); in a window it reads StatisticsGen's (the label numeric)."""
+    ws = copy_of_finished_run
+    served = ws.good_state()
+    served.pop(str(ws.metadata.relative_to(ws.root)))
+    served.pop(str((ws.out / "last_run.json").relative_to(ws.root)))
+    write_gzip_records(ws.data / "span-17" / "trips.tfrecord.gz", span_like(ws.data / "span-16", 1, _inverted_label))
+    result = taxi_pipeline(*command, *ws.locations())
+    assert result.returncode == 4, result.stdout + result.stderr
+    (line,) = [line for line in last_run(ws.out)["anomalies"] if "label" in line]
+    assert line.startswith("[label span 16 -> 17] label 'big_tip': share of 1s 0.264 -> 0.736, L_INFTY=0.473")
+    assert "label 'big_tip'" in result.stdout and "Data rejected; nothing was trained or pushed." in result.stdout
+    assert {k: v for k, v in ws.good_state().items() if k in served} == served
 
 
 def test_span_folders_as_people_make_them(workspace, repo, taxi_pipeline, last_run):

@@ -7,8 +7,9 @@ import pytest
 import tensorflow as tf
 import tensorflow_data_validation as tfdv
 from apache_beam.options.pipeline_options import PipelineOptions
+from tensorflow_metadata.proto.v0 import statistics_pb2
 
-from components import drift, spans
+from components import drift, features, spans
 from pipeline import config
 
 pytestmark = pytest.mark.slow  # Beam pipelines
@@ -63,6 +64,7 @@ def test_every_pair_of_consecutive_real_spans_passes(repo, tmp_path):
     for previous, newest in zip(numbers, numbers[1:]):
         found = drift.drift_anomalies(stats[newest], stats[previous], _schema())
         assert not found.anomaly_info, (previous, newest, drift.describe(found, newest, previous))
+        assert drift.label_drift(stats[newest], stats[previous], newest, previous) == []
 
 
 def test_categorical_drift_is_reported_with_its_l_infinity_distance(two_spans, tmp_path):
@@ -81,6 +83,53 @@ def test_numeric_drift_is_reported_with_its_jensen_shannon_divergence(two_spans,
 
     report = _report(two_spans(tenfold_fares), tmp_path)
     assert any("'fare'" in line and "JENSEN_SHANNON" in line for line in report), report
+
+
+def _label_lines(data_root, output_dir):
+    stats = drift.compute_span_statistics(_pipeline(), data_root, [15, 16], str(output_dir), schema=_schema())
+    return drift.label_drift(stats[16], stats[15], 16, 15)
+
+
+def _set_label(example, value):
+    example.features.feature[features.LABEL_KEY].int64_list.value[:] = [value]
+
+
+@pytest.mark.parametrize("corruption", ["zeroed", "inverted", "any tip"])
+def test_a_label_corrupted_upstream_is_named_with_its_change(two_spans, tmp_path, corruption):
+    def corrupt(example):
+        label = example.features.feature[features.LABEL_KEY].int64_list.value[0]
+        if corruption == "zeroed":
+            _set_label(example, 0)
+        elif corruption == "inverted":
+            _set_label(example, 1 - label)
+        else:  # tips read in cents against fares in dollars: every card trip is a "big tip"
+            _set_label(example, int(example.features.feature["payment_type"].bytes_list.value == [b"Credit Card"]))
+
+    (line,) = _label_lines(two_spans(corrupt), tmp_path)
+    assert line.startswith("[label span 15 -> 16] label 'big_tip': share of 1s 0.236 -> "), line
+    change = float(line.split("L_INFTY=")[1].split()[0])
+    assert change > features.LABEL_DRIFT_THRESHOLD and "threshold 0.130" in line
+
+
+def test_the_label_share_reads_numeric_and_categorical_statistics_alike():
+    numeric = statistics_pb2.DatasetFeatureStatisticsList()
+    label = numeric.datasets.add().features.add()
+    label.path.step.append(features.LABEL_KEY)
+    label.num_stats.mean = 0.25
+    label.num_stats.common_stats.num_non_missing = 8
+    categorical = statistics_pb2.DatasetFeatureStatisticsList()
+    label = categorical.datasets.add().features.add()
+    label.path.step.append(features.LABEL_KEY)
+    for value, count in (("0", 6), ("1", 2)):
+        label.string_stats.rank_histogram.buckets.add(label=value, sample_count=count)
+    assert drift.label_share(numeric) == drift.label_share(categorical) == 0.25
+    assert drift.label_share(statistics_pb2.DatasetFeatureStatisticsList()) is None
+    zeroed = statistics_pb2.DatasetFeatureStatisticsList()
+    zeroed.CopyFrom(numeric)
+    zeroed.datasets[0].features[0].num_stats.mean = 0.0
+    (line,) = drift.label_drift(zeroed, numeric, 9, 8)
+    assert "share of 1s 0.250 -> 0.000, L_INFTY=0.250" in line
+    assert drift.label_drift(numeric, numeric, 9, 8) == []
 
 
 def test_spans_that_left_the_data_root_since_they_were_ingested_are_named(two_spans, tmp_path):
