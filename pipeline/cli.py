@@ -26,10 +26,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import errno
 import logging
 import os
-import re
 import sys
 import time
 import warnings
@@ -37,7 +35,7 @@ from typing import Optional, Sequence
 
 from components import compat, spans
 from components.trainer.settings import TrainConfig
-from pipeline import config, lock, logs, preflight, retrain, run_state, speedups
+from pipeline import config, failures, lock, logs, preflight, retrain, run_state, speedups
 
 
 def _positive(text: str) -> int:
@@ -259,15 +257,24 @@ def _run_config(args: argparse.Namespace) -> config.RunConfig:
 
 @dataclasses.dataclass
 class Ending:
-    """How a command ended, for `--notify`: the run's report, or the error it stopped on."""
+    """How a command ended: the run's report, or the error it stopped on, said last (for
+    `--notify` too), after the path of the log that holds its traceback."""
 
     report: Optional[run_state.RunReport] = None
     error: str = ""
+    # The run's log file, or the log `main` writes for a failure it could not foresee.
+    log_path: str = ""
+    # Whether the error is one the log can tell more of (not a refused argument).
+    logged: bool = False
 
-    def fail(self, message: str) -> None:
-        """Says `error: message` on stderr, and remembers it."""
-        self.error = message
-        print(f"error: {message}", file=sys.stderr)
+    def fail(self, message: str, logged: bool = False) -> None:
+        self.error, self.logged = message, logged or bool(self.log_path)
+
+    def say(self) -> None:
+        """The last lines on stderr: where the full log is, then what broke and what to do."""
+        if self.logged and self.log_path:
+            print(f"Full log: {self.log_path}", file=sys.stderr)
+        print(f"error: {self.error}", file=sys.stderr)
 
 
 def _run(args: argparse.Namespace, ending: Ending) -> int:
@@ -282,6 +289,7 @@ def _run(args: argparse.Namespace, ending: Ending) -> int:
     # then logging: importing TensorFlow, TFX and their dependencies already logs and warns.
     run_config = _run_config(args)
     log_path = logs.configure(os.path.join(run_config.output_root, "logs"), args.verbose)
+    ending.log_path = log_path
     logging.info("Stack %s", compat.describe())
 
     def run_pipeline(resolved: config.RunConfig, plan: run_state.RunPlan) -> run_state.RunReport:
@@ -291,6 +299,7 @@ def _run(args: argparse.Namespace, ending: Ending) -> int:
 
     try:
         with lock.RunLock(run_config.output_root, args.command):
+            failures.check_store(run_config.metadata, run_config.output_root, writable=True)
             if args.command == "retrain":
                 report = retrain.retrain(run_config, args.window, run_pipeline, force=args.force)
             else:
@@ -369,8 +378,7 @@ def _schedule(args: argparse.Namespace) -> int:
     try:
         name = vertex_schedule.submit(schedule_config, request)
     except vertex_schedule.NoCredentialsError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return config.ExitCode.ERROR
+        raise ValueError(str(err)) from err
     print(f"Created schedule {name} ({args.cron})")
     return 0
 
@@ -417,20 +425,17 @@ def _records(args: argparse.Namespace) -> int:
         settings=dataclasses.replace(defaults.settings, model_name=getattr(args, "model_name", config.MODEL_NAME)),
     ).resolved()
     metadata, pipeline_name = run_config.metadata, run_config.settings.pipeline_name
+    failures.check_store(metadata, run_config.output_root)
     if not metadata.exists():
         raise ValueError(f"no metadata store at {metadata}: no run wrote to --output-root {args.output_root} yet")
     from pipeline import lineage
 
-    try:
-        if args.command == "history":
-            print(lineage.history(metadata, pipeline_name, args.limit))
-        elif args.command == "lineage":
-            print(lineage.lineage(metadata, run_config.model_serving_dir, args.version))
-        else:
-            print(f"Report: {_write_report(run_config.output_root, metadata, pipeline_name, args.run)}")
-    except LookupError as err:
-        print(f"error: {err.args[0]}", file=sys.stderr)
-        return config.ExitCode.ERROR
+    if args.command == "history":
+        print(lineage.history(metadata, pipeline_name, args.limit))
+    elif args.command == "lineage":
+        print(lineage.lineage(metadata, run_config.model_serving_dir, args.version))
+    else:
+        print(f"Report: {_write_report(run_config.output_root, metadata, pipeline_name, args.run)}")
     return 0
 
 
@@ -471,52 +476,38 @@ def _serving(args: argparse.Namespace) -> int:
     return 0
 
 
-# What a full disk, exhausted memory and a spent quota say, whatever the error's type:
-# TensorFlow raises ResourceExhaustedError for all three, Beam and the Python file system
-# an OSError that may carry no errno.
-DISK_FULL = ("no space left on device", "disk quota exceeded")
-OUT_OF_MEMORY = ("oom when allocating", "out of memory", "failed to allocate", "cannot allocate memory")
-QUOTA = ("quota exceeded", "ratelimitexceeded", "rate limit exceeded", "too many requests")
-
-
-def _resource_limit(err: BaseException) -> Optional[str]:
-    """A message naming the limit `err` ran into, by what it says rather than by its type
-    alone, or None if it is not a resource limit. Nothing already pushed or recorded is
-    touched by the failed run."""
-    text = str(err).lower()
-    resource_error = isinstance(err, (MemoryError, OSError)) or type(err).__name__ == "ResourceExhaustedError"
-    if not resource_error:
-        return None
-    if (isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)) or any(s in text for s in DISK_FULL):
-        # TensorFlow writes "<path>; No space left on device".
-        named = re.search(r"((?:gs://|/)[^\s;'\"]+)\s*;\s*(?:no space left|disk quota)", str(err), re.IGNORECASE)
-        path = getattr(err, "filename", None) or (named.group(1) if named else "")
-        where = f" writing {path}" if path else ""
-        return (f"no space left on the device{where}: free space under the output root, the serving folder "
-                "and the temporary folder, then run again. Nothing that was serving changed.")
-    if any(s in text for s in QUOTA):
-        return (f"a quota ran out ({str(err).strip().splitlines()[0][:200]}): wait, or raise the quota, then "
-                "run again. Nothing that was serving changed.")
-    if isinstance(err, MemoryError) or any(s in text for s in OUT_OF_MEMORY) or not isinstance(err, OSError):
-        return ("out of memory: the run needed more than this machine has (the log names the component); "
-                "give it more memory, or fewer rows per run (see README, At scale). "
-                "Nothing that was serving changed.")
-    return None
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
+    # Until a run's own log file is set up (or for good, in the other commands), the log
+    # is kept in memory: the console gets results and one line per failure, never a
+    # traceback, and a failure's log is written out to a file named on the console.
+    captured = logs.capture()
     ending = Ending()
     code = config.ExitCode.ERROR
     try:
         code = _dispatch(args, ending)
     finally:
+        if ending.error:
+            if ending.logged and not ending.log_path:
+                ending.log_path = logs.write_failure_log(
+                    captured, logs.failure_log_dir(getattr(args, "output_root", "")), args.command
+                )
+            ending.say()
         if args.command in ("run", "retrain") and args.notify:
-            from components import notify
+            from components import alerts
 
             outcome = config.ExitCode(int(code)).name.lower().replace("_", " ")
-            notify.send(args.notify, notify.run_payload(args.command, int(code), ending.report, ending.error, outcome))
+            alerts.send(args.notify, alerts.run_payload(args.command, int(code), ending.report, ending.error, outcome))
     return code
+
+
+def _metadata_of(args: argparse.Namespace) -> Optional[config.MetadataConfig]:
+    """The metadata store a command uses, to name it in a failure; None for the commands
+    that use none."""
+    if not hasattr(args, "output_root"):
+        return None
+    path = os.path.join(os.path.abspath(args.output_root), "metadata.sqlite")
+    return config.MetadataConfig(path, getattr(args, "metadata_mysql", None))
 
 
 def _dispatch(args: argparse.Namespace, ending: Ending) -> int:
@@ -536,19 +527,19 @@ def _dispatch(args: argparse.Namespace, ending: Ending) -> int:
         if args.command in ("report", "history", "lineage"):
             return _records(args)
         return _make_data(args)
-    except ValueError as err:
-        ending.fail(str(err))
+    except (ValueError, LookupError) as err:
+        # Said by this package (or by argument checks), naming what to do; a store found
+        # damaged or locked has a log worth reading.
+        logging.exception("%s failed", args.command)
+        if isinstance(err, LookupError) and err.args:
+            message = str(err.args[0])
+        else:
+            message = failures.explain(err, _metadata_of(args))
+        ending.fail(message, logged=isinstance(err, failures.StoreError))
         return config.ExitCode.ERROR
-    except (MemoryError, OSError) as err:
-        limit = _resource_limit(err)
-        if limit is None:
-            raise
-        logging.exception("run failed")
-        ending.fail(limit)
-        return config.ExitCode.ERROR
-    except Exception as err:  # the last line of defence: a clear message and exit 1
-        logging.exception("run failed")
-        ending.fail(_resource_limit(err) or f"{type(err).__name__}: {err}")
+    except Exception as err:  # the last line of defence: one line naming it, exit 1, the traceback in the log
+        logging.exception("%s failed", args.command)
+        ending.fail(failures.explain(err, _metadata_of(args)), logged=True)
         return config.ExitCode.ERROR
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import logging.handlers
 import os
 import re
 import sys
@@ -62,6 +63,57 @@ class RedactingFormatter(logging.Formatter):
         return self._PASSWORD.sub(r'\1"***"', super().format(record))
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# Where the commands that keep no output root (predict, serving, compile, make-data, ...)
+# write the log of a failure.
+STATE_DIR_ENV = "XDG_STATE_HOME"
+
+
+class Captured(logging.handlers.BufferingHandler):
+    """The log records of a command that writes no log file unless it fails: the last
+    `capacity` of them, in memory, written out by `write_failure_log`."""
+
+    def shouldFlush(self, record: logging.LogRecord) -> bool:  # noqa: N802 (logging's name)
+        if len(self.buffer) >= self.capacity:
+            del self.buffer[0]
+        return False
+
+
+def capture(capacity: int = 10_000) -> Captured:
+    """Keeps the root logger's records in memory instead of on the console."""
+    handler = Captured(capacity)
+    handler.setFormatter(RedactingFormatter(LOG_FORMAT))
+    root = logging.getLogger()
+    for existing in list(root.handlers):
+        root.removeHandler(existing)
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    logging.captureWarnings(True)
+    return handler
+
+
+def failure_log_dir(output_root: str = "") -> str:
+    """`<output root>/logs` when that output root exists, else the user's state folder."""
+    if output_root and os.path.isdir(output_root):
+        return os.path.join(os.path.abspath(output_root), "logs")
+    state = os.environ.get(STATE_DIR_ENV) or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(state, "taxi-pipeline", "logs")
+
+
+def write_failure_log(handler: Captured, log_dir: str, command: str) -> str:
+    """Writes the captured records to a new file in `log_dir`; its path, or "" when it
+    cannot be written (a full or read-only disk: the console line must still come)."""
+    path = os.path.join(log_dir, f"{command}-{datetime.datetime.now():%Y%m%d-%H%M%S}-{os.getpid()}.log")
+    try:
+        os.makedirs(log_dir, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as out:
+            for record in handler.buffer:
+                out.write(handler.format(record) + "\n")
+    except OSError:
+        return ""
+    return path
+
+
 def configure(log_dir: str, verbose: bool) -> str:
     """Full logs go to a file (and the console with `verbose`); the console gets progress.
 
@@ -83,7 +135,7 @@ def configure(log_dir: str, verbose: bool) -> str:
         tf_logger.removeHandler(handler)
     tf_logger.propagate = True
     file_handler = logging.FileHandler(log_path)
-    file_handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    file_handler.setFormatter(RedactingFormatter(LOG_FORMAT))
     root.addHandler(file_handler)
     root.addHandler(logging.StreamHandler(sys.stderr) if verbose else ProgressHandler())
     return log_path

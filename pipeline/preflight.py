@@ -8,6 +8,7 @@ and needs no TensorFlow; `check_records` reads every file through.
 from __future__ import annotations
 
 import os
+import re
 from typing import List
 
 from components import spans
@@ -98,10 +99,46 @@ def _check_file(path: str) -> int:
         # TensorFlow quotes the record it could not parse; binary garbage fails to decode.
         raise BadDataError(f"{path}: a record among {count + 1}-{count + _CHECK_BATCH} is not a serialized "
                            "tf.Example") from err
+    cut = gzip_problem(path)
+    if cut:
+        raise BadDataError(f"{path} {cut} (after {count} whole records): copy it again, or move it out of the data "
+                           "root")
     if count == 0:
         raise BadDataError(f"{path} holds no records")
     return count
 
 
 def _unreadable(path: str, count: int, message: str) -> str:
-    return f"{path} is not a readable GZIP TFRecord file (truncated or corrupt after {count} records): {message}"
+    # TensorFlow's message starts with the function it ran in ("{{function_node ...}} ").
+    reason = re.sub(r"\{\{[^}]*\}\}\s*", "", message).strip()
+    return (f"{path} is not a readable GZIP TFRecord file (truncated or corrupt after {count} records: {reason}): "
+            "copy it again, or move it out of the data root")
+
+
+# Bytes read at a time when a GZIP file's stream is checked.
+_GZIP_CHUNK = 1 << 20
+
+
+def gzip_problem(path: str) -> str:
+    """"" when `path` is a whole GZIP stream (one member or several, CRCs checked), else
+    what is wrong. TensorFlow's and Beam's readers stop without an error where a cut
+    falls between records inside a truncated file: only the stream's end says it is cut."""
+    import zlib
+
+    import tensorflow as tf
+
+    inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)
+    try:
+        with tf.io.gfile.GFile(path, "rb") as handle:
+            while True:
+                chunk = handle.read(_GZIP_CHUNK)
+                if not chunk:
+                    break
+                while chunk:
+                    inflater.decompress(chunk)
+                    chunk = inflater.unused_data
+                    if chunk:  # the next member of a multi-member file
+                        inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)
+    except zlib.error as err:
+        return f"is not a valid GZIP file ({err})"
+    return "" if inflater.eof else "is truncated: its GZIP stream ends before its end marker"

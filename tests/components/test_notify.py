@@ -3,7 +3,7 @@
 import datetime
 import json
 
-from components import notify, serving_config
+from components import alerts, notify, serving_config
 
 STATUS = json.dumps({"state": "SUCCEEDED", "error": {}, "pipelineTaskName": "tfx-dag",
                      "pipelineJobResourceName": "projects/0/locations/l/pipelineJobs/j"})
@@ -30,7 +30,7 @@ def test_a_pin_is_what_keeps_serving(tmp_path):
         (model_dir / str(version)).mkdir(parents=True)
     serving_config.pin(str(tmp_path), "big_tip", 1700000000)
     assert notify.pushed_since(str(model_dir), _rfc3339(1700000400)) == (1700000500, 1700000000, True)
-    text = notify.final_status_payload(STATUS, 1700000500, 1700000000)["text"]
+    text = alerts.final_status_payload(STATUS, 1700000500, 1700000000)["text"]
     assert text.endswith("pushed model version 1700000500 (version 1700000000 serving: a pin or rollback holds it)")
 
 
@@ -39,16 +39,16 @@ def test_no_model_folder_and_an_unreadable_time_are_said_as_such(tmp_path):
     (tmp_path / "m" / "5").mkdir(parents=True)
     assert notify.pushed_since(str(tmp_path / "m"), "{{$.pipeline_job_create_time_utc}}") == (None, 5, False)
     assert notify.pushed_since("", _rfc3339(1)) == (None, None, False)
-    unknown = notify.final_status_payload(STATUS, None, 5, determined=False)
+    unknown = alerts.final_status_payload(STATUS, None, 5, determined=False)
     assert unknown["text"].endswith("; whether it pushed is unknown (version 5 serving)") and unknown["version"] is None
 
 
 def test_the_alert_names_the_push_or_what_keeps_serving():
-    pushed = notify.final_status_payload(STATUS, pushed=1700000500, serving=1700000500)
+    pushed = alerts.final_status_payload(STATUS, pushed=1700000500, serving=1700000500)
     assert pushed["text"].endswith("ended: SUCCEEDED; pushed model version 1700000500")
     assert pushed["version"] == 1700000500 and pushed["exit_code"] == 0
-    kept = notify.final_status_payload(STATUS, pushed=None, serving=1700000000)
+    kept = alerts.final_status_payload(STATUS, pushed=None, serving=1700000000)
     assert kept["text"].endswith("; nothing pushed (version 1700000000 keeps serving)") and kept["version"] is None
-    failed = notify.final_status_payload(json.dumps({"state": "FAILED", "error": {"code": 13, "message": "task X"}}))
+    failed = alerts.final_status_payload(json.dumps({"state": "FAILED", "error": {"code": 13, "message": "task X"}}))
     assert failed["text"] == "taxi pipeline run ended: FAILED: task X; nothing pushed (no model serving)"
     assert failed["exit_code"] == 1 and failed["outcome"] == "failed"

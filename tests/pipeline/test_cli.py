@@ -96,24 +96,3 @@ def test_running_out_of_memory_or_disk_names_the_limit(monkeypatch, capsys):
     monkeypatch.setattr(cli, "_make_data", out_of_memory)
     assert cli.main(["make-data"]) == 1
     assert "out of memory" in capsys.readouterr().err
-
-
-def test_resource_errors_are_named_by_what_they_say_not_by_their_type():
-    """TensorFlow raises ResourceExhaustedError for a full disk as for exhausted memory."""
-    import tensorflow as tf
-
-    from pipeline import cli
-
-    full = tf.errors.ResourceExhaustedError(
-        None, None, "/srv/serving/big_tip/.staging-5/variables/x; No space left on device")
-    assert cli._resource_limit(full).startswith(
-        "no space left on the device writing /srv/serving/big_tip/.staging-5/variables/x:")
-    oom = tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape[1000000,512]")
-    assert cli._resource_limit(oom).startswith("out of memory:")
-    quota = tf.errors.ResourceExhaustedError(None, None, "Quota exceeded for quota metric 'Write requests'")
-    assert cli._resource_limit(quota).startswith("a quota ran out (Quota exceeded for quota metric")
-    assert cli._resource_limit(OSError("[Errno 28] No space left on device")).startswith("no space left on the device:")
-    io_error = cli._resource_limit(OSError("I/O error at gs://b/x: No space left on device"))
-    assert io_error.startswith("no space left on the device:"), io_error
-    assert cli._resource_limit(OSError(2, "No such file or directory", "/x")) is None
-    assert cli._resource_limit(ValueError("out of memory")) is None

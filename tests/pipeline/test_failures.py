@@ -1,0 +1,104 @@
+"""The one line a failure prints: what broke, where, and what to do (pipeline/failures.py)."""
+
+import errno
+import socket
+import sqlite3
+import threading
+import time
+
+import pytest
+import tensorflow as tf
+
+from pipeline import config, failures
+
+
+@pytest.fixture
+def store(tmp_path):
+    return config.MetadataConfig(str(tmp_path / "metadata.sqlite"))
+
+
+def test_resource_errors_are_named_by_what_they_say_not_by_their_type():
+    """TensorFlow raises ResourceExhaustedError for a full disk as for exhausted memory."""
+    full = tf.errors.ResourceExhaustedError(
+        None, None, "/srv/serving/big_tip/.staging-5/variables/x; No space left on device")
+    assert failures.explain(full).startswith(
+        "no space left on the device writing /srv/serving/big_tip/.staging-5/variables/x:")
+    oom = tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape[1000000,512]")
+    assert failures.explain(oom).startswith("out of memory:")
+    quota = tf.errors.ResourceExhaustedError(None, None, "Quota exceeded for quota metric 'Write requests'")
+    assert failures.explain(quota).startswith("a quota ran out (Quota exceeded for quota metric")
+    assert failures.explain(OSError("[Errno 28] No space left on device")).startswith("no space left on the device:")
+    beam_wrapped = RuntimeError("I/O error at gs://b/x: No space left on device [while running 'Write']")
+    assert failures.explain(beam_wrapped).startswith("no space left on the device writing gs://b/x:")
+    assert failures.resource_limit(OSError(2, "No such file or directory", "/x")) is None
+    assert failures.resource_limit(ValueError("out of memory")) is None
+
+
+def test_permission_read_only_and_vanished_paths_are_named():
+    denied = failures.explain(PermissionError(errno.EACCES, "Permission denied", "/srv/out/logs"))
+    assert denied.startswith("no permission to write /srv/out/logs: give this user write access")
+    tf_denied = tf.errors.PermissionDeniedError(None, None, "/srv/serving/big_tip; Permission denied")
+    assert failures.explain(tf_denied).startswith("no permission to write /srv/serving/big_tip:")
+    read_only = failures.explain(OSError(errno.EROFS, "Read-only file system", "/mnt/ro/serving"))
+    assert read_only.startswith("/mnt/ro/serving is on a read-only file system: mount it writable")
+    gone = tf.errors.NotFoundError(None, None, "/data/span-16/trips.gz; No such file or directory")
+    assert failures.explain(gone).startswith("/data/span-16/trips.gz disappeared while the command ran")
+
+
+def test_a_damaged_or_locked_sqlite_store_is_named_with_what_to_do(store, tmp_path):
+    with open(store.sqlite_path, "wb") as damaged:
+        damaged.write(b"\x00garbage" * 4096)
+    with pytest.raises(failures.StoreError, match=r"metadata store .*metadata.sqlite is damaged") as found:
+        failures.check_store(store)
+    assert "mv " in str(found.value) and "no cache" in str(found.value)
+    mlmd = RuntimeError("Error when executing query: file is not a database query:  CREATE TABLE IF NOT EXISTS")
+    assert failures.explain(mlmd, store) == failures.damaged_store(store)
+
+    (tmp_path / "metadata.sqlite").unlink()
+    sqlite3.connect(store.sqlite_path).execute("CREATE TABLE t (x)").connection.commit()
+    holder = sqlite3.connect(store.sqlite_path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        started = time.monotonic()
+        with pytest.raises(failures.StoreError, match="is locked by another program"):
+            failures.check_store(store, writable=True)
+        assert time.monotonic() - started < failures.STORE_TIMEOUT_SECONDS + 3
+    finally:
+        holder.execute("ROLLBACK")
+    failures.check_store(store, writable=True)  # free again: no error
+
+
+def test_a_store_missing_from_an_output_root_with_runs_is_refused(store, tmp_path):
+    failures.check_store(store, str(tmp_path))  # a new output root: nothing to miss
+    (tmp_path / "last_run.json").write_text("{}")
+    with pytest.raises(failures.StoreError, match="is missing, though this output root recorded runs"):
+        failures.check_store(store, str(tmp_path))
+
+
+def test_a_mysql_server_that_refuses_or_never_answers_costs_seconds():
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    refused = config.MetadataConfig("", config.MySqlAddress("127.0.0.1", port, "mlmd"))
+    with pytest.raises(failures.StoreError, match=rf"mysql://127.0.0.1:{port}/mlmd cannot be used"):
+        failures.check_store(refused)
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(1)
+    accepted = []
+    threading.Thread(target=lambda: accepted.append(silent.accept()), daemon=True).start()
+    hanging = config.MetadataConfig("", config.MySqlAddress("127.0.0.1", silent.getsockname()[1], "mlmd"))
+    started = time.monotonic()
+    try:
+        with pytest.raises(failures.StoreError, match=r"no answer within 5 s"):
+            failures.check_store(hanging)
+    finally:
+        silent.close()
+    assert time.monotonic() - started < failures.STORE_TIMEOUT_SECONDS + 2
+
+
+def test_an_unforeseen_error_is_one_line_without_bytes():
+    err = RuntimeError("Not a valid TFRecord. Fewer than 497 bytes: b'0aea030a100a0762' \n more detail")
+    line = failures.explain(err)
+    assert line == "RuntimeError: Not a valid TFRecord. Fewer than 497 bytes: <bytes> (the full log says where)"
