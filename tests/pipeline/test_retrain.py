@@ -77,6 +77,7 @@ def _record_window_run(ws, outcome, window=2, **fields):
     report = RunReport(outcome=outcome, spans=plan.spans, window_size=window, run_id="20261121-030000-1-abc",
                        fingerprint=plan.fingerprint, finished="2026-11-21T03:04:05+00:00", **fields)
     run_state.save(str(ws.out), report)
+    ws.metadata.touch()  # the run's metadata store (an empty SQLite database)
     return report
 
 
@@ -95,7 +96,7 @@ def test_nothing_new_exits_0_and_says_what_was_decided_when(workspace, copy_span
     assert result.returncode == 0, result.stdout + result.stderr
     assert ("Nothing new: span 16 was already trained on with the same data, code and settings "
             f"(run 20261121-030000-1-abc, finished 2026-11-21T03:04:05+00:00: {then}). Nothing to do.") in result.stdout
-    assert not workspace.metadata.exists()
+    assert workspace.metadata.stat().st_size == 0  # checked, not written
 
 
 def test_rewritten_identical_bytes_are_no_change_and_a_changed_byte_is(workspace, copy_spans):
