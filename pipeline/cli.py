@@ -300,6 +300,7 @@ def _run(args: argparse.Namespace, ending: Ending) -> int:
     try:
         with lock.RunLock(run_config.output_root, args.command):
             failures.check_store(run_config.metadata, run_config.output_root, writable=True)
+            preflight.check_schema(config.schema_file())
             if args.command == "retrain":
                 report = retrain.retrain(run_config, args.window, run_pipeline, force=args.force)
             else:

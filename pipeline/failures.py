@@ -188,6 +188,6 @@ def explain(err: BaseException, metadata: Optional[config.MetadataConfig] = None
                 f"or point the command at another folder, then run again. {NOTHING_CHANGED}")
     if isinstance(err, FileNotFoundError) or type(err).__name__ == "NotFoundError":
         where = _where(err, str(err), "no such file or directory")
-        return (f"{where.strip() or 'a file the command reads'} disappeared while the command ran (moved or "
-                f"deleted?): put it back, then run again. {NOTHING_CHANGED}")
+        return (f"{where.strip() or 'a file the command reads'} does not exist, or disappeared while the command "
+                f"ran (moved or deleted?): check the path, put it back, then run again. {NOTHING_CHANGED}")
     return f"{type(err).__name__}: {short(err)} (the full log says where)"

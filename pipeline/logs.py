@@ -101,17 +101,21 @@ def failure_log_dir(output_root: str = "") -> str:
 
 
 def write_failure_log(handler: Captured, log_dir: str, command: str) -> str:
-    """Writes the captured records to a new file in `log_dir`; its path, or "" when it
-    cannot be written (a full or read-only disk: the console line must still come)."""
-    path = os.path.join(log_dir, f"{command}-{datetime.datetime.now():%Y%m%d-%H%M%S}-{os.getpid()}.log")
-    try:
-        os.makedirs(log_dir, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as out:
-            for record in handler.buffer:
-                out.write(handler.format(record) + "\n")
-    except OSError:
-        return ""
-    return path
+    """Writes the captured records to a new file in `log_dir`, or in the user's state
+    folder when that cannot be written (a full or read-only output root); its path, or ""
+    when neither can (the console line must still come)."""
+    name = f"{command}-{datetime.datetime.now():%Y%m%d-%H%M%S}-{os.getpid()}.log"
+    for folder in dict.fromkeys((log_dir, failure_log_dir())):
+        path = os.path.join(folder, name)
+        try:
+            os.makedirs(folder, exist_ok=True)
+            with open(path, "w", encoding="utf-8") as out:
+                for record in handler.buffer:
+                    out.write(handler.format(record) + "\n")
+        except OSError:
+            continue
+        return path
+    return ""
 
 
 def configure(log_dir: str, verbose: bool) -> str:

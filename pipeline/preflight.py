@@ -22,6 +22,27 @@ class BadDataError(ValueError):
     TFRecord of tf.Example (exit 4, like data the schema rejects)."""
 
 
+def check_schema(path: str) -> None:
+    """The curated schema (the data contract every run imports) exists and parses as a
+    `tensorflow_metadata` Schema, else a ValueError naming the file, the line and what to do."""
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as err:
+        raise ValueError(f"the schema {path} cannot be read ({err.strerror}): restore it (it ships with the "
+                         "components package; `git checkout components/schema` in a clone), then run again") from err
+    try:
+        schema = text_format.Parse(text, schema_pb2.Schema())
+    except text_format.ParseError as err:
+        raise ValueError(f"the schema {path} does not parse: {err}: fix that line (or undo the edit), "
+                         "then run again") from err
+    if not schema.feature:
+        raise ValueError(f"the schema {path} declares no feature: restore it, then run again")
+
+
 def checked_spans(data_root: str) -> List[spans.Span]:
     """The spans under `data_root` with the files the pipeline would ingest, or an error
     naming the problem."""

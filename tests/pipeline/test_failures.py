@@ -42,7 +42,8 @@ def test_permission_read_only_and_vanished_paths_are_named():
     read_only = failures.explain(OSError(errno.EROFS, "Read-only file system", "/mnt/ro/serving"))
     assert read_only.startswith("/mnt/ro/serving is on a read-only file system: mount it writable")
     gone = tf.errors.NotFoundError(None, None, "/data/span-16/trips.gz; No such file or directory")
-    assert failures.explain(gone).startswith("/data/span-16/trips.gz disappeared while the command ran")
+    assert failures.explain(gone).startswith(
+        "/data/span-16/trips.gz does not exist, or disappeared while the command ran")
 
 
 def test_a_damaged_or_locked_sqlite_store_is_named_with_what_to_do(store, tmp_path):
