@@ -106,7 +106,16 @@ def push(model_path: str, base_directory: str, version: Optional[int] = None) ->
     staging = os.path.join(base_directory, f"{STAGING_PREFIX}{version}")
     if tf.io.gfile.exists(staging):
         tf.io.gfile.rmtree(staging)
-    io_utils.copy_dir(model_path, staging)
+    try:
+        io_utils.copy_dir(model_path, staging)
+    except Exception:
+        # A full or read-only disk: the partial copy would hold the space until the next
+        # push prunes it (nothing serves from it).
+        try:
+            tf.io.gfile.rmtree(staging)
+        except tf.errors.OpError as err:
+            logging.warning("could not remove the partial copy %s: %s", staging, err)
+        raise
     tf.io.gfile.rename(staging, os.path.join(base_directory, str(version)))
     return version
 

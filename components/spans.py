@@ -190,7 +190,8 @@ def unquotable_glob_characters(path: str) -> List[str]:
 
 def _require_folder(data_root: str) -> None:
     if not _isdir(data_root):
-        raise DataRootError(f"data root {data_root} does not exist or is not a folder")
+        raise DataRootError(f"data root {data_root} does not exist or is not a folder (moved, deleted or not "
+                            "mounted?): point --data-root at the folder of span-<N> folders, then run again")
     special = unquotable_glob_characters(data_root)
     if special:
         raise DataRootError(

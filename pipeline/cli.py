@@ -309,9 +309,11 @@ def _run(args: argparse.Namespace, ending: Ending) -> int:
                 reuse = plan.previous is not None and not args.force
                 report = plan.previous if reuse else run_pipeline(run_config, plan)
     except (spans.DataRootError, spans.WindowError) as err:
+        logging.exception("%s failed", args.command)
         ending.fail(str(err))
         return config.ExitCode.ERROR
     except preflight.BadDataError as err:
+        logging.exception("%s: data rejected", args.command)
         ending.fail(f"data rejected: {err}")
         ending.report = _rejected_before_the_run(run_config, str(err), started)
         print("Data rejected; nothing was trained or pushed.")

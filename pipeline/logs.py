@@ -127,6 +127,9 @@ def configure(log_dir: str, verbose: bool) -> str:
 
     os.makedirs(log_dir, exist_ok=True)
     log_path = os.path.join(log_dir, f"run-{datetime.datetime.now():%Y%m%d-%H%M%S}-{os.getpid()}.log")
+    # Opened before the handlers it replaces are removed: a log file that cannot be
+    # written fails here, and the failure is still captured.
+    file_handler = logging.FileHandler(log_path)
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
@@ -138,7 +141,6 @@ def configure(log_dir: str, verbose: bool) -> str:
     for handler in list(tf_logger.handlers):
         tf_logger.removeHandler(handler)
     tf_logger.propagate = True
-    file_handler = logging.FileHandler(log_path)
     file_handler.setFormatter(RedactingFormatter(LOG_FORMAT))
     root.addHandler(file_handler)
     root.addHandler(logging.StreamHandler(sys.stderr) if verbose else ProgressHandler())
