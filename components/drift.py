@@ -24,8 +24,9 @@ Drift thresholds are the curated schema's `drift_comparator`s (L-infinity for ca
 features, Jensen-Shannon divergence for numeric ones), between the newest two spans the
 run ingested (SpanWindow's `spans_used`). The label is gated the same way: its share of
 1s (the L-infinity distance of a binary label) may move at most
-`features.LABEL_DRIFT_THRESHOLD` from one span to the next, so a label an upstream bug
-zeroed, inverted or recomputed is never trained on.
+`features.LABEL_DRIFT_THRESHOLD` from one span to the next, or four standard errors of
+the difference where spans are small enough for sampling noise to reach that, so a label
+an upstream bug zeroed, inverted or recomputed is never trained on.
 
 The verdict is one integer property, `blessed`, for `tfx.dsl.Cond`, with what was found
 in each span (`span_checks`, JSON: span number -> lines) and the drift lines (`report`).
@@ -124,33 +125,45 @@ SPAN_SAMPLE_ROWS = 25_000
 _DECODE_BATCH = 1000
 
 
-def label_share(stats: statistics_pb2.DatasetFeatureStatisticsList) -> Optional[float]:
-    """The share of examples whose label is 1 in `stats`, or None when they hold no label
-    values: from the label's numeric statistics (StatisticsGen's, computed without a
-    schema) or its categorical ones (computed with the schema, whose `bool_domain` makes
-    it categorical)."""
+def label_share(stats: statistics_pb2.DatasetFeatureStatisticsList) -> Optional[Tuple[float, float]]:
+    """(the share of examples whose label is 1, how many examples have a label) in
+    `stats`, or None when they hold no label values: from the label's numeric statistics
+    (StatisticsGen's, computed without a schema) or its categorical ones (computed with the
+    schema, whose `bool_domain` makes it categorical)."""
     for feature in stats.datasets[0].features if stats.datasets else ():
         if tuple(feature.path.step) != (features.LABEL_KEY,):
             continue
         if feature.HasField("num_stats"):
             counted = feature.num_stats.common_stats.num_non_missing
-            return feature.num_stats.mean if counted else None
+            return (feature.num_stats.mean, counted) if counted else None
         buckets = feature.string_stats.rank_histogram.buckets
         total = sum(bucket.sample_count for bucket in buckets)
-        return sum(b.sample_count for b in buckets if b.label == "1") / total if total else None
+        return (sum(b.sample_count for b in buckets if b.label == "1") / total, total) if total else None
     return None
+
+
+# A label change must also exceed this many standard errors of the difference of two
+# binomial shares, so that spans of a few hundred rows do not stop on sampling noise.
+LABEL_NOISE_Z = 4.0
 
 
 def label_drift(current: statistics_pb2.DatasetFeatureStatisticsList,
                 previous: statistics_pb2.DatasetFeatureStatisticsList, newest: int, previous_span: int,
                 threshold: float = features.LABEL_DRIFT_THRESHOLD) -> List[str]:
-    """A line naming the label when its share of 1s moved more than `threshold` from the
-    previous span to the newest (a binary label's L-infinity distance), else none."""
+    """A line naming the label when its share of 1s moved from the previous span to the
+    newest by more than `threshold` (a binary label's L-infinity distance) and more than
+    `LABEL_NOISE_Z` standard errors, else none."""
     now, before = label_share(current), label_share(previous)
-    if now is None or before is None or abs(now - before) <= threshold:
+    if now is None or before is None:
+        return []
+    (share, count), (previous_share, previous_count) = now, before
+    pooled = (share * count + previous_share * previous_count) / (count + previous_count)
+    noise = LABEL_NOISE_Z * (pooled * (1 - pooled) * (1 / count + 1 / previous_count)) ** 0.5
+    change = abs(share - previous_share)
+    if change <= max(threshold, noise):
         return []
     return [f"[label span {previous_span} -> {newest}] label {features.LABEL_KEY!r}: share of 1s "
-            f"{before:.3f} -> {now:.3f}, L_INFTY={abs(now - before):.3f} (threshold {threshold:.3f}): "
+            f"{previous_share:.3f} -> {share:.3f}, L_INFTY={change:.3f} (threshold {max(threshold, noise):.3f}): "
             "check how the label is made upstream (a broken join, a unit change) before training on it"]
 
 
