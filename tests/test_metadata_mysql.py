@@ -1,6 +1,9 @@
 """MLMD in MySQL (here MariaDB, which the test starts on 127.0.0.1): runs from two output
 roots, as from two hosts, share one store; SQLite stays the default."""
 
+import contextlib
+import dataclasses
+import os
 import shutil
 import socket
 import subprocess
@@ -9,6 +12,9 @@ import time
 import pytest
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
+
+from pipeline import config
+from tests.conftest import RUN_TIMEOUT_SECONDS
 
 pytestmark = pytest.mark.slow
 
@@ -28,10 +34,15 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def mysql(tmp_path_factory):
-    """A MariaDB server of the test's own, on 127.0.0.1, with an account for MLMD."""
-    root = tmp_path_factory.mktemp("mariadb")
+@dataclasses.dataclass
+class MariaDb:
+    port: int
+    process: subprocess.Popen
+
+
+@contextlib.contextmanager
+def mariadb(root):
+    """A MariaDB server of the test's own under `root`, on 127.0.0.1, with an account for MLMD."""
     data, sock = root / "data", root / "mysqld.sock"
     install = subprocess.run(
         [_tool("mariadb-install-db"), "--no-defaults", f"--datadir={data}", "--user=root",
@@ -59,17 +70,24 @@ def mysql(tmp_path_factory):
                 break
             assert server.poll() is None and time.monotonic() < deadline, (root / "server.log").read_text()
             time.sleep(0.5)
-        yield port
+        yield MariaDb(port, server)
     finally:
-        server.terminate()
-        server.wait(timeout=60)
+        if server.poll() is None:
+            server.terminate()
+            server.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def mysql(tmp_path_factory):
+    with mariadb(tmp_path_factory.mktemp("mariadb")) as server:
+        yield server.port
 
 
 def _store(port: int) -> metadata_store.MetadataStore:
-    config = metadata_store_pb2.ConnectionConfig()
-    config.mysql.host, config.mysql.port, config.mysql.database = "127.0.0.1", port, DATABASE
-    config.mysql.user, config.mysql.password = USER, PASSWORD
-    return metadata_store.MetadataStore(config)
+    connection = metadata_store_pb2.ConnectionConfig()
+    connection.mysql.host, connection.mysql.port, connection.mysql.database = "127.0.0.1", port, DATABASE
+    connection.mysql.user, connection.mysql.password = USER, PASSWORD
+    return metadata_store.MetadataStore(connection)
 
 
 def test_runs_from_two_output_roots_share_one_mysql_store(mysql, slice_workspace, taxi_pipeline, tmp_path):
@@ -102,3 +120,29 @@ def test_runs_from_two_output_roots_share_one_mysql_store(mysql, slice_workspace
     assert anonymous.returncode == 1 and "TAXI_MLMD_USER and TAXI_MLMD_PASSWORD" in anonymous.stderr
     bad = taxi_pipeline("history", "--metadata-mysql", "localhost/taxi", env=account)
     assert bad.returncode == 2 and "HOST:PORT/DATABASE" in bad.stderr
+
+
+def test_a_server_that_goes_away_mid_run_is_named_and_nothing_is_pushed(
+    tmp_path, slice_workspace, cli_argv, taxi_pipeline
+):
+    ws = slice_workspace
+    account = {config.MYSQL_USER_ENV: USER, config.MYSQL_PASSWORD_ENV: PASSWORD}
+    with mariadb(tmp_path / "db") as server:
+        address = f"127.0.0.1:{server.port}/{DATABASE}"
+        process = subprocess.Popen(cli_argv("run", *ws.locations(), "--metadata-mysql", address),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   env={**os.environ, **account})
+        try:
+            for line in process.stdout:
+                if "StatisticsGen" in line:  # the run is under way, with executions recorded
+                    server.process.kill()
+                    server.process.wait(timeout=60)
+                    break
+            stdout, stderr = process.communicate(timeout=RUN_TIMEOUT_SECONDS)
+        finally:
+            process.kill()
+    assert process.returncode == 1, stdout + stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: the metadata store mysql://{address} cannot be used ("), stderr
+    assert "start the server or fix --metadata-mysql" in last and "Traceback" not in stderr
+    assert not ws.versions() and not (ws.out / "last_run.json").exists()
