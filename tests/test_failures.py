@@ -175,7 +175,7 @@ def test_a_full_serving_folder_keeps_every_served_version_whole(copy_of_finished
         assert not list((serving / "big_tip").glob(".staging-*"))  # the partial copy is gone
 
 
-def test_a_read_only_output_root_is_named(copy_of_finished_run, taxi_pipeline, tmp_path):
+def test_a_read_only_output_root_or_serving_folder_is_named(copy_of_finished_run, taxi_pipeline, tmp_path):
     ws = copy_of_finished_run
     with tmpfs(tmp_path / "read-only", 64 * 1024, read_only=True, fill_from=ws.out) as out:
         before = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
@@ -185,6 +185,11 @@ def test_a_read_only_output_root_is_named(copy_of_finished_run, taxi_pipeline, t
         assert "is on a read-only file system: mount it writable or point the command at another folder" in line
         assert "Full log: " + str(tmp_path / "state") in result.stderr, line  # the log went where it could
         assert {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    with tmpfs(tmp_path / "read-only-serving", 64 * 1024, read_only=True, fill_from=ws.serving) as serving:
+        before = {str(p.relative_to(serving)): p.read_bytes() for p in serving.rglob("*") if p.is_file()}
+        pinned = taxi_pipeline("serving", "pin", ws.versions()[0], "--serving-dir", str(serving))
+        line = assert_one_clear_line(pinned, 1, f"{serving}/big_tip/.push.lock is on a read-only file system")
+        assert {str(p.relative_to(serving)): p.read_bytes() for p in serving.rglob("*") if p.is_file()} == before
 
 
 def test_a_full_temporary_folder_is_not_needed(copy_of_finished_run, taxi_pipeline, tmp_path):
