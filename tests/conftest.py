@@ -9,6 +9,7 @@ works on its own copy (`copy_of_finished_run`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import hashlib
@@ -261,3 +262,45 @@ def span_like(source_dir: Path, every: int, edit: Callable) -> List[bytes]:
 def unknown_payment(example) -> None:
     """A payment type outside the schema's domain."""
     example.features.feature["payment_type"].bytes_list.value[:] = [b"Bitcoin"]
+
+
+# What the failure tests (tests/test_failures*.py) check of a failed command.
+
+
+def last_line(result: subprocess.CompletedProcess) -> str:
+    lines = result.stderr.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def assert_one_clear_line(result: subprocess.CompletedProcess, code: int, starts: str) -> str:
+    """The exit status, and a last line that starts with `starts` and carries no traceback."""
+    assert result.returncode == code, result.stdout + result.stderr
+    line = last_line(result)
+    assert line.startswith(f"error: {starts}"), result.stderr
+    assert "Traceback" not in result.stderr + result.stdout and "b'" not in line and "CREATE TABLE" not in line
+    return line
+
+
+def full_log(result: subprocess.CompletedProcess) -> str:
+    """The text of the log file the failure named (its traceback is there)."""
+    (named,) = [line for line in result.stderr.splitlines() if line.startswith("Full log: ")]
+    return Path(named[len("Full log: "):]).read_text()
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size_kb: int, read_only: bool = False, fill_from: Path | None = None):
+    """A small file system mounted at `path` (a full disk, a read-only one), holding a copy
+    of `fill_from`; skips the test where this user cannot mount."""
+    path.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(path)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()}): run the suite as root")
+    try:
+        if fill_from is not None:
+            shutil.copytree(fill_from, path, dirs_exist_ok=True)
+        if read_only:
+            subprocess.run(["mount", "-o", "remount,ro", str(path)], check=True)
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
