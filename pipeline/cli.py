@@ -35,7 +35,7 @@ from typing import Optional, Sequence
 
 from components import compat, spans
 from components.trainer.settings import TrainConfig
-from pipeline import config, failures, lock, logs, preflight, retrain, run_state, speedups
+from pipeline import beam_args, config, failures, lock, logs, preflight, retrain, run_state, speedups
 
 
 def _positive(text: str) -> int:
@@ -70,6 +70,45 @@ def _add_serving_location(command: argparse.ArgumentParser) -> None:
     command.add_argument("--model-name", default=config.MODEL_NAME, help="the model's folder under --serving-dir")
 
 
+def _add_beam_options(command: argparse.ArgumentParser, default_help: str) -> None:
+    beam = command.add_argument_group(
+        "where the Beam work runs", "see pipeline/beam_args.py; options after `--` are passed to Beam last, and win"
+    )
+    beam.add_argument("--beam", choices=beam_args.KINDS, default="direct",
+                      help=f"direct: {default_help}; portable: a Beam job service and a Python worker pool; "
+                           "flink, spark, dataflow: those runners")
+    beam.add_argument("--job-endpoint", metavar="HOST:PORT", help="portable, spark: the Beam job service")
+    beam.add_argument("--worker-pool", metavar="HOST:PORT",
+                      help="portable, flink, spark: a Python worker pool started from this package's environment "
+                           "(python -m apache_beam.runners.worker.worker_pool_main --service_port=PORT)")
+    beam.add_argument("--flink-master", metavar="HOST:PORT", help="flink: the JobManager's REST address")
+    beam.add_argument("--flink-job-server-jar", metavar="PATH",
+                      help="flink: Beam's Flink job server jar, where Maven Central cannot be reached")
+    beam.add_argument("--sdk-image", metavar="IMAGE",
+                      help="flink, spark without a pool: the pipeline image, run in Docker; dataflow: its SDK "
+                           "container (the pipeline image)")
+    beam.add_argument("--beam-workers", type=int, metavar="N",
+                      help="flink, spark: worker processes per job (Flink's parallelism too); dataflow: its "
+                           "most workers")
+    beam.add_argument("--dataflow-project", metavar="PROJECT", help="dataflow: the Google Cloud project")
+    beam.add_argument("--dataflow-region", metavar="REGION", help="dataflow: its region, e.g. europe-west4")
+    beam.add_argument("--temp-location", metavar="GS_PATH", help="dataflow: a gs:// folder for its temporary files")
+
+
+def beam_target(args: argparse.Namespace) -> beam_args.BeamTarget:
+    """The `--beam` flags as a BeamTarget, or ValueError naming what is missing."""
+    target = beam_args.target_from(
+        args.beam, job_endpoint=args.job_endpoint, worker_pool=args.worker_pool, flink_master=args.flink_master,
+        flink_job_server_jar=args.flink_job_server_jar, sdk_image=args.sdk_image, workers=args.beam_workers,
+        dataflow_project=args.dataflow_project, dataflow_region=args.dataflow_region,
+        temp_location=args.temp_location,
+    )
+    problems = target.problems()
+    if problems:
+        raise ValueError("; ".join(problems))
+    return target
+
+
 def _add_local_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--data-root", default=config.DATA_ROOT, help="folder of span-<N>/ TFRecord folders")
     _add_metadata_options(command)
@@ -89,6 +128,7 @@ def _add_local_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--notify", default=None, metavar="URL",
                          help="POST a JSON summary to this Slack-compatible webhook when the command ends, "
                               "whatever the outcome (a failure to notify never changes the exit status)")
+    _add_beam_options(command, "Beam's in-memory engine in this process")
     command.add_argument("beam_args", nargs="*", metavar="BEAM_ARG", help="extra Beam options, after `--`")
 
 
@@ -121,6 +161,7 @@ def _parser() -> argparse.ArgumentParser:
     kfp.add_argument("--notify", default="", metavar="URL",
                      help="a Slack-compatible webhook the pipeline's exit handler tells how each run ended, "
                           "even when a component failed")
+    _add_beam_options(kfp, "Beam's in-memory engine inside each component's container")
     kfp.add_argument("beam_args", nargs="*", metavar="BEAM_ARG",
                      help="Beam options for the Beam components (e.g. Dataflow's), after `--`")
 
@@ -154,6 +195,7 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("--csv", action="store_true", help="also write a CSV of probability and class")
     predict.add_argument("--key", default="", metavar="FEATURE", help="with --csv: a feature's value to join on")
     _add_serving_location(predict)
+    _add_beam_options(predict, "Beam's in-memory engine in this process")
     predict.add_argument("beam_args", nargs="*", metavar="BEAM_ARG",
                          help="Beam options after `--` (e.g. Dataflow's); default: this machine's DirectRunner")
 
@@ -249,7 +291,7 @@ def _run_config(args: argparse.Namespace) -> config.RunConfig:
         settings=config.Settings(
             keep_versions=args.keep_versions,
             latency_budget_ms=args.latency_budget_ms,
-            beam_args=config.local_beam_args() + tuple(args.beam_args),
+            beam_args=beam_args.command_line(config.local_beam_args(), args.beam_target, tuple(args.beam_args)),
             train=TrainConfig(run_eagerly=args.run_eagerly),
         ),
     ).resolved()
@@ -357,7 +399,7 @@ def _compile(args: argparse.Namespace) -> int:
             keep_versions=args.keep_versions,
             latency_budget_ms=args.latency_budget_ms,
             window_size=args.window or None,
-            beam_args=config.VERTEX_BEAM_ARGS + tuple(args.beam_args),
+            beam_args=beam_args.command_line(config.VERTEX_BEAM_ARGS, args.beam_target, tuple(args.beam_args)),
         ),
     )
     from pipeline.compiled_fixes import dag_tasks
@@ -465,7 +507,7 @@ def _predict(args: argparse.Namespace) -> int:
     model = predict.run(predict.PredictConfig(
         model=args.model, input_glob=args.input, output_dir=args.output, serving_dir=args.serving_dir,
         model_name=args.model_name, csv=args.csv, key_feature=args.key,
-        beam_args=tuple(args.beam_args) or config.local_beam_args(),
+        beam_args=beam_args.command_line(config.local_beam_args(), args.beam_target, tuple(args.beam_args)),
     ))
     print(f"Scored {args.input} with {model} into {args.output} ({time.perf_counter() - started:.1f} s)")
     return 0
@@ -480,7 +522,13 @@ def _serving(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if hasattr(args, "beam"):
+        try:
+            args.beam_target = beam_target(args)
+        except ValueError as err:
+            parser.error(str(err))  # exit 2, the usage line then this one
     # Until a run's own log file is set up (or for good, in the other commands), the log
     # is kept in memory: the console gets results and one line per failure, never a
     # traceback, and a failure's log is written out to a file named on the console.

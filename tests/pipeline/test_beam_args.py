@@ -1,4 +1,7 @@
-"""The documented Beam option sets parse into the options each runner reads."""
+"""The `--beam` targets parse into the options each runner reads; what a target lacks is
+named by its flag; beyond this process, this package is staged as one archive."""
+
+import tarfile
 
 import pytest
 from apache_beam.options.pipeline_options import (
@@ -16,8 +19,14 @@ from pipeline import beam_args, config
 IMAGE = "europe-west4-docker.pkg.dev/p/r/taxi-pipeline:1"
 
 
+def _options(target: beam_args.BeamTarget) -> PipelineOptions:
+    assert target.problems() == []
+    return PipelineOptions(list(beam_args.command_line(config.VERTEX_BEAM_ARGS, target, ())))
+
+
 def test_dataflow_options():
-    options = PipelineOptions(list(beam_args.dataflow("proj", "europe-west4", "gs://b/tmp", IMAGE)))
+    options = _options(beam_args.BeamTarget("dataflow", dataflow_project="proj", dataflow_region="europe-west4",
+                                            temp_location="gs://b/tmp", sdk_image=IMAGE))
     assert options.view_as(StandardOptions).runner == "DataflowRunner"
     cloud = options.view_as(GoogleCloudOptions)
     assert (cloud.project, cloud.region, cloud.temp_location) == ("proj", "europe-west4", "gs://b/tmp")
@@ -25,18 +34,85 @@ def test_dataflow_options():
     assert (workers.sdk_container_image, workers.max_num_workers) == (IMAGE, 10)
 
 
-def test_flink_options():
-    options = PipelineOptions(list(beam_args.flink("flink-jobmanager:8081", IMAGE)))
+def test_flink_with_worker_pools_beside_the_task_managers_and_a_local_job_server_jar():
+    options = _options(beam_args.BeamTarget("flink", flink_master="flink-jobmanager:8081",
+                                            worker_pool="localhost:50000",
+                                            flink_job_server_jar="/opt/beam-flink-job-server.jar", workers=4))
     assert options.view_as(StandardOptions).runner == "FlinkRunner"
-    assert options.view_as(FlinkRunnerOptions).flink_master == "flink-jobmanager:8081"
+    flink = options.view_as(FlinkRunnerOptions)
+    assert (flink.flink_master, flink.flink_job_server_jar, flink.parallelism) == (
+        "flink-jobmanager:8081", "/opt/beam-flink-job-server.jar", 4)
     portable = options.view_as(PortableOptions)
-    assert (portable.environment_type, portable.environment_config) == ("DOCKER", IMAGE)
+    assert (portable.environment_type, portable.environment_config) == ("EXTERNAL", "localhost:50000")
+    assert int(portable.sdk_worker_parallelism) == 4
 
 
-def test_spark_options():
-    options = PipelineOptions(list(beam_args.spark("spark-job-server:8099", IMAGE)))
+def test_flink_and_spark_in_docker_run_the_pipeline_image():
+    flink = _options(beam_args.BeamTarget("flink", flink_master="jm:8081", sdk_image=IMAGE))
+    spark = _options(beam_args.BeamTarget("spark", job_endpoint="spark-job-server:8099", sdk_image=IMAGE))
+    assert spark.view_as(StandardOptions).runner == "PortableRunner"
+    assert spark.view_as(PortableOptions).job_endpoint == "spark-job-server:8099"
+    for options in (flink, spark):
+        portable = options.view_as(PortableOptions)
+        assert (portable.environment_type, portable.environment_config) == ("DOCKER", IMAGE)
+        # Named as the SDK container too: TFX then stages no archive of itself.
+        assert options.view_as(WorkerOptions).sdk_container_image == IMAGE
+
+
+def test_the_local_portable_stack():
+    options = _options(beam_args.BeamTarget("portable", job_endpoint="127.0.0.1:8099", worker_pool="127.0.0.1:50000"))
     assert options.view_as(StandardOptions).runner == "PortableRunner"
-    assert options.view_as(PortableOptions).job_endpoint == "spark-job-server:8099"
+    portable = options.view_as(PortableOptions)
+    assert (portable.job_endpoint, portable.environment_type, portable.environment_config) == (
+        "127.0.0.1:8099", "EXTERNAL", "127.0.0.1:50000")
+
+
+@pytest.mark.parametrize("target, says", [
+    (beam_args.BeamTarget("portable", job_endpoint="h:1"), ["--beam portable needs --worker-pool"]),
+    (beam_args.BeamTarget("portable", job_endpoint="h:1", worker_pool="h:2", workers=2), ["--beam-workers"]),
+    (beam_args.BeamTarget("flink", worker_pool="h:2"), ["--beam flink needs --flink-master"]),
+    (beam_args.BeamTarget("spark", job_endpoint="h:1"), ["--beam spark needs --worker-pool HOST:PORT"]),
+    (beam_args.BeamTarget("spark", job_endpoint="h:1", worker_pool="h:2", sdk_image=IMAGE), ["not both"]),
+    (beam_args.BeamTarget("dataflow", sdk_image=IMAGE),
+     ["--dataflow-project", "--dataflow-region", "--temp-location"]),
+])
+def test_a_target_missing_a_setting_names_the_flag(target, says):
+    problems = target.problems()
+    assert len(problems) == len(says)
+    for problem, expected in zip(problems, says):
+        assert expected in problem
+
+
+def test_a_missing_setting_is_a_usage_error_naming_the_flag(tmp_path, taxi_pipeline):
+    result = taxi_pipeline("predict", "--input", str(tmp_path / "*.gz"), "--output", str(tmp_path / "out"),
+                           "--beam", "flink", "--sdk-image", IMAGE)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == "taxi-pipeline: error: --beam flink needs --flink-master"
+    assert not (tmp_path / "out").exists()
+
+
+def test_beyond_this_process_the_setup_file_becomes_one_archive_built_once(tmp_path, monkeypatch):
+    monkeypatch.setenv(beam_args.CACHE_ENV, str(tmp_path))
+    local = config.local_beam_args()
+    assert any(arg.startswith("--setup_file=") for arg in local)  # installed from source here
+    assert beam_args.command_line(local, beam_args.BeamTarget(), ("--direct_num_workers=2",)) == local + (
+        "--direct_num_workers=2",)
+    beam_args.package_archive.cache_clear()
+    target = beam_args.BeamTarget("portable", job_endpoint="h:1", worker_pool="h:2")
+    first = beam_args.command_line(local, target, ())
+    given_runner = beam_args.command_line(local, beam_args.BeamTarget(), ("--runner", "DataflowRunner"))
+    assert not any(arg.startswith("--setup_file=") for arg in first + given_runner)
+    (archive,) = [arg.split("=", 1)[1] for arg in first if arg.startswith("--extra_packages=")]
+    assert f"--extra_packages={archive}" in given_runner
+    assert archive.startswith(beam_args.archive_cache()) and archive.endswith(".tar.gz")
+    with tarfile.open(archive) as built:
+        names = built.getnames()
+    assert any(name.endswith("components/drift.py") for name in names)
+    assert any(name.endswith("components/schema/schema.pbtxt") for name in names)
+    # Another command with the same source reuses it, without building.
+    beam_args.package_archive.cache_clear()
+    monkeypatch.setattr(beam_args.subprocess, "run", None)
+    assert beam_args.command_line(local, target, ()) == first
 
 
 @pytest.mark.parametrize("args", [config.LOCAL_BEAM_ARGS, config.VERTEX_BEAM_ARGS])
