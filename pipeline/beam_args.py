@@ -27,6 +27,7 @@ import hashlib
 import logging
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -113,6 +114,30 @@ class BeamTarget:
                            f"--sdk_container_image={self.sdk_image}")
         parallelism = (f"--sdk_worker_parallelism={self.workers}",) if self.workers else ()
         return runner + environment + parallelism
+
+    def endpoints(self) -> List[Tuple[str, str]]:
+        """(what, HOST:PORT) of the services this target needs reachable from here."""
+        named = [("the Beam job service (--job-endpoint)", self.job_endpoint),
+                 ("the Flink JobManager (--flink-master)", self.flink_master)]
+        if self.kind == "portable":
+            # Flink's and Spark's pools sit beside their workers, not necessarily reachable from here.
+            named.append(("the Beam worker pool (--worker-pool)", self.worker_pool))
+        return [(what, address) for what, address in named if address and self.kind != "direct"]
+
+
+def check_reachable(target: BeamTarget, timeout: float = 5.0) -> None:
+    """ValueError naming the first service of `target` that accepts no connection within
+    `timeout` seconds: a job submitted to nothing would wait forever."""
+    for what, address in target.endpoints():
+        host, _, port = address.rpartition(":")
+        host = host.strip("[]") or "localhost"
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout):
+                pass
+        except (OSError, ValueError) as err:
+            start = " with `taxi-pipeline beam-services`" if target.kind == "portable" else ""
+            raise ValueError(f"{what} at {address} does not answer ({err.strerror or err}): "
+                             f"start it{start}, or fix the address") from err
 
 
 def dataflow(project: str, region: str, temp_location: str, image: str, max_workers: int = 10) -> Tuple[str, ...]:

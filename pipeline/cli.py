@@ -15,6 +15,8 @@
     taxi-pipeline predict    batch scoring of tf.Example TFRecords with a pushed model (Beam)
     taxi-pipeline serving    list | rollback [VERSION] | pin VERSION | unpin: which version
                              TF Serving serves (its models.config), never deleting one
+    taxi-pipeline beam-services  Beam's job service and a worker pool on this machine, for
+                             `--beam portable` (run, retrain and predict take `--beam`)
 
 Exit status (`pipeline.config.ExitCode`): 0 pushed or nothing to do, 3 trained but not
 blessed, 4 data rejected, 5 another run or retrain holds the output root's lock, 6
@@ -198,6 +200,13 @@ def _parser() -> argparse.ArgumentParser:
     _add_beam_options(predict, "Beam's in-memory engine in this process")
     predict.add_argument("beam_args", nargs="*", metavar="BEAM_ARG",
                          help="Beam options after `--` (e.g. Dataflow's); default: this machine's DirectRunner")
+
+    services = commands.add_parser(
+        "beam-services", help="Beam's job service and a Python worker pool on 127.0.0.1, for --beam portable"
+    )
+    services.add_argument("--job-port", type=int, default=8099, help="the job service's port (0: any free one)")
+    services.add_argument("--worker-pool-port", type=int, default=50000,
+                          help="the worker pool's port (0: any free one)")
 
     serving = commands.add_parser(
         "serving", help="list the pushed versions, roll back, pin or unpin what TF Serving serves"
@@ -529,6 +538,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             args.beam_target = beam_target(args)
         except ValueError as err:
             parser.error(str(err))  # exit 2, the usage line then this one
+        if args.command != "compile":
+            try:
+                beam_args.check_reachable(args.beam_target)
+            except ValueError as err:
+                print(f"error: {err}", file=sys.stderr)
+                return config.ExitCode.ERROR
     # Until a run's own log file is set up (or for good, in the other commands), the log
     # is kept in memory: the console gets results and one line per failure, never a
     # traceback, and a failure's log is written out to a file named on the console.
@@ -575,6 +590,12 @@ def _dispatch(args: argparse.Namespace, ending: Ending) -> int:
             return _serving(args)
         if args.command == "predict":
             return _predict(args)
+        if args.command == "beam-services":
+            _quiet_libraries()
+            from pipeline import beam_services
+
+            beam_services.serve_forever(args.job_port, args.worker_pool_port)
+            return 0
         if args.command in ("report", "history", "lineage"):
             return _records(args)
         return _make_data(args)

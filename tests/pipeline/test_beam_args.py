@@ -91,6 +91,21 @@ def test_a_missing_setting_is_a_usage_error_naming_the_flag(tmp_path, taxi_pipel
     assert not (tmp_path / "out").exists()
 
 
+def test_a_service_that_does_not_answer_stops_the_command_before_it_starts(tmp_path, taxi_pipeline):
+    """A job submitted to nothing would wait forever; a silent pool leaves a job waiting."""
+    from pipeline import beam_services
+
+    job_port, pool_port = beam_services.free_port(), beam_services.free_port()
+    result = taxi_pipeline("run", "--data-root", str(tmp_path / "data"), "--output-root", str(tmp_path / "out"),
+                           "--serving-dir", str(tmp_path / "serving"), "--beam", "portable",
+                           "--job-endpoint", f"127.0.0.1:{job_port}", "--worker-pool", f"127.0.0.1:{pool_port}")
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"error: the Beam job service (--job-endpoint) at 127.0.0.1:{job_port} does not answer (Connection refused): "
+        f"start it with `taxi-pipeline beam-services`, or fix the address")
+    assert not (tmp_path / "out").exists()
+
+
 def test_beyond_this_process_the_setup_file_becomes_one_archive_built_once(tmp_path, monkeypatch):
     monkeypatch.setenv(beam_args.CACHE_ENV, str(tmp_path))
     local = config.local_beam_args()
