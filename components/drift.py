@@ -35,19 +35,16 @@ in each span (`span_checks`, JSON: span number -> lines) and the drift lines (`r
 # No `from __future__ import annotations`: TFX reads this component's type hints.
 import json
 import os
-import zlib
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import apache_beam as beam
-import pyarrow as pa
 import tensorflow as tf
 import tensorflow_data_validation as tfdv
 from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
 from tfx import v1 as tfx
 from tfx.types import standard_artifacts
-from tfx_bsl.coders import example_coder
 
-from components import features, spans, window
+from components import beam_fns, features, spans, window
 
 BLESSED_PROPERTY = "blessed"
 # The output artifact (the parameter name of `DataGate` below).
@@ -116,13 +113,9 @@ def describe(drift: anomalies_pb2.Anomalies, newest: int, previous: int) -> List
     return lines
 
 
-# The column that carries each record batch's span through TFDV's slicing.
-_SPAN_COLUMN = "__span__"
 # Above about this many rows per span on average, each span's statistics come from a
 # sample of about this many rows (see the module's docstring).
 SPAN_SAMPLE_ROWS = 25_000
-# Records decoded into one record batch.
-_DECODE_BATCH = 1000
 
 
 def label_share(stats: statistics_pb2.DatasetFeatureStatisticsList) -> Optional[Tuple[float, float]]:
@@ -175,58 +168,13 @@ def sample_rate(total_rows: int, span_count: int) -> float:
     return min(1.0, SPAN_SAMPLE_ROWS * span_count / total_rows)
 
 
-def in_sample(record: bytes, rate: float) -> bool:
-    """Whether `record` is in the sample of `rate`: by the CRC-32 of its bytes, so the
-    sample does not depend on file order, worker count or runner."""
-    return zlib.crc32(record) < rate * 2**32
-
-
-def _add_span(record_batch: pa.RecordBatch, span: int) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays(
-        record_batch.columns + [pa.array([[span]] * record_batch.num_rows, pa.list_(pa.int64()))],
-        schema=record_batch.schema.append(pa.field(_SPAN_COLUMN, pa.list_(pa.int64()))),
-    )
-
-
-def _by_span(record_batch: pa.RecordBatch) -> Iterable[Tuple[str, pa.RecordBatch]]:
-    """TFDV slice function: each batch is one span's (see `compute_span_statistics`)."""
-    index = record_batch.schema.get_field_index(_SPAN_COLUMN)
-    span = record_batch.column(index)[0].as_py()[0] if record_batch.num_rows else None
-    if span is not None:
-        kept = [i for i in range(record_batch.num_columns) if i != index]
-        yield str(span), pa.RecordBatch.from_arrays(
-            [record_batch.column(i) for i in kept], schema=pa.schema([record_batch.schema.field(i) for i in kept])
-        )
-
-
-class _ReadSpanFile(beam.DoFn):
-    """One span file's records `in_sample`, decoded by the schema into record batches that
-    carry the span (`_add_span`). Records are read by TensorFlow's reader, not one Beam
-    element each: Beam's per-element cost would be most of the pass."""
-
-    def __init__(self, schema: Optional[schema_pb2.Schema], rate: float):
-        self._schema, self._rate = schema, rate
-
-    def setup(self) -> None:
-        self._decoder = example_coder.ExamplesToRecordBatchDecoder(
-            self._schema.SerializeToString() if self._schema is not None else None
-        )
-
-    def process(self, item: Tuple[int, str]) -> Iterable[pa.RecordBatch]:
-        span, path = item
-        for batch in tf.data.TFRecordDataset(path, "GZIP").batch(_DECODE_BATCH).as_numpy_iterator():
-            kept = [record for record in batch if in_sample(record, self._rate)] if self._rate < 1 else list(batch)
-            if kept:
-                yield _add_span(self._decoder.DecodeBatch(kept), span)
-
-
 def compute_span_statistics(
     pipeline: beam.Pipeline, data_root: str, numbers: List[int], output_dir: str,
     schema: Optional[schema_pb2.Schema] = None, rate: float = 1.0,
 ) -> Dict[int, statistics_pb2.DatasetFeatureStatisticsList]:
     """TFDV statistics of each of the spans `numbers`, in one streaming pass of `pipeline`
     (one statistics computation sliced by span, not one per span), from the records
-    `in_sample` at `rate`; Beam spreads the files over its workers.
+    `beam_fns.in_sample` at `rate`; Beam spreads the files over its workers.
 
     Records are decoded by `schema`, so that every batch holds the same columns (without
     one, a batch holds the features its records happen to have, and batches of one span
@@ -235,14 +183,14 @@ def compute_span_statistics(
     if sorted(span.number for span in found) != sorted(numbers):
         raise ValueError(f"spans {numbers} were ingested but are no longer all under {data_root}")
     path = os.path.join(output_dir, f"span-{STATS_FILE}")
-    options = tfdv.StatsOptions(experimental_slice_functions=[_by_span])
+    options = tfdv.StatsOptions(experimental_slice_functions=[beam_fns.by_span])
     files = [(span.number, file) for span in found for file, _ in span.files]
     with pipeline as p:
         _ = (
             p
             | "Files" >> beam.Create(files)
             | "Spread" >> beam.Reshuffle()
-            | "Read" >> beam.ParDo(_ReadSpanFile(schema, rate))
+            | "Read" >> beam.ParDo(beam_fns.ReadSpanFile(schema, rate))
             | "Statistics" >> tfdv.GenerateStatistics(options)
             | "Write" >> tfdv.WriteStatisticsToBinaryFile(path)
         )

@@ -13,19 +13,18 @@
   reads still has it, so a run never mixes two versions of the contract.
 """
 
-import bisect
 import hashlib
 import itertools
 import json
 import os
-from typing import Dict, Iterator, List, Tuple
+from typing import Dict, List, Tuple
 
 import apache_beam as beam
 import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx import v1 as tfx
-from tfx.components.example_gen import driver, input_processor, utils, write_split
+from tfx.components.example_gen import driver, input_processor, utils
 from tfx.components.example_gen.import_example_gen import executor as import_executor
 from tfx.components.util import examples_utils
 from tfx.dsl.components.base import executor_spec
@@ -33,7 +32,7 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_artifacts, standard_component_specs
 from tfx.utils import proto_utils
 
-from components import SCHEMA_FILE, spans
+from components import SCHEMA_FILE, beam_fns, spans
 
 # The Examples artifact's record of the files read: JSON, input split -> paths under input_base.
 SOURCE_FILES_PROPERTY = "source_files"
@@ -51,51 +50,6 @@ class _ContentInputProcessor(input_processor.FileBasedInputProcessor):
 class _ContentDriver(driver.FileBasedDriver):
     def get_input_processor(self, splits, range_config=None, input_base_uri=None):
         return _ContentInputProcessor(input_base_uri, splits, range_config)
-
-
-def _split_index(record: bytes, buckets: List[int]) -> int:
-    """The output split of `record`: TFX's (`base_example_gen_executor._PartitionFn`, on a
-    record's bytes), the SHA-256 of the bytes as an integer, modulo the total buckets."""
-    return bisect.bisect(buckets, int.from_bytes(hashlib.sha256(record).digest(), "big") % buckets[-1])
-
-
-def _output_name(index: int, total: int) -> str:
-    """The output file of input file `index` of `total`, in each split it writes to."""
-    return f"{write_split.DEFAULT_FILE_NAME}-{index:05d}-of-{total:05d}.gz"
-
-
-class _SplitFile(beam.DoFn):
-    """Writes one input file's records to one file per output split, by `_split_index`."""
-
-    def __init__(self, split_uris: List[str], buckets: List[int], total_files: int):
-        self._split_uris, self._buckets, self._total = split_uris, buckets, total_files
-
-    def process(self, item: Tuple[int, str]) -> Iterator[int]:
-        index, path = item
-        name = _output_name(index, self._total)
-        writers = [tf.io.TFRecordWriter(os.path.join(uri, name), "GZIP") for uri in self._split_uris]
-        count = 0
-        try:
-            for batch in tf.data.TFRecordDataset(path, "GZIP").batch(4096).as_numpy_iterator():
-                for record in batch:
-                    writers[_split_index(record, self._buckets)].write(record)
-                count += len(batch)
-        finally:
-            for writer in writers:
-                writer.close()
-        yield count
-
-
-class _CopyFile(beam.DoFn):
-    """Copies one input file, as it is, into its split."""
-
-    def __init__(self, split_uri: str, total_files: int):
-        self._split_uri, self._total = split_uri, total_files
-
-    def process(self, item: Tuple[int, str]) -> Iterator[int]:
-        index, path = item
-        tf.io.gfile.copy(path, os.path.join(self._split_uri, _output_name(index, self._total)), overwrite=True)
-        yield 1
 
 
 class FileExecutor(import_executor.Executor):
@@ -161,7 +115,7 @@ class FileExecutor(import_executor.Executor):
                     pipeline
                     | "Files" >> beam.Create(found)
                     | "Spread" >> beam.Reshuffle()
-                    | "SplitFiles" >> beam.ParDo(_SplitFile(uris, buckets, len(found)))
+                    | "SplitFiles" >> beam.ParDo(beam_fns.SplitFile(uris, buckets, len(found)))
                 )
             else:
                 for split in input_config.splits:
@@ -171,7 +125,7 @@ class FileExecutor(import_executor.Executor):
                         | f"Files[{split.name}]" >> beam.Create(found)
                         | f"Spread[{split.name}]" >> beam.Reshuffle()
                         | f"CopyFiles[{split.name}]" >> beam.ParDo(
-                            _CopyFile(artifact_utils.get_split_uri(outputs, split.name), len(found))
+                            beam_fns.CopyFile(artifact_utils.get_split_uri(outputs, split.name), len(found))
                         )
                     )
         examples_utils.set_payload_format(examples, payload)

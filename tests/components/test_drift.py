@@ -9,7 +9,7 @@ import tensorflow_data_validation as tfdv
 from apache_beam.options.pipeline_options import PipelineOptions
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
-from components import drift, features, spans
+from components import beam_fns, drift, features, spans
 from pipeline import config
 
 pytestmark = pytest.mark.slow  # Beam pipelines
@@ -145,10 +145,10 @@ def test_spans_that_left_the_data_root_since_they_were_ingested_are_named(two_sp
 
 def test_the_sample_is_deterministic_and_near_its_rate():
     records = [f"record {i}".encode() for i in range(20_000)]
-    kept = [r for r in records if drift.in_sample(r, 0.25)]
-    assert kept == [r for r in reversed(records) if drift.in_sample(r, 0.25)][::-1]  # order does not matter
+    kept = [r for r in records if beam_fns.in_sample(r, 0.25)]
+    assert kept == [r for r in reversed(records) if beam_fns.in_sample(r, 0.25)][::-1]  # order does not matter
     assert abs(len(kept) / len(records) - 0.25) < 0.01
-    assert all(drift.in_sample(r, 1.0) for r in records)
+    assert all(beam_fns.in_sample(r, 1.0) for r in records)
 
 
 @pytest.mark.parametrize(
@@ -180,7 +180,7 @@ def test_batches_that_disagree_on_optional_columns_make_one_span_statistics(repo
     workers = _pipeline("--direct_running_mode=multi_processing", "--direct_num_workers=2")
     stats = drift.compute_span_statistics(workers, str(tmp_path / "data"), [1], str(tmp_path), schema=_schema())
     dataset = stats[1].datasets[0]
-    assert dataset.num_examples == 18 * len(with_company) > 2 * drift._DECODE_BATCH
+    assert dataset.num_examples == 18 * len(with_company) > 2 * beam_fns.DECODE_BATCH
     company = next(f for f in dataset.features if f.path.step == ["company"])
     assert company.string_stats.common_stats.num_non_missing == 9 * len(with_company)
 
