@@ -190,7 +190,7 @@ def compute_span_statistics(
             p
             | "Files" >> beam.Create(files)
             | "Spread" >> beam.Reshuffle()
-            | "Read" >> beam.ParDo(beam_fns.ReadSpanFile(schema, rate))
+            | "ReadSpanFiles" >> beam.ParDo(beam_fns.ReadSpanFile(schema, rate))
             | "Statistics" >> tfdv.GenerateStatistics(options)
             | "Write" >> tfdv.WriteStatisticsToBinaryFile(path)
         )

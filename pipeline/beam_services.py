@@ -4,8 +4,10 @@
 A job submitted there is a portable pipeline proto, run by the job service; its DoFns are
 unpickled and run by worker processes the pool starts, one per job, which share nothing
 with the launching command but the file system: what Flink, Spark and Dataflow do, without
-their cluster. Both listen on 127.0.0.1 only (Beam's own worker pool binds every
-interface, and starts a process for whoever asks, running the code it is sent).
+their cluster. Unlike Beam's `worker_pool_main`, the pool keeps one spare worker started
+ahead with the heavy imports done, so a job does not wait for them. Both listen on
+127.0.0.1 only (Beam's own worker pool binds every interface, and starts a process for
+whoever asks, running the code it is sent).
 """
 
 from __future__ import annotations
@@ -22,6 +24,26 @@ from typing import Dict, Iterator, List, Optional
 
 HOST = "127.0.0.1"
 START_SECONDS = 90
+# What a worker of this package's pipelines imports before its first bundle: a spare
+# worker imports them while the previous job runs (the launcher waits meanwhile), so a
+# job's worker starts with them loaded (about 5 s less per job here).
+# `components` first: it sets the stack's Keras switch before TensorFlow loads.
+WARM_MODULES = ("components.beam_fns", "tensorflow_data_validation", "tensorflow_transform.beam",
+                "tensorflow_model_analysis", "tfx_bsl.public.beam.run_inference")
+# A spare worker: warm imports, then the harness for the job whose control endpoint and
+# worker id arrive on its standard input (nothing: the pool stopped; exit).
+_SPARE_WORKER = """
+import importlib
+import sys
+
+from apache_beam.runners.worker.sdk_worker import SdkHarness
+
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+request = sys.stdin.readline().split()
+if request:
+    SdkHarness(request[0], worker_id=request[1], state_cache_size=0, data_buffer_time_limit_ms=-1).run()
+"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +56,42 @@ class Endpoints:
         return ["--beam", "portable", "--job-endpoint", self.job_endpoint, "--worker-pool", self.worker_pool]
 
 
+def _warm_pool():
+    """Beam's process worker pool, each worker taken from a spare started ahead (`WARM_MODULES`)."""
+    import threading
+
+    from apache_beam.portability.api import beam_fn_api_pb2
+    from apache_beam.runners.worker.worker_pool_main import BeamFnExternalWorkerPoolServicer
+
+    class WarmPool(BeamFnExternalWorkerPoolServicer):
+        def __init__(self) -> None:
+            super().__init__(use_process=True, state_cache_size=0, data_buffer_time_limit_ms=-1)
+            self._lock = threading.Lock()
+            self.spare = self._start_spare()
+
+        @staticmethod
+        def _start_spare() -> subprocess.Popen:
+            return subprocess.Popen([sys.executable, "-c", _SPARE_WORKER, *WARM_MODULES], stdin=subprocess.PIPE,
+                                    stdout=subprocess.DEVNULL, close_fds=True)
+
+        def StartWorker(self, request, unused_context):  # noqa: N802 (gRPC's name)
+            with self._lock:
+                worker, self.spare = self.spare, None
+                try:
+                    if worker.poll() is not None:  # the spare died: a cold one
+                        worker = self._start_spare()
+                    worker.stdin.write(f"{request.control_endpoint.url} {request.worker_id}\n".encode())
+                    worker.stdin.close()
+                    self._worker_processes[request.worker_id] = worker
+                    return beam_fn_api_pb2.StartWorkerResponse()
+                except OSError as err:
+                    return beam_fn_api_pb2.StartWorkerResponse(error=f"could not start a worker: {err}")
+                finally:
+                    self.spare = self._start_spare()
+
+    return WarmPool()
+
+
 @contextlib.contextmanager
 def serving(job_port: int = 0, pool_port: int = 0) -> Iterator[Endpoints]:
     """The job service and the worker pool in this process, until the block ends; a port
@@ -42,7 +100,6 @@ def serving(job_port: int = 0, pool_port: int = 0) -> Iterator[Endpoints]:
     from apache_beam.portability.api import beam_fn_api_pb2_grpc
     from apache_beam.runners.portability import local_job_service
     from apache_beam.runners.portability.fn_api_runner import worker_handlers
-    from apache_beam.runners.worker.worker_pool_main import BeamFnExternalWorkerPoolServicer
     from apache_beam.utils import thread_pool_executor
 
     # The job service tells each worker to call back at this machine's fully qualified
@@ -50,11 +107,9 @@ def serving(job_port: int = 0, pool_port: int = 0) -> Iterator[Endpoints]:
     # resolve: the worker gives up after 60 s and the job then waits for it forever. The
     # workers of this pool run on this machine.
     worker_handlers.ExternalWorkerHandler.host_from_worker = lambda handler: "localhost"
-    # The pool starts each worker as `python -c ...`: this environment's, with this package.
-    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
     jobs = local_job_service.LocalJobServicer()
     bound_job_port = jobs.start_grpc_server(job_port)
-    pool = BeamFnExternalWorkerPoolServicer(use_process=True, state_cache_size=0, data_buffer_time_limit_ms=-1)
+    pool = _warm_pool()
     pool_server = grpc.server(thread_pool_executor.shared_unbounded_instance())
     bound_pool_port = pool_server.add_insecure_port(f"{HOST}:{pool_port}")
     if not bound_pool_port:
@@ -66,8 +121,8 @@ def serving(job_port: int = 0, pool_port: int = 0) -> Iterator[Endpoints]:
         yield Endpoints(f"{HOST}:{bound_job_port}", f"{HOST}:{bound_pool_port}")
     finally:
         pool_server.stop(0)
-        for worker in pool._worker_processes.values():  # noqa: SLF001 (Beam keeps them there only)
-            if worker.poll() is None:
+        for worker in [pool.spare, *pool._worker_processes.values()]:  # noqa: SLF001 (Beam keeps them there)
+            if worker is not None and worker.poll() is None:
                 worker.terminate()
         jobs.stop()
 

@@ -4,9 +4,9 @@ submitted as a portable proto and its DoFns are unpickled and run by the pool's 
 processes, which share nothing with the launcher but the file system. The tests start
 both as a user does, with `taxi-pipeline beam-services` (on two free ports).
 
-Each worker records which of the watched modules it imported (a `sitecustomize` on the
-pool's PYTHONPATH only), so the tests see from the workers themselves that TFDV's, TFT's,
-TFMA's and our own DoFns ran there. The launcher runs from another folder than the pool,
+Each worker records the transforms of every stage it runs (a `sitecustomize` on the
+services' PYTHONPATH only), so the tests see from the workers themselves that TFDV's,
+TFT's, TFMA's, RunInference's and our own DoFns ran there. The launcher runs from another folder than the pool,
 with relative paths, as a user types them.
 """
 
@@ -26,32 +26,57 @@ from tests.conftest import SLICE_SPANS, Workspace
 
 pytestmark = pytest.mark.slow
 
-# The modules whose import in a worker shows that their DoFns (or functions pickled into
-# the pipeline) ran there: StatisticsGen/DataGate, Transform, the Evaluator, RunInference,
-# our ImportExampleGen and DataGate.
-WATCHED = ("tensorflow_data_validation", "tensorflow_transform", "tensorflow_model_analysis", "tfx_bsl",
-           "components.ingest", "components.drift")
 MARKER_ENV = "TAXI_TEST_WORKER_MARKERS"
-RECORDER = f'''
+# In each process of the services' tree: once Beam's bundle processor is loaded, every
+# stage a process runs writes a marker `<pid>-<parent pid>-<stage id>` holding the names
+# of the stage's transforms, before it runs (the workers' own account of their work).
+RECORDER = f"""
+import importlib.util
 import os
 import sys
 
-_WATCHED = {WATCHED!r}
 _DIR = os.environ.get({MARKER_ENV!r})
+_MODULE = "apache_beam.runners.worker.bundle_processor"
 
 
-class _RecordImports:
+def _record(process_bundle):
+    def recorded(self, *args, **kwargs):
+        descriptor = self.process_bundle_descriptor
+        path = os.path.join(_DIR, "%d-%d-%s" % (os.getpid(), os.getppid(), descriptor.id))
+        if not os.path.exists(path):
+            with open(path, "w") as marker:
+                marker.write("\\n".join(t.unique_name for t in descriptor.transforms.values()))
+        return process_bundle(self, *args, **kwargs)
+    return recorded
+
+
+class _PatchOnLoad:
     def find_spec(self, name, path=None, target=None):
-        if _DIR and name in _WATCHED:
-            with open(os.path.join(_DIR, "%d-%d-%s" % (os.getpid(), os.getppid(), name)), "w"):
-                pass
-        return None
+        if name != _MODULE or not _DIR:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        execute = spec.loader.exec_module
+
+        def exec_module(module):
+            execute(module)
+            module.BundleProcessor.process_bundle = _record(module.BundleProcessor.process_bundle)
+
+        spec.loader.exec_module = exec_module
+        return spec
 
 
-sys.meta_path.insert(0, _RecordImports())
-'''
-# One job per Beam component: ImportExampleGen, StatisticsGen, DataGate, Transform, Evaluator.
-BEAM_JOBS = 5
+sys.meta_path.insert(0, _PatchOnLoad())
+"""
+# A transform of each Beam component's job, as the workers name it.
+JOB_TRANSFORMS = {
+    "ImportExampleGen": "SplitFiles",
+    "StatisticsGen": "GenerateStatistics",
+    "DataGate": "ReadSpanFiles",
+    "Transform": "ApplySavedModel",
+    "Evaluator": "ExtractEvaluateAndWriteResults",
+}
+BEAM_JOBS = len(JOB_TRANSFORMS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,13 +89,15 @@ class BeamServices:
     def beam_flags(self) -> List[str]:
         return self.endpoints.flags()
 
-    def imports(self) -> Dict[int, Set[str]]:
-        """Worker pid -> the watched modules it imported; only the pool's workers count."""
+    def transforms(self) -> Dict[int, Set[str]]:
+        """Worker pid -> the names of the transforms it ran; only the pool's workers count
+        (the services process itself runs no stage)."""
         found: Dict[int, Set[str]] = {}
         for marker in os.listdir(self.markers):
-            pid, parent, module = marker.split("-", 2)
+            pid, parent, _ = marker.split("-", 2)
+            assert int(pid) != self.services_pid, (self.markers / marker).read_text()
             if int(parent) == self.services_pid:
-                found.setdefault(int(pid), set()).add(module)
+                found.setdefault(int(pid), set()).update((self.markers / marker).read_text().splitlines())
         return found
 
     def clear(self) -> None:
@@ -81,7 +108,7 @@ class BeamServices:
 @pytest.fixture(scope="module")
 def services(tmp_path_factory) -> Iterator[BeamServices]:
     """`taxi-pipeline beam-services` on two free ports of 127.0.0.1, in its own folder, its
-    workers recording their imports."""
+    workers recording the stages they run."""
     root = tmp_path_factory.mktemp("beam-services")
     hooks, markers, services_dir, launcher_dir = (root / name for name in ("hooks", "markers", "services", "launcher"))
     for folder in (hooks, markers, services_dir, launcher_dir):
@@ -118,18 +145,18 @@ def portable_run(services, tmp_path_factory, copy_spans, run_timeout):
     result = _in(services.launcher_dir, "run", *_relative_locations(ws, services.launcher_dir),
                  *services.beam_flags(), timeout=run_timeout)
     assert result.returncode == 0, result.stdout + result.stderr
-    return ws, result, services.imports()
+    return ws, result, services.transforms()
 
 
 def test_the_portable_run_pushes_with_its_dofns_in_the_pools_workers(portable_run, last_run):
-    ws, result, imports = portable_run
+    ws, result, transforms = portable_run
     assert len(ws.versions()) == 1
     assert last_run(ws.out)["outcome"] == "pushed"
-    # Beam's local job service asks the pool for a new worker process for each job.
-    assert len(imports) >= BEAM_JOBS, imports
-    ran = set().union(*imports.values())
-    assert ran >= {"tensorflow_data_validation", "tensorflow_transform", "tensorflow_model_analysis",
-                   "components.ingest", "components.drift"}, ran
+    # Beam's local job service asks the pool for a worker process for each job.
+    assert len(transforms) >= BEAM_JOBS, transforms
+    names = sorted(set().union(*transforms.values()))
+    for component, transform in JOB_TRANSFORMS.items():
+        assert any(transform in name for name in names), (component, names)
     # This package's source archive is built once (or reused), not by Beam for each job
     # from --setup_file, whose build printed to the console.
     (log,) = (ws.out / "logs").glob("run-*.log")
@@ -168,7 +195,7 @@ def test_predict_on_the_portable_runner_scores_as_the_default_one(services, fini
     portable = _in(services.launcher_dir, *common, "--output", str(tmp_path / "portable"),
                    *services.beam_flags(), timeout=run_timeout)
     assert portable.returncode == 0, portable.stdout + portable.stderr
-    assert "tfx_bsl" in set().union(*services.imports().values())
+    assert any("RunInference" in name for name in set().union(*services.transforms().values()))
     local = _in(tmp_path, *common, "--output", str(tmp_path / "local"), timeout=run_timeout)
     assert local.returncode == 0, local.stdout + local.stderr
     portable_scores = predict.read_scores(str(tmp_path / "portable"))
@@ -190,5 +217,6 @@ def test_retrain_on_the_portable_runner_reads_per_span_statistics_and_pushes(ser
     record = last_run(ws.out)
     assert (record["outcome"], record["spans"], record["window_size"]) == ("pushed", [14, 15, 16], 3)
     assert "Spans: trained on 14, 15; evaluated on 16" in result.stdout
-    ran = set().union(*services.imports().values())
-    assert ran >= {"tensorflow_data_validation", "tensorflow_transform", "tensorflow_model_analysis"}, ran
+    names = set().union(*services.transforms().values())
+    for component in ("StatisticsGen", "Transform", "Evaluator"):
+        assert any(JOB_TRANSFORMS[component] in name for name in names), (component, sorted(names))
