@@ -99,6 +99,8 @@ def _add_beam_options(command: argparse.ArgumentParser, default_help: str) -> No
 
 def beam_target(args: argparse.Namespace) -> beam_args.BeamTarget:
     """The `--beam` flags as a BeamTarget, or ValueError naming what is missing."""
+    if getattr(args, "beam_target", None) is not None:
+        return args.beam_target
     target = beam_args.target_from(
         args.beam, job_endpoint=args.job_endpoint, worker_pool=args.worker_pool, flink_master=args.flink_master,
         flink_job_server_jar=args.flink_job_server_jar, sdk_image=args.sdk_image, workers=args.beam_workers,
@@ -300,7 +302,7 @@ def _run_config(args: argparse.Namespace) -> config.RunConfig:
         settings=config.Settings(
             keep_versions=args.keep_versions,
             latency_budget_ms=args.latency_budget_ms,
-            beam_args=beam_args.command_line(config.local_beam_args(), args.beam_target, tuple(args.beam_args)),
+            beam_args=beam_args.command_line(config.local_beam_args(), beam_target(args), tuple(args.beam_args)),
             train=TrainConfig(run_eagerly=args.run_eagerly),
         ),
     ).resolved()
@@ -408,7 +410,7 @@ def _compile(args: argparse.Namespace) -> int:
             keep_versions=args.keep_versions,
             latency_budget_ms=args.latency_budget_ms,
             window_size=args.window or None,
-            beam_args=beam_args.command_line(config.VERTEX_BEAM_ARGS, args.beam_target, tuple(args.beam_args)),
+            beam_args=beam_args.command_line(config.VERTEX_BEAM_ARGS, beam_target(args), tuple(args.beam_args)),
         ),
     )
     from pipeline.compiled_fixes import dag_tasks
@@ -516,7 +518,7 @@ def _predict(args: argparse.Namespace) -> int:
     model = predict.run(predict.PredictConfig(
         model=args.model, input_glob=args.input, output_dir=args.output, serving_dir=args.serving_dir,
         model_name=args.model_name, csv=args.csv, key_feature=args.key,
-        beam_args=beam_args.command_line(config.local_beam_args(), args.beam_target, tuple(args.beam_args)),
+        beam_args=beam_args.command_line(config.local_beam_args(), beam_target(args), tuple(args.beam_args)),
     ))
     print(f"Scored {args.input} with {model} into {args.output} ({time.perf_counter() - started:.1f} s)")
     return 0
@@ -540,7 +542,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             parser.error(str(err))  # exit 2, the usage line then this one
         if args.command != "compile":
             try:
-                beam_args.check_reachable(args.beam_target)
+                beam_args.check_reachable(beam_target(args))
             except ValueError as err:
                 print(f"error: {err}", file=sys.stderr)
                 return config.ExitCode.ERROR
