@@ -326,7 +326,7 @@ class Ending:
     def say(self) -> None:
         """The last lines on stderr: where the full log is, then what broke and what to do."""
         if self.logged and self.log_path:
-            print(f"Full log: {self.log_path}", file=sys.stderr)
+            print(f"Full log: {logs.current_path(self.log_path)}", file=sys.stderr)
         print(f"error: {self.error}", file=sys.stderr)
 
 

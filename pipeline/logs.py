@@ -7,6 +7,7 @@ The progress lines come from the orchestrators' own log messages, the only signa
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import logging.handlers
@@ -118,6 +119,43 @@ def write_failure_log(handler: Captured, log_dir: str, command: str) -> str:
     return ""
 
 
+class RunLogHandler(logging.FileHandler):
+    """The run's log file. When it cannot be written (its disk full, say), the records
+    go on in a log of the same name in the user's state folder, never to the console (the
+    standard handler prints each failed record's traceback there); `current_path`
+    names the file that holds the latest records."""
+
+    def __init__(self, path: str):
+        super().__init__(path)
+        self._moving = False
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+        if self._moving:
+            return
+        self._moving = True
+        try:
+            fallback = os.path.join(failure_log_dir(""), os.path.basename(self.baseFilename))
+            if fallback != self.baseFilename:
+                os.makedirs(os.path.dirname(fallback), exist_ok=True)
+                stream = open(fallback, "a", encoding=self.encoding)  # noqa: SIM115 (kept open, as the handler's)
+                with contextlib.suppress(OSError):
+                    self.stream.close()
+                self.stream, self.baseFilename = stream, fallback
+                logging.StreamHandler.emit(self, record)
+        except OSError:
+            pass  # nowhere left to write: the record is dropped, the console line still comes
+        finally:
+            self._moving = False
+
+
+def current_path(default: str) -> str:
+    """The file the run's log is written to now (see RunLogHandler), else `default`."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, RunLogHandler):
+            return handler.baseFilename
+    return default
+
+
 def configure(log_dir: str, verbose: bool) -> str:
     """Full logs go to a file (and the console with `verbose`); the console gets progress.
 
@@ -129,7 +167,7 @@ def configure(log_dir: str, verbose: bool) -> str:
     log_path = os.path.join(log_dir, f"run-{datetime.datetime.now():%Y%m%d-%H%M%S}-{os.getpid()}.log")
     # Opened before the handlers it replaces are removed: a log file that cannot be
     # written fails here, and the failure is still captured.
-    file_handler = logging.FileHandler(log_path)
+    file_handler = RunLogHandler(log_path)
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)

@@ -77,3 +77,31 @@ def test_what_tensorflow_prints_while_it_loads_goes_to_the_log_file(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stderr == "after\n"
     assert "oneDNN" in log_path.read_text()
+
+
+def test_a_run_log_that_cannot_be_written_goes_on_in_the_state_folder_not_the_console(tmp_path, monkeypatch,
+                                                                                       capsys):
+    """A full disk under the output root: the standard handler printed each record's
+    traceback on the console; the records now go on in the user's state folder."""
+
+    class FullDisk(io.StringIO):
+        def flush(self):
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setenv(logs.STATE_DIR_ENV, str(tmp_path / "state"))
+    (tmp_path / "out").mkdir()
+    handler = logs.RunLogHandler(str(tmp_path / "out" / "run-1.log"))
+    handler.stream = FullDisk()
+    logger = logging.getLogger("test_full_disk")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        logger.error("first after the disk filled")
+        logger.error("second")
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+    moved = tmp_path / "state" / "taxi-pipeline" / "logs" / "run-1.log"
+    assert handler.baseFilename == str(moved)
+    assert moved.read_text().splitlines() == ["first after the disk filled", "second"]
+    assert capsys.readouterr().err == ""
