@@ -62,7 +62,7 @@ COPY --from=dependencies /opt/taxi /opt/taxi
 # A base's own entry point (TFX's image has one) would take the tasks' commands as arguments.
 ENTRYPOINT []
 # This package last, so that a code edit rebuilds only these layers. The compiled pipeline
-# reads the curated schema from /pipeline/components/schema (pipeline.config.IMAGE_SCHEMA_DIR).
+# reads the curated schema from /pipeline/components/model/schema (pipeline.config.IMAGE_SCHEMA_DIR).
 WORKDIR /pipeline
 COPY setup.py pyproject.toml ./
 COPY components ./components

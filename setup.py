@@ -9,7 +9,7 @@ setuptools.setup(
     # Two stacks (see Makefile and locks/): TFX 1.16 on Python 3.10, TFX 1.21 on Python 3.13.
     python_requires=">=3.10,<3.14",
     packages=setuptools.find_packages(include=["pipeline", "pipeline.*", "components", "components.*"]),
-    package_data={"components": ["schema/*.pbtxt"], "pipeline": ["templates/*.j2"]},
+    package_data={"components.model": ["schema/*.pbtxt"], "pipeline.inspect": ["templates/*.j2"]},
     install_requires=[
         'tfx[kfp]==1.16.0; python_version < "3.11"',
         # TF 2.21 no longer brings TensorBoard (`tf.summary` needs it); TFX 1.21 brings kfp

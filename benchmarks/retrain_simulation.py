@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from components.spans import span_numbers
+from components.support.spans import span_numbers
 
 
 def _field(pattern: str, text: str, default: str = "") -> str:

@@ -137,7 +137,7 @@ def run_tfx_example(rows: int, work: str) -> Measured:
     """TFX's `taxi_pipeline_native_keras.py` as shipped, its data the same rows as CSV."""
     import tfx
 
-    from pipeline import synthetic
+    from pipeline.data import synthetic
 
     home = os.path.join(work, f"tfx-example-{rows}")
     shutil.rmtree(home, ignore_errors=True)
@@ -162,7 +162,8 @@ def sampling_error(data_root: str, rows: int, work: str) -> List[str]:
     from apache_beam.options.pipeline_options import PipelineOptions
     from tensorflow_metadata.proto.v0 import anomalies_pb2
 
-    from components import drift, spans
+    from components.custom import drift
+    from components.support import spans
     from pipeline import config
 
     schema = tfdv.load_schema_text(config.schema_file())

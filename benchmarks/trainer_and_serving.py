@@ -4,7 +4,7 @@
         [--serving-dir serving_model] [--batch-size 256] [--epochs 3]
 
 Training (same model, data and batch size; the Transform graph applied once, cached):
-- the custom `tf.function` loop of `components.trainer.steps` (as `loop.train` runs it);
+- the custom `tf.function` loop of `components.model.trainer.steps` (as `loop.train` runs it);
 - Keras `model.fit` on the same datasets;
 - the custom loop with `tf.config.run_functions_eagerly(True)` (one epoch).
 Each is timed after a warm-up epoch, so tracing and the dataset cache are excluded;
@@ -33,12 +33,13 @@ import tensorflow as tf
 import tensorflow_transform as tft
 # isort: on
 
-from components import compat, features
+from components import compat
 from components.compat import keras
-from components.trainer import data, export
-from components.trainer import model as model_lib
-from components.trainer import steps as steps_lib
-from components.trainer.settings import TrainConfig
+from components.model import features
+from components.model.trainer import data, export
+from components.model.trainer import model as model_lib
+from components.model.trainer import steps as steps_lib
+from components.model.trainer.settings import TrainConfig
 
 
 def _latest(pattern: str) -> str:

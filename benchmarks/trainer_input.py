@@ -21,9 +21,9 @@ import psutil
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from components import features
-from components.trainer import data
-from components.trainer import model as model_lib
+from components.model import features
+from components.model.trainer import data
+from components.model.trainer import model as model_lib
 
 
 def _latest(output_root: str, node: str, output: str) -> str:

@@ -14,9 +14,9 @@ SCHEMA_FILE = "schema.pbtxt"
 def __getattr__(name: str):
     """`components.ServedModelBlessing`, imported on first use: KFP v2 containers find a
     custom artifact type's class by its type name, `<module>.<Class>` (see
-    `components.pusher.ServedModelBlessing`)."""
+    `components.custom.pusher.ServedModelBlessing`)."""
     if name == "ServedModelBlessing":
-        from components.pusher import ServedModelBlessing
+        from components.custom.pusher import ServedModelBlessing
 
         return ServedModelBlessing
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

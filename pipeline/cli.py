@@ -35,9 +35,11 @@ import time
 import warnings
 from typing import Optional, Sequence
 
-from components import compat, spans
-from components.trainer.settings import TrainConfig
-from pipeline import beam_args, config, failures, lock, logs, preflight, retrain, run_state, speedups
+from components import compat
+from components.model.trainer.settings import TrainConfig
+from components.support import spans
+from pipeline import beam_args, config, failures
+from pipeline.run import lock, logs, preflight, retrain, run_state, speedups
 
 
 def _positive(text: str) -> int:
@@ -127,7 +129,7 @@ def _add_local_options(command: argparse.ArgumentParser) -> None:
                          help="local: LocalDagRunner, one node after another; beam: BeamDagRunner, "
                               "each node a step of one Beam pipeline")
     command.add_argument("--no-speedups", action="store_true",
-                         help=f"run without the library speed-ups of pipeline/speedups.py (also {speedups.ENV}=0)")
+                         help=f"run without the library speed-ups of pipeline/run/speedups.py (also {speedups.ENV}=0)")
     _add_latency_budget(command)
     command.add_argument("--notify", default=None, metavar="URL",
                          help="POST a JSON summary to this Slack-compatible webhook when the command ends, "
@@ -227,7 +229,7 @@ def _parser() -> argparse.ArgumentParser:
     data.add_argument("--out", default=None, help=f"output folder (default {config.DATA_ROOT}; required with --rows)")
     data.add_argument("--rows", type=_positive, default=None,
                       help="write this many synthetic rows (drawn from the CSV with noise; for timing and memory, "
-                           "see pipeline/synthetic.py) instead of converting the CSV as it is")
+                           "see pipeline/data/synthetic.py) instead of converting the CSV as it is")
     data.add_argument("--spans", type=_positive, default=8, help="with --rows: time-ordered spans to write")
     data.add_argument("--seed", type=int, default=0, help="with --rows: the same seed writes the same bytes")
     return parser
@@ -385,7 +387,7 @@ def _run(args: argparse.Namespace, ending: Ending) -> int:
 def _rejected_before_the_run(run_config: config.RunConfig, reason: str, started: float) -> run_state.RunReport:
     """The report of a run the record check stopped before the pipeline started (nothing
     in MLMD), with its page."""
-    from pipeline import local_runner
+    from pipeline.run import local_runner
 
     report = run_state.RunReport(
         outcome=run_state.Outcome.DATA_REJECTED, anomalies=[reason], stack=compat.describe(),
@@ -398,7 +400,7 @@ def _rejected_before_the_run(run_config: config.RunConfig, reason: str, started:
 
 
 def _compile(args: argparse.Namespace) -> int:
-    from pipeline import kubeflow_runner
+    from pipeline.cloud import kubeflow_runner
 
     kfp_config = config.KubeflowConfig(
         image=args.image,
@@ -413,7 +415,7 @@ def _compile(args: argparse.Namespace) -> int:
             beam_args=beam_args.command_line(config.VERTEX_BEAM_ARGS, beam_target(args), tuple(args.beam_args)),
         ),
     )
-    from pipeline.compiled_fixes import dag_tasks
+    from pipeline.cloud.compiled_fixes import dag_tasks
 
     tasks = dag_tasks(kubeflow_runner.compile_pipeline(kfp_config, args.output))
     print(f"Wrote {args.output}: {len(tasks)} tasks, image {args.image}")
@@ -421,7 +423,7 @@ def _compile(args: argparse.Namespace) -> int:
 
 
 def _schedule(args: argparse.Namespace) -> int:
-    from pipeline import vertex_schedule
+    from pipeline.cloud import vertex_schedule
 
     schedule_config = vertex_schedule.ScheduleConfig(
         pipeline_json=args.pipeline_json, cron=args.cron, project=args.project, region=args.region,
@@ -452,7 +454,7 @@ def _quiet_libraries() -> None:
 
 def _make_data(args: argparse.Namespace) -> int:
     _quiet_libraries()
-    from pipeline import dataset, synthetic
+    from pipeline.data import dataset, synthetic
 
     if args.rows is None:
         report = dataset.convert(args.csv or dataset.default_csv_path(), args.out or config.DATA_ROOT)
@@ -484,7 +486,7 @@ def _records(args: argparse.Namespace) -> int:
     failures.check_store(metadata, run_config.output_root)
     if not metadata.exists():
         raise ValueError(f"no metadata store at {metadata}: no run wrote to --output-root {args.output_root} yet")
-    from pipeline import lineage
+    from pipeline.inspect import lineage
 
     if args.command == "history":
         print(lineage.history(metadata, pipeline_name, args.limit))
@@ -496,7 +498,7 @@ def _records(args: argparse.Namespace) -> int:
 
 
 def _write_report(output_root: str, metadata: config.MetadataConfig, pipeline_name: str, run: Optional[str]) -> str:
-    from pipeline import lineage, report_page, run_details, run_report
+    from pipeline.inspect import lineage, report_page, run_details, run_report
 
     store = run_report.connect(metadata)
     known = lineage.run_ids(store)
@@ -512,7 +514,7 @@ def _write_report(output_root: str, metadata: config.MetadataConfig, pipeline_na
 
 def _predict(args: argparse.Namespace) -> int:
     _quiet_libraries()
-    from pipeline import predict
+    from pipeline.ops import predict
 
     started = time.perf_counter()
     model = predict.run(predict.PredictConfig(
@@ -526,7 +528,7 @@ def _predict(args: argparse.Namespace) -> int:
 
 def _serving(args: argparse.Namespace) -> int:
     _quiet_libraries()
-    from pipeline import serving
+    from pipeline.ops import serving
 
     print(serving.command(args.serving_dir, args.model_name, args.action, args.version))
     return 0
@@ -562,7 +564,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 )
             ending.say()
         if args.command in ("run", "retrain") and args.notify:
-            from components import alerts
+            from pipeline.ops import alerts
 
             outcome = config.ExitCode(int(code)).name.lower().replace("_", " ")
             alerts.send(args.notify, alerts.run_payload(args.command, int(code), ending.report, ending.error, outcome))
@@ -594,7 +596,7 @@ def _dispatch(args: argparse.Namespace, ending: Ending) -> int:
             return _predict(args)
         if args.command == "beam-services":
             _quiet_libraries()
-            from pipeline import beam_services
+            from pipeline.cloud import beam_services
 
             beam_services.serve_forever(args.job_port, args.worker_pool_port)
             return 0

@@ -15,13 +15,16 @@ import os
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import components
-from components import serving_probe, spans
-from components.trainer.settings import ExportConfig, TrainConfig
+import components.model
+from components.model.trainer.settings import ExportConfig, TrainConfig
+from components.support import serving_probe, spans
 
 PIPELINE_NAME = "taxi-big-tip"  # KFP v2 allows [a-z0-9-] only
 MODEL_NAME = ExportConfig.model_name
 DATA_ROOT = "data"
 OUTPUT_ROOT = "tfx_pipeline_output"
+# The record of the last finished runs under the output root (`pipeline.run.run_state`).
+LAST_RUN_FILE = "last_run.json"
 SERVING_DIR = "serving_model"
 # Pushed versions kept in the serving folder (the newest always among them).
 KEEP_VERSIONS = 3
@@ -33,7 +36,7 @@ ORCHESTRATORS = ("local", "beam")
 # gs://BUCKET/x is /gcs/BUCKET/x there.
 FUSE_ROOT = "/gcs/"
 # Where the Dockerfile installs the package; the schema ships inside it.
-IMAGE_SCHEMA_DIR = "/pipeline/components/schema"
+IMAGE_SCHEMA_DIR = "/pipeline/components/model/schema"
 
 
 class ExitCode(enum.IntEnum):
@@ -291,7 +294,7 @@ class KubeflowConfig:
 
     def pipeline_args(self) -> Dict[str, Any]:
         """`create_pipeline(...)`'s arguments; the schema is read from inside the image. The
-        spans of a future run are unknown: no span listing (see `components.window`)."""
+        spans of a future run are unknown: no span listing (see `components.custom.window`)."""
         return dict(
             pipeline_args(self.settings, pipeline_root=self.pipeline_root, data_root=self.data_root,
                           serving_model_dir=self.model_serving_dir, schema_folder=self.schema_dir),
@@ -336,7 +339,7 @@ def local_beam_args() -> Tuple[str, ...]:
 
 def schema_dir() -> str:
     """Folder of the curated schema shipped inside the `components` package."""
-    return os.path.join(os.path.dirname(components.__file__), "schema")
+    return os.path.join(os.path.dirname(components.model.__file__), "schema")
 
 
 def schema_file() -> str:

@@ -125,9 +125,7 @@ def check_store(metadata: config.MetadataConfig, output_root: str = "", writable
     if os.path.exists(metadata.sqlite_path):
         _check_sqlite(metadata, writable)
         return
-    from pipeline import run_state
-
-    record = os.path.join(output_root, run_state.LAST_RUN_FILE) if output_root else ""
+    record = os.path.join(output_root, config.LAST_RUN_FILE) if output_root else ""
     if record and os.path.exists(record):
         raise StoreError(
             f"the metadata store {metadata.sqlite_path} is missing, though this output root recorded runs "

@@ -12,20 +12,22 @@ from tensorflow_model_analysis.proto import config_pb2 as tfma_config
 from tfx import v1 as tfx
 
 import components
-from components import drift, features, ingest, serving_check, spans, window
-from components import pusher as staged_pusher
-from components.trainer import export
-from components.trainer.settings import ExportConfig, TrainConfig
+from components.custom import drift, ingest, serving_check, window
+from components.custom import pusher as staged_pusher
+from components.model import features
+from components.model.trainer import export
+from components.model.trainer.settings import ExportConfig, TrainConfig
+from components.support import spans
 from pipeline.config import EvaluationConfig
 
-PREPROCESSING_FN = "components.preprocessing.preprocessing_fn"
-RUN_FN = "components.trainer.run.run_fn"
+PREPROCESSING_FN = "components.model.preprocessing.preprocessing_fn"
+RUN_FN = "components.model.trainer.run.run_fn"
 
 TRAIN_SPLIT, EVAL_SPLIT = "train", "eval"
 
 
 class NodeId:
-    """Ids of the nodes whose outputs the run report reads (`pipeline.run_report`)."""
+    """Ids of the nodes whose outputs the run report reads (`pipeline.inspect.run_report`)."""
 
     EXAMPLE_GEN = "ImportExampleGen"
     STATISTICS_GEN = "StatisticsGen"
@@ -229,7 +231,7 @@ def create_pipeline(
             custom_config={"code_version": code_version},
         )
         # The baseline is the model that last reached serving (the Pusher's served
-        # blessings), not merely the last one the Evaluator blessed: see components.pusher.
+        # blessings), not merely the last one the Evaluator blessed: see components.custom.pusher.
         baseline = tfx.dsl.Resolver(
             strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
             model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components import features
+from components.model import features
 
 pytestmark = pytest.mark.slow
 
@@ -181,8 +181,9 @@ def test_a_candidate_worse_than_the_blessed_baseline_is_not_pushed(copy_of_finis
     versions = ws.versions()
     script = textwrap.dedent(f"""
         import dataclasses, sys
-        from components.trainer.settings import TrainConfig
-        from pipeline import config, local_runner, run_state
+        from components.model.trainer.settings import TrainConfig
+        from pipeline import config
+        from pipeline.run import local_runner, run_state
         base = config.RunConfig(data_root={str(ws.data)!r}, output_root={str(ws.out)!r},
                                 serving_dir={str(ws.serving)!r}).resolved()
         run_config = dataclasses.replace(base, settings=dataclasses.replace(

@@ -21,8 +21,8 @@ from typing import Dict, Iterator, List, Set
 import numpy as np
 import pytest
 
-from pipeline import beam_services
-from tests.conftest import SLICE_SPANS, Workspace
+from pipeline.cloud import beam_services
+from tests.helpers import SLICE_SPANS, Workspace
 
 pytestmark = pytest.mark.slow
 
@@ -122,7 +122,7 @@ def services(tmp_path_factory) -> Iterator[BeamServices]:
 
 def _in(folder: Path, *args: str, timeout: int) -> subprocess.CompletedProcess:
     """`taxi-pipeline *args` run from `folder`."""
-    from tests.conftest import cli_command
+    from tests.helpers import cli_command
 
     return subprocess.run(cli_command(*args), capture_output=True, text=True, cwd=folder, timeout=timeout)
 
@@ -187,7 +187,7 @@ def test_the_portable_run_gives_the_default_runs_schema_metrics_and_model(portab
 
 def test_predict_on_the_portable_runner_scores_as_the_default_one(services, finished_run, tmp_path,
                                                                  run_timeout):
-    from pipeline import predict
+    from pipeline.ops import predict
 
     default = finished_run.workspace
     common = ["predict", "--input", str(default.data / "span-16" / "*"), "--serving-dir", str(default.serving)]

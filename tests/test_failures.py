@@ -17,7 +17,7 @@ import time
 import pytest
 
 from pipeline import config
-from tests.conftest import assert_one_clear_line, full_log
+from tests.helpers import assert_one_clear_line, full_log
 
 pytestmark = pytest.mark.slow
 
@@ -123,7 +123,7 @@ def test_an_unreachable_mysql_store_costs_seconds(copy_of_finished_run, taxi_pip
 def test_a_schema_missing_or_unparseable_stops_the_run_before_it_starts(copy_of_finished_run, project_copy):
     ws = copy_of_finished_run
     before = ws.good_state()
-    schema = project_copy.path / "components" / "schema" / "schema.pbtxt"
+    schema = project_copy.path / "components" / "model" / "schema" / "schema.pbtxt"
     schema.write_text(schema.read_text().replace("feature {", "feature {{", 1))
     broken = project_copy("run", *ws.locations())
     line = assert_one_clear_line(broken, 1, f"the schema {schema} does not parse: ")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import RUN_TIMEOUT_SECONDS, assert_one_clear_line, full_log, tmpfs
+from tests.helpers import RUN_TIMEOUT_SECONDS, assert_one_clear_line, full_log, tmpfs
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
 from pipeline import config
-from tests.conftest import RUN_TIMEOUT_SECONDS
+from tests.helpers import RUN_TIMEOUT_SECONDS
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ import pytest
 from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
-from components import serving_config
+from components.support import serving_config
 
 pytestmark = pytest.mark.slow
 
@@ -256,7 +256,7 @@ def test_a_failed_run_is_alerted_and_a_dead_webhook_changes_no_exit_status(
 def test_batch_scores_equal_the_saved_models_own(copy_of_finished_run, taxi_pipeline, examples_without_label, tmp_path):
     import tensorflow as tf
 
-    from pipeline import predict
+    from pipeline.ops import predict
 
     ws = copy_of_finished_run
     # A label-free copy of the run's spans of data/, as a client would score them.

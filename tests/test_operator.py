@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from components import features
-from tests.conftest import span_like, unknown_payment, write_gzip_records
+from components.model import features
+from tests.helpers import span_like, unknown_payment, write_gzip_records
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +24,7 @@ def test_an_edited_schema_is_used_by_the_next_run_and_undoing_the_edit_restores_
     first = project_copy("run", *ws.locations())
     assert first.returncode == 0, first.stdout + first.stderr
     versions = ws.versions()
-    schema = project_copy.path / "components" / "schema" / "schema.pbtxt"
+    schema = project_copy.path / "components" / "model" / "schema" / "schema.pbtxt"
     original = schema.read_text()
     hour = re.search(r'name: "trip_start_hour"\n(?:.*\n)*?  int_domain \{\n    min: 0\n    max: 23', original)
     assert hour, "the schema's trip_start_hour domain"

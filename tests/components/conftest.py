@@ -12,7 +12,7 @@ import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 from tensorflow_transform.tf_metadata import dataset_metadata, schema_utils
 
-from components import features, preprocessing
+from components.model import features, preprocessing
 
 Row = Dict[str, list]
 

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from components import compat
 from components.compat import keras
-from components.trainer import model as model_lib
+from components.model.trainer import model as model_lib
 
 
 def test_the_stack_is_the_installed_tfx():

@@ -12,14 +12,11 @@ from typing import List
 
 import pytest
 
-from tests.conftest import SLICE_SPANS
+from tests.helpers import SLICE_SPANS
 from tests.image import vertex
+from tests.image.vertex import BUCKET, BUCKET_NAME, MODEL
 
 IMAGE_ENV = "TAXI_PIPELINE_IMAGE"
-# Where the tasks see the bucket: Vertex AI's Cloud Storage FUSE path of a bucket.
-BUCKET_NAME = "taxi-harness"
-BUCKET = f"/gcs/{BUCKET_NAME}"
-MODEL = "big_tip"
 
 
 @pytest.fixture(scope="session")
@@ -89,9 +86,3 @@ def bucket(tmp_path_factory, pipeline_image, copy_spans) -> Bucket:
     copy_spans(root / "data", SLICE_SPANS)
     copy_spans(root / "local-data", SLICE_SPANS)
     return Bucket(root, vertex.Image(pipeline_image, {str(root): BUCKET}))
-
-
-def report(job: vertex.JobResult) -> str:
-    """Each task's state, time and error, for an assertion's message."""
-    lines = [f"{name}: {task.state} {task.seconds:.1f} s {task.error}" for name, task in job.tasks.items()]
-    return f"job {job.job_id} {job.state}\n" + "\n".join(lines)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import SLICE_SPANS
+from tests.helpers import SLICE_SPANS
 from tests.image import vertex
-from tests.image.conftest import BUCKET_NAME, report
+from tests.image.vertex import BUCKET_NAME, report
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 WINDOW = 4

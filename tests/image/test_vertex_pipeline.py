@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import span_like, unknown_payment, write_gzip_records
+from tests.helpers import span_like, unknown_payment, write_gzip_records
 from tests.image import vertex
-from tests.image.conftest import BUCKET_NAME, MODEL, report
+from tests.image.vertex import BUCKET_NAME, MODEL, report
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -32,7 +32,7 @@ SCORE = """
 import glob, json, sys
 import numpy as np
 import tensorflow as tf
-from components import features
+from components.model import features
 data_root, count, *models = sys.argv[1:]
 files = sorted(glob.glob(f"{data_root}/span-*/*.gz"))
 batch = []

@@ -51,6 +51,11 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import celpy
 
+# Where the tasks see the bucket: Vertex AI's Cloud Storage FUSE path of a bucket.
+BUCKET_NAME = "taxi-harness"
+BUCKET = f"/gcs/{BUCKET_NAME}"
+MODEL = "big_tip"
+
 PROJECT_NUMBER = "0"
 LOCATION = "local"
 ARTIFACT_PREFIX = f"projects/{PROJECT_NUMBER}/locations/{LOCATION}/metadataStores/default/artifacts/"
@@ -467,3 +472,9 @@ class VertexJob:
 def read_json(path: str) -> Dict[str, Any]:
     with open(path) as handle:
         return json.load(handle)
+
+
+def report(job: JobResult) -> str:
+    """Each task's state, time and error, for an assertion's message."""
+    lines = [f"{name}: {task.state} {task.seconds:.1f} s {task.error}" for name, task in job.tasks.items()]
+    return f"job {job.job_id} {job.state}\n" + "\n".join(lines)

@@ -93,7 +93,7 @@ def test_a_missing_setting_is_a_usage_error_naming_the_flag(tmp_path, taxi_pipel
 
 def test_a_service_that_does_not_answer_stops_the_command_before_it_starts(tmp_path, taxi_pipeline):
     """A job submitted to nothing would wait forever; a silent pool leaves a job waiting."""
-    from pipeline import beam_services
+    from pipeline.cloud import beam_services
 
     job_port, pool_port = beam_services.free_port(), beam_services.free_port()
     result = taxi_pipeline("run", "--data-root", str(tmp_path / "data"), "--output-root", str(tmp_path / "out"),
@@ -122,8 +122,8 @@ def test_beyond_this_process_the_setup_file_becomes_one_archive_built_once(tmp_p
     assert archive.startswith(beam_args.archive_cache()) and archive.endswith(".tar.gz")
     with tarfile.open(archive) as built:
         names = built.getnames()
-    assert any(name.endswith("components/drift.py") for name in names)
-    assert any(name.endswith("components/schema/schema.pbtxt") for name in names)
+    assert any(name.endswith("components/custom/drift.py") for name in names)
+    assert any(name.endswith("components/model/schema/schema.pbtxt") for name in names)
     # Another command with the same source reuses it, without building.
     beam_args.package_archive.cache_clear()
     monkeypatch.setattr(beam_args.subprocess, "run", None)

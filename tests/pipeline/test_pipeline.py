@@ -1,7 +1,8 @@
 """`create_pipeline(...)`: the splits each node reads, the node ids the report reads."""
 
-from pipeline import config, local_runner
+from pipeline import config
 from pipeline import pipeline as pipeline_lib
+from pipeline.run import local_runner
 
 
 def test_transform_and_trainer_read_the_window_splits():

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.helpers import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "scripts" / "stack"
 TOOLS = ("bash", "awk", "sort", "head", "ls", "cat", "dirname", "env")

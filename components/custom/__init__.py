@@ -1,0 +1,2 @@
+"""Our custom TFX components (ingest, span window, data gate, serving check, pusher) and the
+Beam functions their workers run. May import `components.model` and `components.support`."""

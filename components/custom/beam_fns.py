@@ -1,0 +1,123 @@
+"""What Beam's workers run for this package's components: the DoFns and functions pickled
+into ImportExampleGen's (`components.custom.ingest`) and the data gate's (`components.custom.drift`)
+Beam pipelines.
+
+Beyond the launching process (Flink, Spark, Dataflow, `--beam portable`) a worker process
+imports the module of each DoFn it unpickles. So this one imports only what the work
+needs: TensorFlow's record reader and writer, pyarrow, tfx_bsl's decoder; never TFX's API
+(`tfx.v1` alone costs a worker about 3 s, in every worker of every job).
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import os
+import zlib
+from typing import Iterable, Iterator, List, Optional, Tuple
+
+import apache_beam as beam
+import pyarrow as pa
+import tensorflow as tf
+from tensorflow_metadata.proto.v0 import schema_pb2
+from tfx_bsl.coders import example_coder
+
+# The file name TFX's ExampleGen writes (`tfx.components.example_gen.write_split`), named
+# here: importing TFX's module imports every TFX component.
+DEFAULT_FILE_NAME = "data_tfrecord"
+# The column that carries each record batch's span through TFDV's slicing.
+SPAN_COLUMN = "__span__"
+# Records decoded into one record batch.
+DECODE_BATCH = 1000
+
+
+def split_index(record: bytes, buckets: List[int]) -> int:
+    """The output split of `record`: TFX's (`base_example_gen_executor._PartitionFn`, on a
+    record's bytes), the SHA-256 of the bytes as an integer, modulo the total buckets."""
+    return bisect.bisect(buckets, int.from_bytes(hashlib.sha256(record).digest(), "big") % buckets[-1])
+
+
+def output_name(index: int, total: int) -> str:
+    """The output file of input file `index` of `total`, in each split it writes to."""
+    return f"{DEFAULT_FILE_NAME}-{index:05d}-of-{total:05d}.gz"
+
+
+class SplitFile(beam.DoFn):
+    """Writes one input file's records to one file per output split, by `split_index`."""
+
+    def __init__(self, split_uris: List[str], buckets: List[int], total_files: int):
+        self._split_uris, self._buckets, self._total = split_uris, buckets, total_files
+
+    def process(self, item: Tuple[int, str]) -> Iterator[int]:
+        index, path = item
+        name = output_name(index, self._total)
+        writers = [tf.io.TFRecordWriter(os.path.join(uri, name), "GZIP") for uri in self._split_uris]
+        count = 0
+        try:
+            for batch in tf.data.TFRecordDataset(path, "GZIP").batch(4096).as_numpy_iterator():
+                for record in batch:
+                    writers[split_index(record, self._buckets)].write(record)
+                count += len(batch)
+        finally:
+            for writer in writers:
+                writer.close()
+        yield count
+
+
+class CopyFile(beam.DoFn):
+    """Copies one input file, as it is, into its split."""
+
+    def __init__(self, split_uri: str, total_files: int):
+        self._split_uri, self._total = split_uri, total_files
+
+    def process(self, item: Tuple[int, str]) -> Iterator[int]:
+        index, path = item
+        tf.io.gfile.copy(path, os.path.join(self._split_uri, output_name(index, self._total)), overwrite=True)
+        yield 1
+
+
+def in_sample(record: bytes, rate: float) -> bool:
+    """Whether `record` is in the sample of `rate`: by the CRC-32 of its bytes, so the
+    sample does not depend on file order, worker count or runner."""
+    return zlib.crc32(record) < rate * 2**32
+
+
+def add_span(record_batch: pa.RecordBatch, span: int) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        record_batch.columns + [pa.array([[span]] * record_batch.num_rows, pa.list_(pa.int64()))],
+        schema=record_batch.schema.append(pa.field(SPAN_COLUMN, pa.list_(pa.int64()))),
+    )
+
+
+def by_span(record_batch: pa.RecordBatch) -> Iterable[Tuple[str, pa.RecordBatch]]:
+    """TFDV slice function: each batch is one span's (see `compute_span_statistics`)."""
+    index = record_batch.schema.get_field_index(SPAN_COLUMN)
+    span = record_batch.column(index)[0].as_py()[0] if record_batch.num_rows else None
+    if span is not None:
+        kept = [i for i in range(record_batch.num_columns) if i != index]
+        yield str(span), pa.RecordBatch.from_arrays(
+            [record_batch.column(i) for i in kept], schema=pa.schema([record_batch.schema.field(i) for i in kept])
+        )
+
+
+class ReadSpanFile(beam.DoFn):
+    """One span file's records `in_sample`, decoded by the schema into record batches that
+    carry the span (`add_span`). Records are read by TensorFlow's reader, not one Beam
+    element each: Beam's per-element cost would be most of the pass."""
+
+    def __init__(self, schema: Optional[schema_pb2.Schema], rate: float):
+        self._schema, self._rate = schema, rate
+
+    def setup(self) -> None:
+        self._decoder = example_coder.ExamplesToRecordBatchDecoder(
+            self._schema.SerializeToString() if self._schema is not None else None
+        )
+
+    def process(self, item: Tuple[int, str]) -> Iterable[pa.RecordBatch]:
+        span, path = item
+        for batch in tf.data.TFRecordDataset(path, "GZIP").batch(DECODE_BATCH).as_numpy_iterator():
+            kept = [record for record in batch if in_sample(record, self._rate)] if self._rate < 1 else list(batch)
+            if kept:
+                yield add_span(self._decoder.DecodeBatch(kept), span)
+
+

@@ -1,0 +1,250 @@
+"""A Pusher whose pushes are atomic, idempotent, serialized and pruned, and which says
+which model serves.
+
+TFX's own filesystem Pusher copies the model straight into `<base>/<version>/`
+(`saved_model.pb` last). A run killed mid-copy leaves a partial version folder behind
+for TF Serving to trip over, and a run killed after the copy but before MLMD recorded
+it pushes the same model again on the re-run. This one:
+
+- stages the copy in `<base>/.staging-<version>/` and renames it into place, so a
+  version folder is either complete or absent (TF Serving ignores non-numeric names);
+- recognizes a model that is already the newest version (same SavedModel fingerprint)
+  and records that version instead of pushing a duplicate;
+- holds `<base>/.push.lock` (`fcntl.flock`, released by the kernel when its holder
+  dies) while it chooses a version, copies and prunes, for a local serving folder: two
+  pipelines pushing to one folder get distinct versions even within one second, and a
+  staging folder found under the lock is a dead push's, never a live one's;
+- keeps the newest `keep_versions` versions and deletes older ones (never the newest,
+  nor one that TF Serving's `models.config` loads or labels: a pin, a rollback), plus
+  stale staging folders;
+- rewrites `models.config` after the push (`components.support.serving_config`): the newest
+  version serves, unless an operator pinned one, which then stays;
+- outputs a `ServedModelBlessing` (blessed, with the model's id, as the Evaluator's
+  blessing has it) when the model serves. The pipeline's baseline resolver reads these,
+  not the Evaluator's blessings: the baseline, and the warm start, is the model that
+  last reached serving. A blessing alone changes nothing: after a kill between the
+  Evaluator and the Pusher, the re-run finds every input as before, reuses the trained
+  and evaluated model, and pushes it once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import time
+from typing import Any, Dict, Iterator, List, Optional
+
+import tensorflow as tf
+from tfx import types
+from tfx.components.evaluator import constants as evaluator_constants
+from tfx.components.pusher import executor as tfx_pusher_executor
+from tfx.dsl.components.base import base_component, executor_spec
+from tfx.proto import pusher_pb2
+from tfx.types import artifact_utils, standard_artifacts, standard_component_specs
+from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
+from tfx.utils import io_utils, proto_utils
+
+from components.support import serving_config, spans
+from components.support.serving_config import versions
+
+KEEP_VERSIONS_KEY = "keep_versions"
+SERVED_KEY = "served_blessing"
+STAGING_PREFIX = ".staging-"
+LOCK_FILE = ".push.lock"
+# The PushedModel artifact's properties, as TFX's own Pusher names them.
+PUSHED_PROPERTY = "pushed"
+DESTINATION_PROPERTY = "pushed_destination"
+VERSION_PROPERTY = "pushed_version"
+# The version requests without a version got before this push, and after it (a pin keeps it).
+REPLACED_PROPERTY = "replaced_version"
+SERVING_PROPERTY = "serving_version"
+_FINGERPRINT = "fingerprint.pb"
+
+
+def _read(path: str) -> Optional[bytes]:
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        return handle.read()
+
+
+def already_pushed(model_path: str, base_directory: str) -> Optional[int]:
+    """The newest version, if it holds this very model (same SavedModel fingerprint)."""
+    fingerprint = _read(os.path.join(model_path, _FINGERPRINT))
+    existing = versions(base_directory)
+    if fingerprint is None or not existing:
+        return None
+    newest = existing[-1]
+    return newest if _read(os.path.join(base_directory, str(newest), _FINGERPRINT)) == fingerprint else None
+
+
+@contextlib.contextmanager
+def push_lock(base_directory: str) -> Iterator[None]:
+    """Holds the serving folder for one push (local folders; a remote one is the
+    scheduler's to serialize, e.g. a Vertex schedule's one concurrent run)."""
+    tf.io.gfile.makedirs(base_directory)
+    if spans.is_remote(base_directory):
+        yield
+        return
+    fd = os.open(os.path.join(base_directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # waits: a push takes seconds
+        yield
+    finally:
+        os.close(fd)
+
+
+def push(model_path: str, base_directory: str, version: Optional[int] = None) -> int:
+    """Copies the SavedModel to `<base>/<version>` through a staging folder; returns the
+    version: `version` (default: now, in seconds) or one more than the newest, if larger.
+    Call it under `push_lock`."""
+    tf.io.gfile.makedirs(base_directory)
+    existing = versions(base_directory)
+    version = max([version or int(time.time())] + [v + 1 for v in existing[-1:]])
+    staging = os.path.join(base_directory, f"{STAGING_PREFIX}{version}")
+    if tf.io.gfile.exists(staging):
+        tf.io.gfile.rmtree(staging)
+    try:
+        io_utils.copy_dir(model_path, staging)
+    except Exception:
+        # A full or read-only disk: the partial copy would hold the space until the next
+        # push prunes it (nothing serves from it).
+        try:
+            tf.io.gfile.rmtree(staging)
+        except tf.errors.OpError as err:
+            logging.warning("could not remove the partial copy %s: %s", staging, err)
+        raise
+    tf.io.gfile.rename(staging, os.path.join(base_directory, str(version)))
+    return version
+
+
+def prune(base_directory: str, keep_versions: int) -> List[int]:
+    """Deletes all but the newest `keep_versions` versions and any staging leftovers, but
+    never a version TF Serving's `models.config` loads or labels (a pin, a rollback).
+    Call it under `push_lock`: a staging folder is then a dead push's."""
+    if keep_versions < 1:
+        raise ValueError(f"{KEEP_VERSIONS_KEY} must be at least 1, got {keep_versions}")
+    for name in tf.io.gfile.listdir(base_directory):
+        if name.rstrip("/").startswith(STAGING_PREFIX):
+            tf.io.gfile.rmtree(os.path.join(base_directory, name.rstrip("/")))
+    protected = set(serving_config.protected_versions(*os.path.split(base_directory.rstrip("/"))))
+    removed = [v for v in versions(base_directory)[:-keep_versions] if v not in protected]
+    for version in removed:
+        tf.io.gfile.rmtree(os.path.join(base_directory, str(version)))
+    return removed
+
+
+def mark_pushed(model_push: types.Artifact, destination: str, version: int) -> None:
+    """The properties TFX's Pusher sets on its output, which the run report reads."""
+    model_push.set_int_custom_property(PUSHED_PROPERTY, 1)
+    model_push.set_string_custom_property(DESTINATION_PROPERTY, destination)
+    model_push.set_string_custom_property(VERSION_PROPERTY, str(version))
+
+
+class ServedModelBlessing(standard_artifacts.ModelBlessing):
+    """A model that reached serving: `blessed` 1 and the model's id in `current_model_id`,
+    as in the Evaluator's blessing, so `LatestBlessedModelStrategy` resolves it."""
+
+    # `<module>.<Class>`: KFP v2 needs a custom type's name in that form, and its
+    # containers import the class by it (`components/__init__.py` provides it).
+    TYPE_NAME = "components.ServedModelBlessing"
+
+
+class StagedPusherSpec(ComponentSpec):
+    PARAMETERS = {
+        standard_component_specs.PUSH_DESTINATION_KEY: ExecutionParameter(type=pusher_pb2.PushDestination),
+        KEEP_VERSIONS_KEY: ExecutionParameter(type=int),
+    }
+    INPUTS = {
+        standard_component_specs.MODEL_KEY: ChannelParameter(type=standard_artifacts.Model),
+        standard_component_specs.MODEL_BLESSING_KEY: ChannelParameter(type=standard_artifacts.ModelBlessing),
+    }
+    OUTPUTS = {
+        standard_component_specs.PUSHED_MODEL_KEY: ChannelParameter(type=standard_artifacts.PushedModel),
+        SERVED_KEY: ChannelParameter(type=ServedModelBlessing),
+    }
+
+
+def _mark_served(served: types.Artifact, blessing: types.Artifact, model: types.Artifact, pushed: bool) -> None:
+    served.set_int_custom_property(evaluator_constants.ARTIFACT_PROPERTY_BLESSED_KEY, int(pushed))
+    if pushed:
+        model_id = evaluator_constants.ARTIFACT_PROPERTY_CURRENT_MODEL_ID_KEY
+        served.set_int_custom_property(
+            model_id, blessing.get_int_custom_property(model_id) if blessing.has_custom_property(model_id) else model.id
+        )
+        served.set_string_custom_property(evaluator_constants.ARTIFACT_PROPERTY_CURRENT_MODEL_URI_KEY, model.uri)
+
+
+class Executor(tfx_pusher_executor.Executor):
+    """Pusher executor with staged, idempotent, serialized pushes and retention
+    (filesystem destinations only)."""
+
+    def Do(
+        self,
+        input_dict: Dict[str, List[types.Artifact]],
+        output_dict: Dict[str, List[types.Artifact]],
+        exec_properties: Dict[str, Any],
+    ) -> None:
+        model_push = artifact_utils.get_single_instance(output_dict[standard_component_specs.PUSHED_MODEL_KEY])
+        served = artifact_utils.get_single_instance(output_dict[SERVED_KEY])
+        blessing = artifact_utils.get_single_instance(input_dict[standard_component_specs.MODEL_BLESSING_KEY])
+        model = artifact_utils.get_single_instance(input_dict[standard_component_specs.MODEL_KEY])
+        if not self.CheckBlessing(input_dict):
+            model_push.set_int_custom_property(PUSHED_PROPERTY, 0)
+            _mark_served(served, blessing, model, pushed=False)
+            return
+        model_path = self.GetModelPath(input_dict)
+        destination = pusher_pb2.PushDestination()
+        proto_utils.json_to_proto(exec_properties[standard_component_specs.PUSH_DESTINATION_KEY], destination)
+        if destination.WhichOneof("destination") != "filesystem":
+            raise ValueError("this Pusher pushes to a filesystem destination only")
+        base = destination.filesystem.base_directory
+        keep = int(exec_properties[KEEP_VERSIONS_KEY])
+
+        serving_dir, model_name = os.path.split(base.rstrip("/"))
+        with push_lock(base):
+            before = serving_config.state(serving_dir, model_name).serving
+            version = already_pushed(model_path, base)
+            if version is None:
+                version = push(model_path, base)
+                logging.info("pushed %s to %s/%d", model_path, base, version)
+            else:
+                logging.info("model %s is already version %d in %s; not pushed again", model_path, version, base)
+            removed = prune(base, keep)
+            after = serving_config.after_push(serving_dir, model_name)
+        if removed:
+            logging.info("retention (%d versions): removed %s", keep, removed)
+        if after.pinned is not None:
+            logging.warning("serving stays pinned to version %d (models.config); version %d is on disk, "
+                            "not served, until `taxi-pipeline serving unpin`", after.pinned, version)
+        io_utils.copy_dir(model_path, model_push.uri)
+        mark_pushed(model_push, os.path.join(base, str(version)), version)
+        if before is not None and before != after.serving:
+            model_push.set_string_custom_property(REPLACED_PROPERTY, str(before))
+        model_push.set_string_custom_property(SERVING_PROPERTY, str(after.serving))
+        _mark_served(served, blessing, model, pushed=True)
+
+
+class StagedPusher(base_component.BaseComponent):
+    """Pushes a blessed model to a filesystem folder in TF Serving's layout (see the
+    module doc); `outputs[SERVED_KEY]` says which model serves."""
+
+    SPEC_CLASS = StagedPusherSpec
+    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(Executor)
+
+    def __init__(self, model: types.BaseChannel, model_blessing: types.BaseChannel, serving_model_dir: str,
+                 keep_versions: int):
+        if keep_versions < 1:
+            raise ValueError(f"{KEEP_VERSIONS_KEY} must be at least 1, got {keep_versions}")
+        super().__init__(spec=StagedPusherSpec(
+            model=model,
+            model_blessing=model_blessing,
+            push_destination=pusher_pb2.PushDestination(
+                filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=serving_model_dir)
+            ),
+            keep_versions=keep_versions,
+            pushed_model=types.Channel(type=standard_artifacts.PushedModel),
+            served_blessing=types.Channel(type=ServedModelBlessing),
+        ))

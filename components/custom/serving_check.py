@@ -1,0 +1,100 @@
+"""The serving check: the blessed candidate, loaded in a fresh process the way TF Serving
+loads it, must answer its warmup requests with probabilities, fast enough, before the
+Pusher may push it.
+
+TF Serving loads a SavedModel with the C++ loader (tag `serve`) and runs a signature by
+its SignatureDef's tensor names in a session. The check does the same through TF's
+`compat.v1` loader and session, in a child process (a clean process, as a server's, with
+nothing of the pipeline's process loaded: a model that needs something only the trainer
+had fails here). It then
+
+1. replays every request of the model's `assets.extra/tf_serving_warmup_requests` (what
+   TF Serving replays when it loads the model) and checks that each answer holds one
+   finite probability in [0, 1] per example;
+2. times single-example requests of the `serving_default` signature, and checks their
+   p99 latency against a budget (`DEFAULT_BUDGET_MS`, measured: see README).
+
+TFX's InfraValidator does this in a TF Serving container; it needs Docker or Kubernetes
+and cannot be compiled for Kubeflow Pipelines v2. This check needs neither and compiles.
+
+Its output is a `ModelBlessing` for the Pusher: blessed only when the Evaluator blessed
+the model and the check passed, with what was measured and why it failed, if it did.
+"""
+
+# No `from __future__ import annotations`: TFX reads this component's type hints.
+import json
+import math
+import os
+import subprocess
+import sys
+from typing import Dict
+
+from tfx import v1 as tfx
+from tfx.components.evaluator import constants as evaluator_constants
+from tfx.types import standard_artifacts
+
+from components.support.serving_probe import DEFAULT_BUDGET_MS
+
+# The output: a ModelBlessing the Pusher reads (its parameter name below).
+BLESSING_KEY = "blessing"
+# A blessing's verdict, as the Evaluator and TFX's Pusher name it.
+BLESSED_PROPERTY = evaluator_constants.ARTIFACT_PROPERTY_BLESSED_KEY
+REASON_PROPERTY = "serving_check"
+P99_PROPERTY = "p99_latency_ms"
+# The longest the check's process may take (loading TensorFlow included).
+TIMEOUT_SECONDS = 300
+# The probe, run as a module in a fresh process.
+PROBE_MODULE = "components.support.serving_probe"
+
+
+def run_in_fresh_process(model_dir: str, budget_ms: float) -> Dict[str, object]:
+    """The probe (`components.support.serving_probe.check_model`) in a child process, as a
+    server would load the model."""
+    command = [sys.executable, "-m", PROBE_MODULE, model_dir, str(budget_ms)]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_SECONDS, env=env)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "reason": f"loading and querying the model took more than {TIMEOUT_SECONDS} s"}
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = " ".join(done.stderr.strip().splitlines()[-3:])
+        return {"ok": False, "reason": f"the model did not load or answer in a fresh process: {tail}"}
+    try:
+        return json.loads(lines[-1])
+    except ValueError:
+        return {"ok": False, "reason": f"the probe's answer was not its findings: {lines[-1][:200]}"}
+
+
+@tfx.dsl.components.component
+def ServingCheck(  # a component is named like a class
+    model: tfx.dsl.components.InputArtifact[standard_artifacts.Model],
+    model_blessing: tfx.dsl.components.InputArtifact[standard_artifacts.ModelBlessing],
+    blessing: tfx.dsl.components.OutputArtifact[standard_artifacts.ModelBlessing],
+    latency_budget_ms: tfx.dsl.components.Parameter[float] = DEFAULT_BUDGET_MS,
+) -> None:
+    """Blesses the Evaluator's blessed model for the Pusher when it serves as TF Serving
+    would serve it (see the module doc)."""
+    import logging
+
+    from tfx.utils import path_utils
+
+    for key in (evaluator_constants.ARTIFACT_PROPERTY_CURRENT_MODEL_ID_KEY,
+                evaluator_constants.ARTIFACT_PROPERTY_CURRENT_MODEL_URI_KEY):
+        if model_blessing.has_custom_property(key):
+            value = model_blessing.get_custom_property(key)
+            # On Kubeflow Pipelines numbers arrive as JSON numbers: an id may be 123.0.
+            if isinstance(value, (int, float)):
+                blessing.set_int_custom_property(key, int(value))
+            else:
+                blessing.set_string_custom_property(key, str(value))
+    if model_blessing.get_int_custom_property(BLESSED_PROPERTY) != 1:
+        blessing.set_int_custom_property(BLESSED_PROPERTY, 0)
+        blessing.set_string_custom_property(REASON_PROPERTY, "not checked: the Evaluator did not bless the model")
+        return
+    findings = run_in_fresh_process(path_utils.serving_model_path(model.uri), latency_budget_ms)
+    logging.info("serving check: %s", findings["reason"])
+    blessing.set_int_custom_property(BLESSED_PROPERTY, int(bool(findings["ok"])))
+    blessing.set_string_custom_property(REASON_PROPERTY, str(findings["reason"]))
+    if "p99_ms" in findings and math.isfinite(float(findings["p99_ms"])):
+        blessing.set_float_custom_property(P99_PROPERTY, float(findings["p99_ms"]))

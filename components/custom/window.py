@@ -1,0 +1,106 @@
+"""SpanWindow: the spans a run ingests, chosen when the pipeline runs, not when it is built.
+
+It lists the data root once per run (through `components.support.spans`) and records the spans
+it chose (`spans_used`), which the data gate and the run report read: every later node
+works on that one listing, even when a span lands while the run is going.
+
+In window mode it also writes ImportExampleGen's `input_config`: one input split per span
+of the newest `window_size` (see `components.support.spans.window`), so a pipeline compiled once
+for Kubeflow Pipelines / Vertex AI and run on a schedule trains on the newest spans of each
+run's day. TFX 1.16 offers no other way that compiles there: ExampleGen's `range_config`
+ingests exactly one span per execution, and a resolver that gathers several Examples
+artifacts (`SpanRangeStrategy`, or `LatestArtifactStrategy` for more than one artifact) is
+refused by `KubeflowV2DagRunner`. With `window_size` 0 every span is ingested as one
+`all` split (ExampleGen hash-splits it).
+
+Caching. Its `listing` parameter is the span folders the local runner found when it
+planned the run (`"span-12,span-13,span-016"`): the node is cached while they stay the same, so its
+outputs, and everything downstream that did not change, are reused (a re-run after a
+crash, `--force`, an edit to the model code). ExampleGen still fingerprints the files
+themselves. A compiled pipeline cannot know the spans of a future run: it passes "",
+and `pipeline.cloud.compiled_fixes` turns this node's cache off and makes the job's id one of
+its inputs, so it runs on every job even when the job is submitted with caching forced
+on (`aiplatform.PipelineJob(..., enable_caching=True)` overrides per-task settings).
+"""
+
+from typing import List, Tuple
+
+from google.protobuf import json_format
+from tfx import v1 as tfx
+from tfx.types import standard_artifacts
+
+from components.support import spans
+
+NODE_ID = "SpanWindow"
+# Output keys: ImportExampleGen's input_config (JSON), and the spans chosen ("10,11,12").
+INPUT_CONFIG_KEY = "input_config"
+SPANS_KEY = "spans_used"
+# The parameter a compiled pipeline sets to the pipeline job's id (see `SpanWindow`).
+JOB_PARAMETER = "job"
+ALL_SPANS_SPLIT = "all"
+
+
+def current_window(data_root: str, window_size: int) -> List[Tuple[str, int, str]]:
+    """`(split name, span, folder name)` of the newest `window_size` spans under `data_root`."""
+    folders = dict(spans.span_folders(data_root))
+    return [(name, span, folders[span]) for name, span in spans.window(list(folders), window_size)]
+
+
+def window_input_config(chosen: List[Tuple[str, int, str]]) -> tfx.proto.Input:
+    """One ExampleGen input split per span of the window."""
+    return tfx.proto.Input(
+        splits=[
+            tfx.proto.Input.Split(name=name, pattern=spans.relative_pattern(folder_name))
+            for name, _, folder_name in chosen
+        ]
+    )
+
+
+def all_spans_input_config() -> tfx.proto.Input:
+    """Every file of every span as one split."""
+    return tfx.proto.Input(splits=[tfx.proto.Input.Split(name=ALL_SPANS_SPLIT, pattern=spans.ALL_SPANS_PATTERN)])
+
+
+def parse_spans(value: str) -> List[int]:
+    """The span numbers of a `spans_used` value, oldest first."""
+    return [int(span) for span in value.split(",") if span]
+
+
+@tfx.dsl.components.component
+def SpanWindow(  # a component is named like a class
+    data_root: tfx.dsl.components.Parameter[str],
+    window_size: tfx.dsl.components.Parameter[int],
+    listing: tfx.dsl.components.Parameter[str],
+    input_config: tfx.dsl.components.OutputArtifact[standard_artifacts.String],
+    spans_used: tfx.dsl.components.OutputArtifact[standard_artifacts.String],
+    job: tfx.dsl.components.Parameter[str] = "",
+) -> None:
+    """Writes ImportExampleGen's `input_config` and the spans it covers.
+
+    `listing` is the cache key (see the module doc); when given, the spans chosen must be
+    those, or the data changed after the run was planned and the run stops, naming both.
+    `job` is only checked: in a compiled pipeline it is the pipeline job's id (see
+    `pipeline.cloud.compiled_fixes`), so no two jobs share this node's cache key.
+    """
+    if job.startswith("{{$"):
+        raise ValueError(
+            f"the pipeline job's id reached this task as the placeholder {job}: this backend does not resolve "
+            "KFP placeholders, and with caching forced on the window would never move; run on Vertex AI "
+            "Pipelines or a Kubeflow Pipelines backend that resolves them"
+        )
+    if window_size:
+        chosen = current_window(data_root, window_size)
+        config = window_input_config(chosen)
+        numbers = [span for _, span, _ in chosen]
+        folders = [folder_name for _, _, folder_name in chosen]
+    else:
+        found = spans.span_folders(data_root)
+        config, numbers, folders = all_spans_input_config(), [n for n, _ in found], [f for _, f in found]
+    now = ",".join(folders)
+    if listing and listing != now:
+        raise ValueError(
+            f"the span folders under {data_root} changed after this run was planned (planned {listing}, now {now}); "
+            "run again"
+        )
+    input_config.value = json_format.MessageToJson(config, sort_keys=True, preserving_proto_field_name=True)
+    spans_used.value = ",".join(str(span) for span in numbers)

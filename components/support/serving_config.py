@@ -1,0 +1,268 @@
+"""TF Serving's view of the serving folder: `models.config`, `batching_parameters.txt`,
+and which version serves.
+
+    <serving dir>/models.config             --model_config_file (polled by TF Serving with
+                                            --model_config_file_poll_wait_seconds)
+    <serving dir>/batching_parameters.txt   --enable_batching --batching_parameters_file
+    <serving dir>/<model>/<version>/        what the Pusher pushes
+    <serving dir>/<model>/.pinned           the pinned version, when an operator pinned one
+
+- **following** (the default): the newest version serves. TF Serving loads the newest two
+  (`specific` versions), so a rollback to the one before needs no new load; requests with
+  no version get the newest.
+- **pinned** to version V (`serving pin V`, `serving rollback`): TF Serving loads V alone,
+  and every request gets it, whatever is pushed after: a push adds a folder and leaves
+  `models.config` as it is, until `serving unpin`.
+
+Version labels: `stable` names the version that served before the newest push (following)
+or the pinned one. TF Serving refuses a config whose label names a version it has not
+loaded yet (and keeps its previous config), so a label is only ever written for a version
+that the config being replaced already loaded; a version pinned from further back gets its
+label with the next change. (A `canary` label for a just-pushed version would name a
+version not loaded yet at the moment its config is written: it is not written.)
+
+Retention (`components.custom.pusher.prune`) never deletes a version `models.config` loads or
+labels, nor the pinned one. The file is replaced atomically (a temporary file renamed over
+it), under the model folder's push lock, so TF Serving never reads half a file and a push
+and an operator's command never interleave.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Dict, List, Optional
+
+import tensorflow as tf
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format, wrappers_pb2
+from tensorflow_serving.config import model_server_config_pb2
+
+from components.support import spans
+
+CONFIG_FILE = "models.config"
+BATCHING_FILE = "batching_parameters.txt"
+STABLE = "stable"
+PIN_FILE = ".pinned"
+MODEL_PLATFORM = "tensorflow"
+# Server-side batching: small batches that wait at most 2 ms, so that a single request's
+# latency stays near a lone call's (measured by the serving check) and bursts share a
+# batch. Written once; an operator's edits are kept.
+BATCHING_DEFAULTS = {
+    "max_batch_size": 64,
+    "batch_timeout_micros": 2000,
+    "max_enqueued_batches": 100,
+    "num_batch_threads": os.cpu_count() or 1,
+}
+
+
+class ServingConfigError(ValueError):
+    """An operator's request that cannot be carried out (an unknown version, ...)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ServingState:
+    """What TF Serving serves for one model, as `models.config` says."""
+
+    model_name: str
+    # Every version folder on disk, oldest first.
+    on_disk: List[int]
+    # The versions TF Serving loads, their labels, and the pinned version if any.
+    loaded: List[int]
+    labels: Dict[str, int]
+    pinned: Optional[int]
+
+    @property
+    def serving(self) -> Optional[int]:
+        """The version a request with no version or label gets (TF Serving: the highest loaded)."""
+        return max(self.loaded) if self.loaded else None
+
+
+def versions(model_dir: str) -> List[int]:
+    """The version folders TF Serving would see, oldest first."""
+    if not tf.io.gfile.isdir(model_dir):
+        return []
+    names = (name.rstrip("/") for name in tf.io.gfile.listdir(model_dir))
+    return sorted(int(name) for name in names if name.isdigit())
+
+
+def config_path(serving_dir: str) -> str:
+    return os.path.join(serving_dir, CONFIG_FILE)
+
+
+def read_config(serving_dir: str) -> Optional[model_server_config_pb2.ModelServerConfig]:
+    path = config_path(serving_dir)
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as handle:
+        text = handle.read()
+    try:
+        return text_format.Parse(text, model_server_config_pb2.ModelServerConfig())
+    except text_format.ParseError as err:
+        raise ServingConfigError(f"{path} is not a TF Serving model config: {err}") from err
+
+
+def _model_entry(config: Optional[model_server_config_pb2.ModelServerConfig], model_name: str):
+    if config is None:
+        return None
+    for entry in config.model_config_list.config:
+        if entry.name == model_name:
+            return entry
+    return None
+
+
+def _pinned(model_dir: str) -> Optional[int]:
+    path = os.path.join(model_dir, PIN_FILE)
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as handle:
+        text = handle.read().strip()
+    return int(text) if text.isdigit() else None
+
+
+def state(serving_dir: str, model_name: str) -> ServingState:
+    model_dir = os.path.join(serving_dir, model_name)
+    entry = _model_entry(read_config(serving_dir), model_name)
+    on_disk = versions(model_dir)
+    pinned = _pinned(model_dir)
+    if entry is None:
+        # No config yet: TF Serving's default policy, the newest version.
+        return ServingState(model_name, on_disk, on_disk[-1:], {}, pinned)
+    policy = entry.model_version_policy
+    if policy.WhichOneof("policy_choice") == "specific":
+        loaded = sorted(policy.specific.versions)
+    elif policy.WhichOneof("policy_choice") == "all":
+        loaded = list(on_disk)
+    else:
+        count = policy.latest.num_versions if policy.HasField("latest") else 1
+        loaded = on_disk[-(count or 1):]
+    return ServingState(model_name, on_disk, loaded, dict(entry.version_labels), pinned)
+
+
+def _entry_for(serving_dir: str, model_name: str, loaded: List[int], labels: Dict[str, int]):
+    model_dir = os.path.join(serving_dir, model_name)
+    entry = model_server_config_pb2.ModelConfig(
+        name=model_name,
+        base_path=model_dir if spans.is_remote(model_dir) else os.path.abspath(model_dir),
+        model_platform=MODEL_PLATFORM,
+    )
+    entry.model_version_policy.specific.versions.extend(loaded)
+    for label, version in labels.items():
+        entry.version_labels[label] = version
+    return entry
+
+
+def _write(serving_dir: str, model_name: str, loaded: List[int], stable: Optional[int]) -> None:
+    """Replaces this model's entry of `models.config` (other models' entries stay),
+    atomically; `stable` is labelled only if the config it replaces loaded it."""
+    config = read_config(serving_dir) or model_server_config_pb2.ModelServerConfig()
+    available = state(serving_dir, model_name).loaded if _model_entry(config, model_name) else []
+    labels = {STABLE: stable} if stable is not None and stable in available else {}
+    kept = [entry for entry in config.model_config_list.config if entry.name != model_name]
+    del config.model_config_list.config[:]
+    config.model_config_list.config.extend(kept + [_entry_for(serving_dir, model_name, loaded, labels)])
+    _write_text(config_path(serving_dir), text_format.MessageToString(config))
+    write_batching_parameters(serving_dir)
+
+
+def _write_text(path: str, text: str) -> None:
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with tf.io.gfile.GFile(temporary, "w") as handle:
+        handle.write(text)
+    tf.io.gfile.rename(temporary, path, overwrite=True)
+
+
+def after_push(serving_dir: str, model_name: str) -> ServingState:
+    """After a push (or a retention prune): a following config names the newest two
+    versions; a pinned one is left as the operator set it."""
+    current = state(serving_dir, model_name)
+    if current.pinned is None:
+        follow(serving_dir, model_name)
+    else:
+        write_batching_parameters(serving_dir)
+    return state(serving_dir, model_name)
+
+
+def follow(serving_dir: str, model_name: str) -> None:
+    """Unpinned: the newest version serves (see the module doc)."""
+    model_dir = os.path.join(serving_dir, model_name)
+    on_disk = versions(model_dir)
+    if not on_disk:
+        raise ServingConfigError(f"no model versions under {model_dir}")
+    _write(serving_dir, model_name, on_disk[-2:], on_disk[-2] if len(on_disk) > 1 else on_disk[-1])
+    pin_file = os.path.join(model_dir, PIN_FILE)
+    if tf.io.gfile.exists(pin_file):
+        tf.io.gfile.remove(pin_file)
+
+
+def pin(serving_dir: str, model_name: str, version: int) -> None:
+    """Only `version` serves, until `follow`; pushes after it do not change that."""
+    model_dir = os.path.join(serving_dir, model_name)
+    on_disk = versions(model_dir)
+    if version not in on_disk:
+        raise ServingConfigError(
+            f"version {version} is not in {model_dir}; the versions there are {', '.join(map(str, on_disk)) or 'none'}"
+        )
+    # The pin first: a config that loads only `version` is then never without its record.
+    _write_text(os.path.join(model_dir, PIN_FILE), f"{version}\n")
+    _write(serving_dir, model_name, [version], version)
+
+
+def rollback_target(current: ServingState, version: Optional[int] = None) -> int:
+    """The version a rollback pins: `version`, or the newest one older than what serves."""
+    if version is not None:
+        return version
+    older = [v for v in current.on_disk if current.serving is not None and v < current.serving]
+    if not older:
+        raise ServingConfigError(
+            f"nothing to roll back to: version {current.serving} is the oldest in the serving folder"
+            if current.serving is not None else "nothing to roll back to: no version serves"
+        )
+    return older[-1]
+
+
+def protected_versions(serving_dir: str, model_name: str) -> List[int]:
+    """Versions retention must keep: every one `models.config` loads or labels, and the pinned one."""
+    current = state(serving_dir, model_name)
+    pinned = {current.pinned} if current.pinned is not None else set()
+    if _model_entry(read_config(serving_dir), model_name) is None:
+        return sorted(pinned)
+    return sorted(set(current.loaded) | set(current.labels.values()) | pinned)
+
+
+def batching_parameters_class():
+    """TF Serving's `BatchingParameters` message (session_bundle_config.proto, fields by
+    their numbers there). tensorflow-serving-api does not ship that proto, so its text
+    format is written through a message of the same shape."""
+    pool = descriptor_pool.DescriptorPool()
+    wrappers = descriptor_pb2.FileDescriptorProto()
+    wrappers_pb2.DESCRIPTOR.CopyToProto(wrappers)
+    pool.Add(wrappers)
+    file = descriptor_pb2.FileDescriptorProto(
+        name="tensorflow_serving/servables/tensorflow/batching_parameters.proto",
+        package="tensorflow.serving", dependency=[wrappers.name], syntax="proto3",
+    )
+    message = file.message_type.add(name="BatchingParameters")
+    fields = [("max_batch_size", 1, "Int64Value"), ("batch_timeout_micros", 2, "Int64Value"),
+              ("max_enqueued_batches", 3, "Int64Value"), ("num_batch_threads", 4, "Int64Value")]
+    for name, number, wrapper in fields:
+        message.field.add(name=name, number=number, type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
+                          type_name=f".google.protobuf.{wrapper}",
+                          label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    pool.Add(file)
+    descriptor = pool.FindMessageTypeByName("tensorflow.serving.BatchingParameters")
+    if hasattr(message_factory, "GetMessageClass"):
+        return message_factory.GetMessageClass(descriptor)
+    return message_factory.MessageFactory(pool).GetPrototype(descriptor)
+
+
+def write_batching_parameters(serving_dir: str) -> str:
+    """`batching_parameters.txt` with `BATCHING_DEFAULTS`, unless it exists (an operator's
+    file is kept as it is)."""
+    path = os.path.join(serving_dir, BATCHING_FILE)
+    if tf.io.gfile.exists(path):
+        return path
+    parameters = batching_parameters_class()()
+    for name, value in BATCHING_DEFAULTS.items():
+        getattr(parameters, name).value = value
+    _write_text(path, text_format.MessageToString(parameters))
+    return path

@@ -1,0 +1,78 @@
+"""Fixes to what TFX 1.16 and 1.21 compile (their KubeflowV2 compilers are the same), where
+they leave no public switch. One function per fix.
+
+Each has a test (tests/pipeline/test_compiled_fixes.py) that compiles the real pipeline
+and checks both that TFX still compiles the thing being fixed and that the fix applies,
+so a TFX upgrade that changes either fails loudly instead of silently.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from components.custom import window
+
+# KFP's placeholder for the pipeline job's id, resolved by the backend when a task runs.
+PIPELINE_JOB_ID = "{{$.pipeline_job_uuid}}"
+# With an exit handler, TFX compiles the pipeline's tasks into a sub-DAG of this name.
+TFX_DAG = "tfx-dag"
+
+
+def dag_tasks(job: Dict[str, Any]) -> Dict[str, Any]:
+    """The pipeline's tasks: the root DAG's, or with an exit handler the `tfx-dag`
+    component's (the root DAG then holds that sub-DAG and the handler)."""
+    spec = job["pipelineSpec"]
+    sub_dag = spec.get("components", {}).get(TFX_DAG, {}).get("dag")
+    return (sub_dag or spec["root"]["dag"])["tasks"]
+
+
+def span_window_uncached_in_job(job: Dict[str, Any]) -> Dict[str, Any]:
+    """The KFP v2 PipelineJob JSON with the SpanWindow task's cache off.
+
+    A compiled pipeline cannot know the spans of a future run, so the task's parameters
+    are the same on every run: Vertex would reuse the first run's window forever. TFX
+    1.16-1.21 compile caching only from the pipeline-wide `enable_cache` (`step_builder`
+    sets no per-task option).
+    """
+    tasks = dag_tasks(job)
+    if window.NODE_ID in tasks:
+        tasks[window.NODE_ID]["cachingOptions"] = {"enableCache": False}
+    return job
+
+
+def span_window_keyed_by_job(job: Dict[str, Any]) -> Dict[str, Any]:
+    """The SpanWindow task takes the pipeline job's id as its `job` parameter.
+
+    Turning its cache off is not enough: `aiplatform.PipelineJob(..., enable_caching=True)`
+    (and the console's "enable caching") sets every task's caching option, and the window
+    would again be the first run's forever. With the job's id among its inputs, no two
+    jobs' SpanWindow tasks have the same cache key, whatever caching is asked for.
+    """
+    spec = job["pipelineSpec"]
+    tasks = dag_tasks(job)
+    if window.NODE_ID in tasks:
+        # The spec's schema (2.0.0) form of a constant; the backend resolves the placeholder.
+        parameters = tasks[window.NODE_ID].setdefault("inputs", {}).setdefault("parameters", {})
+        parameters[window.JOB_PARAMETER] = {"runtimeValue": {"constantValue": {"stringValue": PIPELINE_JOB_ID}}}
+        component = spec["components"][tasks[window.NODE_ID]["componentRef"]["name"]]
+        definitions = component.setdefault("inputDefinitions", {}).setdefault("parameters", {})
+        definitions[window.JOB_PARAMETER] = {"type": "STRING"}
+    return job
+
+
+def producer_tasks_named_as_compiled(job: Dict[str, Any]) -> Dict[str, Any]:
+    """Points each runtime parameter at the task that produces it.
+
+    TFX 1.16-1.21 compile a parameter taken from another node's output (`.future()[0].value`)
+    as coming from task `<node id>_task`, but names that task `<node id>`: no task
+    of that name exists, and the run could not resolve the parameter.
+    """
+    tasks = dag_tasks(job)
+    for task in tasks.values():
+        for parameter in task.get("inputs", {}).get("parameters", {}).values():
+            output = parameter.get("taskOutputParameter")
+            if output and output["producerTask"] not in tasks and output["producerTask"].endswith("_task"):
+                producer = output["producerTask"][: -len("_task")]
+                if producer in tasks:
+                    output["producerTask"] = producer
+    return job

@@ -1,0 +1,54 @@
+"""The compiled pipeline's alert: `NotifyFinalStatus`, Vertex AI's exit handler, runs
+when the pipeline ends, even when a component failed, and posts Vertex's final status
+with the version the job pushed, or the one still serving (`pipeline.ops.alerts` posts).
+"""
+
+import datetime
+import logging
+import os
+import re
+from typing import Optional, Tuple
+
+import tensorflow as tf
+from tfx import v1 as tfx
+
+from components.support import serving_config
+from pipeline.ops.alerts import final_status_payload, send
+
+
+def pushed_since(model_dir: str, since: str) -> Tuple[Optional[int], Optional[int], bool]:
+    """(the newest version of `model_dir` pushed at or after `since`, an RFC 3339 time, or
+    None; the version TF Serving serves, as `models.config` says; whether the first could
+    be told). Versions are the push's time in seconds (components.custom.pusher)."""
+    if not model_dir:
+        return None, None, False
+    try:
+        current = serving_config.state(os.path.dirname(model_dir.rstrip("/")), os.path.basename(model_dir.rstrip("/")))
+    except (tf.errors.OpError, serving_config.ServingConfigError) as err:
+        logging.warning("could not read what %s serves: %s", model_dir, err)
+        return None, None, False
+    newest = current.on_disk[-1] if current.on_disk else None
+    # Python 3.10's fromisoformat takes at most 6 digits of a second's fraction and no "Z".
+    text = re.sub(r"(\.\d{6})\d+", r"\1", since.replace("Z", "+00:00"))
+    try:
+        started = datetime.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        logging.warning("the job's creation time %r is not an RFC 3339 time", since)
+        return None, current.serving, False
+    return (newest if newest is not None and newest >= int(started) else None), current.serving, True
+
+
+# The job's creation time, which Vertex AI (and KFP) put in place of this whole-value constant.
+JOB_CREATED = "{{$.pipeline_job_create_time_utc}}"
+
+
+@tfx.orchestration.experimental.exit_handler
+def NotifyFinalStatus(  # a component is named like a class
+    final_status: tfx.dsl.components.Parameter[str],
+    url: tfx.dsl.components.Parameter[str],
+    model_dir: tfx.dsl.components.Parameter[str] = "",
+    job_created: tfx.dsl.components.Parameter[str] = JOB_CREATED,
+) -> None:
+    """The compiled pipeline's exit handler: posts the run's final status to `url`, with
+    the version this job pushed to `model_dir`, or the one still serving."""
+    send(url, final_status_payload(final_status, *pushed_since(model_dir, job_created)))

@@ -1,0 +1,167 @@
+"""`taxi-pipeline history` and `taxi-pipeline lineage VERSION`: what the runs did, and
+where a served model came from, read from MLMD through its public API.
+
+A version folder under the serving folder is traced back through the events of the
+executions that produced each artifact: the Pusher's PushedModel (by its
+`pushed_version`) -> the Model it pushed and the blessing that let it -> the Trainer
+execution and its inputs (examples, transform graph, schema, warm-start model) -> the
+ExampleGen execution and the files it read; the blessing -> the ServingCheck execution ->
+the Evaluator's blessing, execution and metrics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+from typing import Dict, List, Optional
+
+from ml_metadata import metadata_store
+from ml_metadata.proto import metadata_store_pb2
+from tfx.types import standard_component_specs
+
+from components.custom import ingest, serving_check
+from components.custom import pusher as staged_pusher
+from pipeline.config import MetadataConfig
+from pipeline.inspect import run_report
+from pipeline.outcome import Outcome, RunReport
+from pipeline.pipeline import NodeId
+
+PUSHED_MODEL_TYPE = "PushedModel"
+
+
+def _time(milliseconds: int) -> str:
+    return datetime.datetime.fromtimestamp(milliseconds / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def run_ids(store: metadata_store.MetadataStore) -> List[str]:
+    """Every run id, newest first (run ids start with their UTC start time)."""
+    return sorted((c.name for c in store.get_contexts_by_type(run_report.PIPELINE_RUN_CONTEXT)), reverse=True)
+
+
+def status(report: RunReport) -> str:
+    """The run's outcome, or how it ended without one."""
+    states = {node.node_id: node.state for node in report.nodes}
+    if report.outcome is Outcome.DATA_REJECTED or states.get(NodeId.PUSHER) in ("ran", "cached"):
+        return report.outcome.value
+    if "failed" in states.values():
+        failed = sorted(node for node, state in states.items() if state == "failed")
+        return f"failed in {', '.join(failed)}"
+    return "stopped before its decision"
+
+
+def history(metadata: MetadataConfig, pipeline_name: str, limit: int) -> str:
+    """The newest `limit` runs, one line each: when, spans, outcome, AUC, version."""
+    store = run_report.connect(metadata)
+    lines = []
+    for run_id in run_ids(store)[:limit]:
+        records = run_report.run_records(store, pipeline_name, run_id)
+        report = run_report.report_of(records, run_id)
+        when = _time(records.last_update) if records.last_update else "?"
+        spans = f"{report.spans[0]}-{report.spans[-1]}" if len(report.spans) > 1 else ",".join(map(str, report.spans))
+        auc = f"auc {report.eval_metrics['auc']:.4f}" if "auc" in report.eval_metrics else ""
+        version = f"version {os.path.basename(report.pushed_version_dir)}" if report.pushed_version_dir else ""
+        lines.append("  ".join(part for part in (when, run_id, f"spans {spans or '-'}", status(report), auc, version)
+                               if part))
+    if not lines:
+        return f"No runs recorded in {metadata}."
+    return "\n".join(lines)
+
+
+@dataclasses.dataclass
+class _Store:
+    store: metadata_store.MetadataStore
+
+    def producer(self, artifact_id: int) -> Optional[metadata_store_pb2.Execution]:
+        """The execution that made the artifact (not one that reused it from cache)."""
+        events = [e for e in self.store.get_events_by_artifact_ids([artifact_id])
+                  if e.type in run_report.OUTPUT_EVENTS]
+        executions = self.store.get_executions_by_id([e.execution_id for e in events]) if events else []
+        made = [e for e in executions if e.last_known_state == metadata_store_pb2.Execution.COMPLETE]
+        return min(made or executions, key=lambda e: e.id) if (made or executions) else None
+
+    def run_of(self, execution: metadata_store_pb2.Execution) -> str:
+        run_type = self.store.get_context_type(run_report.PIPELINE_RUN_CONTEXT)
+        runs = [c.name for c in self.store.get_contexts_by_execution(execution.id) if c.type_id == run_type.id]
+        return runs[0] if runs else "?"
+
+    def describe(self, execution: Optional[metadata_store_pb2.Execution]) -> str:
+        if execution is None:
+            return "not recorded"
+        return f"execution {execution.id} of run {self.run_of(execution)}, {_time(execution.create_time_since_epoch)}"
+
+
+def _pushed_model(store: metadata_store.MetadataStore, model_dir: str, version: int):
+    """The PushedModel artifact of `version` of this model (the first, if a re-run
+    recorded the same push again): pushed to `model_dir`, or else to a folder of the same
+    model name (a serving folder that was moved or copied since)."""
+    model_dir = model_dir.rstrip("/")
+    same_version = [
+        artifact for artifact in store.get_artifacts_by_type(PUSHED_MODEL_TYPE)
+        if run_report.string_property(artifact, staged_pusher.VERSION_PROPERTY) == str(version)
+    ]
+
+    def destination(artifact) -> str:
+        return run_report.string_property(artifact, staged_pusher.DESTINATION_PROPERTY).rstrip("/")
+
+    found = [a for a in same_version if destination(a) == f"{model_dir}/{version}"] or [
+        a for a in same_version if destination(a).endswith(f"/{os.path.basename(model_dir)}/{version}")
+    ]
+    return min(found, key=lambda a: a.id) if found else None
+
+
+def lineage(metadata: MetadataConfig, model_dir: str, version: int) -> str:
+    """Where version `version` in `model_dir` came from (`LookupError` if MLMD has no
+    push of it)."""
+    store = _Store(run_report.connect(metadata))
+    pushed = _pushed_model(store.store, model_dir, version)
+    if pushed is None:
+        raise LookupError(f"no push of version {version} to {model_dir} is recorded in {metadata}")
+    push = store.producer(pushed.id)
+    lines = [f"Version {version} in {model_dir}", f"  pushed by the Pusher, {store.describe(push)}"]
+    pusher_inputs = run_report.inputs(store.store, push.id) if push else {}
+    model = pusher_inputs.get(standard_component_specs.MODEL_KEY)
+    blessing = pusher_inputs.get(standard_component_specs.MODEL_BLESSING_KEY)
+    if model is None:
+        return "\n".join(lines + ["  (the push's inputs are not recorded)"])
+    train = store.producer(model.id)
+    lines += [f"Model {model.uri}", f"  trained by the Trainer, {store.describe(train)}"]
+    trainer_inputs = run_report.inputs(store.store, train.id) if train else {}
+    base = trainer_inputs.get(standard_component_specs.BASE_MODEL_KEY)
+    if base is not None:
+        lines.append(f"  warm-start candidate: model {base.uri}")
+    graph = trainer_inputs.get(standard_component_specs.TRANSFORM_GRAPH_KEY)
+    if graph is not None:
+        lines += [f"Transform graph {graph.uri}", f"  made by Transform, {store.describe(store.producer(graph.id))}"]
+    schema = trainer_inputs.get(standard_component_specs.SCHEMA_KEY)
+    if schema is not None:
+        lines.append(f"Schema {schema.uri}")
+    examples = trainer_inputs.get(standard_component_specs.EXAMPLES_KEY)
+    if examples is not None:
+        ingested = store.producer(examples.id)
+        lines += [f"Examples {examples.uri}", f"  ingested by ImportExampleGen, {store.describe(ingested)}"]
+        if ingested is not None and "input_base" in ingested.custom_properties:
+            lines.append(f"  from the data root {ingested.custom_properties['input_base'].string_value}")
+        sources: Dict[str, List[str]] = json.loads(
+            run_report.string_property(examples, ingest.SOURCE_FILES_PROPERTY) or "{}")
+        spans = sorted({path.split("/", 1)[0] for files in sources.values() for path in files})
+        if spans:
+            lines.append(f"  spans: {', '.join(spans)}")
+        for split, files in sorted(sources.items()):
+            lines += [f"  files of input split {split}:"] + [f"    {path}" for path in files]
+    check = store.producer(blessing.id) if blessing is not None else None
+    if check is not None:
+        lines.append(f"Serving check: {run_report.string_property(blessing, serving_check.REASON_PROPERTY)}"
+                     f" ({store.describe(check)})")
+        blessing = run_report.inputs(store.store, check.id).get(standard_component_specs.MODEL_BLESSING_KEY)
+    if blessing is not None:
+        evaluate = store.producer(blessing.id)
+        blessed = run_report.int_property(blessing, serving_check.BLESSED_PROPERTY) == 1
+        lines += [f"Evaluation: {'blessed' if blessed else 'NOT blessed'} by the Evaluator, {store.describe(evaluate)}"]
+        evaluation = run_report.outputs(store.store, evaluate.id).get(standard_component_specs.EVALUATION_KEY) \
+            if evaluate else None
+        if evaluation is not None:
+            metrics = run_report.eval_metrics(evaluation.uri)
+            lines.append("  " + ", ".join(f"{name} {value:.4f}" for name, value in sorted(metrics.items())))
+    return "\n".join(lines)

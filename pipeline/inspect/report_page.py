@@ -1,0 +1,212 @@
+"""One self-contained HTML page per run: `<output root>/reports/<run id>.html`.
+
+The page is a Jinja2 template (`pipeline/inspect/templates/run_report.html.j2`) filled from
+`pipeline.inspect.run_details.RunDetails`; the plots are matplotlib figures embedded as PNG data
+URIs, and the CSS is inline, so the file opens anywhere, offline, with nothing to install.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+from typing import Dict, List, Optional
+
+import jinja2
+from matplotlib.figure import Figure
+
+from pipeline.inspect import run_details as details_lib
+from pipeline.outcome import Outcome, RunReport
+
+REPORTS_DIR = "reports"
+TEMPLATE = "run_report.html.j2"
+# The most frequent values of a categorical feature shown in its plot.
+TOP_VALUES = 8
+CANDIDATE_COLOR, BASELINE_COLOR = "#1f6feb", "#9a9a9a"
+NEWEST_COLOR, PREVIOUS_COLOR = "#1f6feb", "#f0883e"
+# Slices with fewer eval examples are in the table but not in the plot: their AUC is noise.
+MIN_PLOTTED_SLICE = 30
+# The metrics of the per-slice table, in this order.
+SLICE_METRICS = ("example_count", "auc", "binary_accuracy", "calibration")
+
+
+def report_path(output_root: str, run_id: str) -> str:
+    return os.path.join(output_root, REPORTS_DIR, f"{run_id}.html")
+
+
+def _png(figure: Figure) -> str:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def _timings_plot(report: RunReport) -> Optional[str]:
+    nodes = [node for node in report.nodes if node.seconds >= 0]
+    if not nodes:
+        return None
+    figure = Figure(figsize=(6.5, 0.3 * len(nodes) + 0.8))
+    axes = figure.subplots()
+    colors = {"ran": "#2da44e", "cached": "#9a9a9a", "failed": "#cf222e"}
+    axes.barh([node.node_id for node in nodes], [node.seconds for node in nodes],
+              color=[colors.get(node.state, "#9a9a9a") for node in nodes])
+    axes.invert_yaxis()
+    axes.set_xlabel("seconds (grey: reused from cache, red: failed)")
+    return _png(figure)
+
+
+def _feature_plot(name: str, newest: Optional[details_lib.FeatureStats],
+                  previous: Optional[details_lib.FeatureStats], labels: List[str]) -> str:
+    figure = Figure(figsize=(3.4, 2.1))
+    axes = figure.subplots()
+    pairs = [(stats, label, color) for stats, label, color in
+             ((previous, labels[0], PREVIOUS_COLOR), (newest, labels[1], NEWEST_COLOR)) if stats is not None]
+    if pairs and pairs[0][0].numeric:
+        for stats, label, color in pairs:
+            total = sum(count for _, _, count in stats.buckets) or 1.0
+            lows = [low for low, _, _ in stats.buckets]
+            widths = [max(high - low, 1e-9) for low, high, _ in stats.buckets]
+            axes.bar(lows, [count / total for _, _, count in stats.buckets], width=widths, align="edge",
+                     alpha=0.5, color=color, label=label)
+        axes.set_ylabel("fraction")
+    else:
+        values = [value for value, _ in (pairs[-1][0].top if pairs else [])][:TOP_VALUES]
+        width = 0.8 / max(len(pairs), 1)
+        for index, (stats, label, color) in enumerate(pairs):
+            counts = dict(stats.top)
+            total = stats.count or 1
+            axes.bar([i + index * width for i in range(len(values))], [counts.get(v, 0) / total for v in values],
+                     width=width, color=color, label=label)
+        axes.set_xticks([i + width * (len(pairs) - 1) / 2 for i in range(len(values))])
+        axes.set_xticklabels([v[:12] for v in values], rotation=40, ha="right", fontsize=7)
+        axes.set_ylabel("fraction")
+    axes.set_title(name, fontsize=9)
+    axes.tick_params(labelsize=7)
+    axes.legend(fontsize=7)
+    return _png(figure)
+
+
+def _drift_plot(measures: List[details_lib.DriftMeasure]) -> Optional[str]:
+    if not measures:
+        return None
+    figure = Figure(figsize=(6.5, 0.28 * len(measures) + 0.9))
+    axes = figure.subplots()
+    ratios = [m.value / m.threshold if m.threshold else 0.0 for m in measures]
+    axes.barh([m.feature for m in measures], ratios, color=["#cf222e" if m.over else "#2da44e" for m in measures])
+    axes.axvline(1.0, color="black", linewidth=1)
+    axes.invert_yaxis()
+    axes.set_xlabel("drift distance / its threshold (over 1: rejected)")
+    return _png(figure)
+
+
+def _training_plot(history: List[Dict[str, float]], best_epoch: int) -> Optional[str]:
+    if not history:
+        return None
+    figure = Figure(figsize=(6.5, 2.8))
+    axes = figure.subplots()
+    epochs = list(range(1, len(history) + 1))
+    for key, color in (("train_loss", "#1f6feb"), ("eval_loss", "#f0883e")):
+        if all(key in epoch for epoch in history):
+            axes.plot(epochs, [epoch[key] for epoch in history], marker="o", color=color, label=key)
+    axes.set_xlabel("epoch")
+    axes.set_ylabel("loss")
+    axes.set_xticks(epochs)
+    if best_epoch:
+        axes.axvline(best_epoch, color="#9a9a9a", linestyle="--", label=f"kept: epoch {best_epoch}")
+    if all("eval_auc" in epoch for epoch in history):
+        auc = axes.twinx()
+        auc.plot(epochs, [epoch["eval_auc"] for epoch in history], color="#2da44e", marker="s", label="eval_auc")
+        auc.set_ylabel("eval AUC")
+        auc.legend(loc="lower right", fontsize=8)
+    axes.legend(loc="upper right", fontsize=8)
+    return _png(figure)
+
+
+def _slices_plot(slices: List[details_lib.SliceMetrics], has_baseline: bool) -> Optional[str]:
+    shown = [s for s in slices if "auc" in s.candidate and s.candidate.get("example_count", 0) >= MIN_PLOTTED_SLICE]
+    if not shown:
+        return None
+    figure = Figure(figsize=(6.5, 0.3 * len(shown) + 0.9))
+    axes = figure.subplots()
+    rows = list(range(len(shown)))
+    axes.barh([r - 0.2 for r in rows], [s.candidate["auc"] for s in shown], height=0.4, color=CANDIDATE_COLOR,
+              label="candidate")
+    if has_baseline:
+        axes.barh([r + 0.2 for r in rows], [s.baseline.get("auc", 0.0) for s in shown], height=0.4,
+                  color=BASELINE_COLOR, label="baseline (serving)")
+    axes.set_yticks(rows)
+    axes.set_yticklabels([s.slice for s in shown], fontsize=7)
+    axes.invert_yaxis()
+    axes.set_xlim(0.5, 1.0)
+    axes.set_xlabel(f"AUC (slices of {MIN_PLOTTED_SLICE} examples or more)")
+    axes.legend(fontsize=8)
+    return _png(figure)
+
+
+def decision(details: details_lib.RunDetails) -> str:
+    """The run's decision in one sentence, with its exit status."""
+    report = details.report
+    code = int(report.exit_code)
+    if report.outcome is Outcome.PUSHED:
+        version = details.pushed_version or os.path.basename(report.pushed_version_dir or "")
+        replaced = f", replacing version {details.replaced_version}" if details.replaced_version else ""
+        held = (f"; serving stays pinned to version {details.serving_version}"
+                if details.serving_version and details.serving_version != details.pushed_version else "")
+        return f"Pushed model version {version}{replaced}{held} (exit {code})."
+    if report.outcome is Outcome.UP_TO_DATE:
+        return f"Up to date: the model already serving, {report.pushed_version_dir}, stays (exit {code})."
+    if report.outcome is Outcome.DATA_REJECTED:
+        return f"Data rejected: nothing was trained or pushed (exit {code})."
+    if report.outcome is Outcome.SERVING_CHECK_FAILED:
+        return (f"Model blessed but it failed the serving check, so it was not pushed: {report.serving_check} "
+                f"(exit {code}).")
+    return f"Model trained but not blessed: the previous version keeps serving (exit {code})."
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("pipeline.inspect", "templates"),
+        autoescape=jinja2.select_autoescape(["html", "j2"]),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def render(details: details_lib.RunDetails) -> str:
+    """The page's HTML."""
+    report = details.report
+    labels = [f"span {details.previous_span}", f"span {details.newest_span}"]
+    names = sorted(set().union(*(stats.keys() for stats in details.stats.values()))) if details.stats else []
+    newest = details.stats.get(details.newest_span, {})
+    previous = details.stats.get(details.previous_span, {})
+    feature_rows = [
+        {"name": name, "newest": newest.get(name), "previous": previous.get(name),
+         "plot": _feature_plot(name, newest.get(name), previous.get(name), labels)}
+        for name in names
+    ]
+    return _environment().get_template(TEMPLATE).render(
+        report=report,
+        details=details,
+        decision=decision(details),
+        outcome_class={Outcome.PUSHED: "ok", Outcome.UP_TO_DATE: "ok", Outcome.NOT_BLESSED: "warn",
+                       Outcome.SERVING_CHECK_FAILED: "bad", Outcome.DATA_REJECTED: "bad"}[report.outcome],
+        timings_plot=_timings_plot(report),
+        total_seconds=sum(node.seconds for node in report.nodes),
+        feature_rows=feature_rows,
+        span_labels=labels,
+        drift_plot=_drift_plot(details.drift),
+        training_plot=_training_plot(details.history, details.best_epoch),
+        slices_plot=_slices_plot(details.slices, details.has_baseline),
+        slice_metrics=SLICE_METRICS,
+    )
+
+
+def write(output_root: str, details: details_lib.RunDetails) -> str:
+    """Writes the run's page (atomically) and returns its path."""
+    path = report_path(output_root, details.report.run_id)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    staged = f"{path}.tmp"
+    with open(staged, "w", encoding="utf-8") as handle:
+        handle.write(render(details))
+    os.replace(staged, path)
+    return path

@@ -1,0 +1,265 @@
+"""Everything one run's page shows (`pipeline.inspect.report_page`), read back from MLMD and the
+artifacts the run's executions output: nothing is taken from the console or the log.
+
+Reads through MLMD's public API (`pipeline.inspect.run_report.run_records`) and the artifacts'
+own files (TFDV statistics, the data gate's drift file, the Trainer's training summary,
+TFMA's metrics and validation result); any part a run did not reach is left empty.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Dict, List, Optional, Tuple
+
+import tensorflow as tf
+import tensorflow_data_validation as tfdv
+from tensorflow_metadata.proto.v0 import anomalies_pb2, statistics_pb2
+from tfx.types import standard_component_specs
+
+from components.custom import drift, ingest, serving_check
+from components.custom import pusher as staged_pusher
+from components.model.trainer.run import TRAINING_SUMMARY_FILE
+from pipeline.config import MetadataConfig
+from pipeline.inspect import run_report
+from pipeline.outcome import RunReport
+from pipeline.pipeline import NodeId
+
+OVERALL = "Overall"
+
+
+@dataclasses.dataclass
+class FeatureStats:
+    """One feature in one span."""
+
+    name: str
+    numeric: bool
+    count: int
+    missing: float  # fraction of examples without it
+    # Numeric: mean, std, min, max, and the histogram as (low, high, count) buckets.
+    mean: float = 0.0
+    std: float = 0.0
+    min: float = 0.0
+    max: float = 0.0
+    buckets: List[Tuple[float, float, float]] = dataclasses.field(default_factory=list)
+    # Categorical: distinct values, and the most frequent as (value, count).
+    unique: int = 0
+    top: List[Tuple[str, float]] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class DriftMeasure:
+    feature: str
+    measure: str  # L_INFTY or JENSEN_SHANNON_DIVERGENCE
+    value: float
+    threshold: float
+
+    @property
+    def over(self) -> bool:
+        return self.value > self.threshold
+
+
+@dataclasses.dataclass
+class SliceMetrics:
+    """The eval metrics of one slice, the candidate's and the baseline's."""
+
+    slice: str
+    candidate: Dict[str, float]
+    baseline: Dict[str, float]
+
+
+@dataclasses.dataclass
+class RunDetails:
+    report: RunReport
+    # Input split -> the data files ExampleGen read, under the data root.
+    files: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
+    # The newest span and the one before it, with each one's feature statistics.
+    newest_span: Optional[int] = None
+    previous_span: Optional[int] = None
+    stats: Dict[int, Dict[str, FeatureStats]] = dataclasses.field(default_factory=dict)
+    # The fraction of each span's rows its statistics were computed from.
+    sample_rate: float = 1.0
+    drift: List[DriftMeasure] = dataclasses.field(default_factory=list)
+    # The Trainer's per-epoch history (train_loss, eval_loss, eval_auc, ...).
+    history: List[Dict[str, float]] = dataclasses.field(default_factory=list)
+    best_epoch: int = 0
+    slices: List[SliceMetrics] = dataclasses.field(default_factory=list)
+    thresholds: List[str] = dataclasses.field(default_factory=list)
+    validation_failures: List[str] = dataclasses.field(default_factory=list)
+    has_baseline: bool = False
+    # The Evaluator's blessing: True, False, or None when it did not run.
+    blessed: Optional[bool] = None
+    pushed_version: Optional[int] = None
+    replaced_version: Optional[int] = None
+    serving_version: Optional[int] = None
+
+
+def _feature_stats(feature: statistics_pb2.FeatureNameStatistics, examples: int) -> FeatureStats:
+    name = feature.path.step[0] if feature.path.step else feature.name
+    if feature.HasField("num_stats"):
+        num = feature.num_stats
+        common = num.common_stats
+        standard = [h for h in num.histograms if h.type == statistics_pb2.Histogram.STANDARD]
+        buckets = [(b.low_value, b.high_value, b.sample_count) for b in standard[0].buckets] if standard else []
+        return FeatureStats(name, True, int(common.num_non_missing), _missing(common, examples),
+                            num.mean, num.std_dev, num.min, num.max, buckets=buckets)
+    strings = feature.string_stats
+    common = strings.common_stats
+    top = [(value.value, value.frequency) for value in strings.top_values]
+    return FeatureStats(name, False, int(common.num_non_missing), _missing(common, examples),
+                        unique=int(strings.unique), top=top)
+
+
+def _missing(common: statistics_pb2.CommonStatistics, examples: int) -> float:
+    return (examples - common.num_non_missing) / examples if examples else 0.0
+
+
+def features_of(statistics: statistics_pb2.DatasetFeatureStatisticsList) -> Dict[str, FeatureStats]:
+    if not statistics.datasets:
+        return {}
+    dataset = statistics.datasets[0]
+    found = (_feature_stats(feature, dataset.num_examples) for feature in dataset.features)
+    return {stats.name: stats for stats in found}
+
+
+def _span_statistics(records: run_report.RunRecords, spans_read: List[int]) -> Dict[int, Dict[str, FeatureStats]]:
+    """The newest two spans' statistics, as the data gate compared them."""
+    verdict = records.output(NodeId.DATA_GATE, drift.VERDICT_KEY)
+    statistics = records.output(NodeId.STATISTICS_GEN, standard_component_specs.STATISTICS_KEY)
+    newest_two = spans_read[-2:]
+    if verdict is not None:
+        sliced = os.path.join(verdict.uri, f"span-{drift.STATS_FILE}")
+        if tf.io.gfile.exists(sliced):
+            by_name = {d.name: d for d in tfdv.load_stats_binary(sliced).datasets}
+            return {
+                span: features_of(statistics_pb2.DatasetFeatureStatisticsList(datasets=[by_name[str(span)]]))
+                for span in newest_two if str(span) in by_name
+            }
+    if statistics is not None and len(newest_two) == 2:
+        # Window mode: the newest span is the `eval` split, the one before `train_1`.
+        splits = dict(zip(newest_two, (drift.PREVIOUS_SPAN_SPLIT, "eval")))
+        found = {}
+        for span, split in splits.items():
+            path = os.path.join(statistics.uri, f"Split-{split}", drift.STATS_FILE)
+            if tf.io.gfile.exists(path):
+                found[span] = features_of(tfdv.load_stats_binary(path))
+        return found
+    return {}
+
+
+def _drift(records: run_report.RunRecords) -> List[DriftMeasure]:
+    verdict = records.output(NodeId.DATA_GATE, drift.VERDICT_KEY)
+    if verdict is None:
+        return []
+    path = os.path.join(verdict.uri, drift.ANOMALIES_FILE)
+    if not tf.io.gfile.exists(path):
+        return []
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        found = anomalies_pb2.Anomalies.FromString(handle.read())
+    return [
+        DriftMeasure(info.path.step[0], anomalies_pb2.DriftSkewInfo.Measurement.Type.Name(m.type), m.value,
+                     m.threshold)
+        for info in found.drift_skew_info if info.path.step
+        for m in info.drift_measurements
+    ]
+
+
+def _slice_name(slice_key) -> str:
+    parts = []
+    for key in slice_key.single_slice_keys:
+        kind = key.WhichOneof("kind")
+        value = getattr(key, kind) if kind else ""
+        parts.append(f"{key.column}={value.decode() if isinstance(value, bytes) else value}")
+    return ", ".join(parts) or OVERALL
+
+
+def _slice_order(name: str) -> Tuple[str, float, str]:
+    """`trip_start_hour=2` before `trip_start_hour=10`."""
+    column, _, value = name.partition("=")
+    try:
+        return column, float(value), ""
+    except ValueError:
+        return column, float("inf"), value
+
+
+def _evaluation(details: RunDetails, evaluation_uri: str) -> None:
+    import tensorflow_model_analysis as tfma
+    from tensorflow_model_analysis.writers import eval_config_writer
+
+    by_slice: Dict[str, SliceMetrics] = {}
+    for metrics in tfma.load_metrics(evaluation_uri):
+        name = _slice_name(metrics.slice_key)
+        entry = by_slice.setdefault(name, SliceMetrics(name, {}, {}))
+        for item in metrics.metric_keys_and_values:
+            if item.key.is_diff or not item.value.HasField("double_value"):
+                continue
+            baseline = item.key.model_name == "baseline"
+            details.has_baseline |= baseline
+            (entry.baseline if baseline else entry.candidate)[item.key.name] = item.value.double_value.value
+    overall = by_slice.pop(OVERALL, None)
+    details.slices = ([overall] if overall else []) + [by_slice[name] for name in sorted(by_slice, key=_slice_order)]
+    eval_config = eval_config_writer.load_eval_run(evaluation_uri)[0]
+    for spec in eval_config.metrics_specs if eval_config else []:
+        for metric in spec.metrics:
+            for per_slice in metric.per_slice_thresholds:
+                threshold = per_slice.threshold
+                if threshold.HasField("value_threshold") and threshold.value_threshold.HasField("lower_bound"):
+                    details.thresholds.append(
+                        f"{metric.class_name} >= {threshold.value_threshold.lower_bound.value:g}")
+                if threshold.HasField("change_threshold") and threshold.change_threshold.HasField("absolute"):
+                    details.thresholds.append(
+                        f"{metric.class_name} - baseline's >= {threshold.change_threshold.absolute.value:g}"
+                        " (when there is a baseline)")
+    validation = tfma.load_validation_result(evaluation_uri)
+    for per_slice in validation.metric_validations_per_slice:
+        for failure in per_slice.failures:
+            details.validation_failures.append(
+                f"{failure.metric_key.name} on {_slice_name(per_slice.slice_key)}: {failure.message}")
+
+
+def _optional_int(artifact, name: str) -> Optional[int]:
+    value = run_report.string_property(artifact, name)
+    return int(value) if value.isdigit() else None
+
+
+def read(
+    metadata: MetadataConfig, pipeline_name: str, run_id: str, report: Optional[RunReport] = None
+) -> RunDetails:
+    """The details of run `run_id` (`LookupError` if the store has no such run), with its
+    `report` when the caller has it already (else it is read too)."""
+    records = run_report.run_records(run_report.connect(metadata), pipeline_name, run_id)
+    details = RunDetails(report=report or run_report.report_of(records, run_id))
+    examples = records.output(NodeId.EXAMPLE_GEN, standard_component_specs.EXAMPLES_KEY)
+    if examples is not None:
+        details.files = json.loads(run_report.string_property(examples, ingest.SOURCE_FILES_PROPERTY) or "{}")
+    spans_read = details.report.spans
+    if len(spans_read) >= 2:
+        details.previous_span, details.newest_span = spans_read[-2:]
+    elif spans_read:
+        details.newest_span = spans_read[-1]
+    details.stats = _span_statistics(records, spans_read)
+    verdict = records.output(NodeId.DATA_GATE, drift.VERDICT_KEY)
+    if verdict is not None and drift.SAMPLE_RATE_PROPERTY in verdict.custom_properties:
+        details.sample_rate = verdict.custom_properties[drift.SAMPLE_RATE_PROPERTY].double_value
+    details.drift = _drift(records)
+    model_run = records.output(NodeId.TRAINER, standard_component_specs.MODEL_RUN_KEY)
+    summary_path = os.path.join(model_run.uri, TRAINING_SUMMARY_FILE) if model_run is not None else ""
+    if summary_path and tf.io.gfile.exists(summary_path):
+        with tf.io.gfile.GFile(summary_path) as handle:
+            summary = json.load(handle)
+        details.history = summary.get("history", [])
+        details.best_epoch = summary.get("best_epoch", 0)
+    evaluation = records.output(NodeId.EVALUATOR, standard_component_specs.EVALUATION_KEY)
+    if evaluation is not None:
+        _evaluation(details, evaluation.uri)
+    blessing = records.output(NodeId.EVALUATOR, standard_component_specs.BLESSING_KEY)
+    if blessing is not None:
+        details.blessed = run_report.int_property(blessing, serving_check.BLESSED_PROPERTY) == 1
+    pushed = records.output(NodeId.PUSHER, standard_component_specs.PUSHED_MODEL_KEY)
+    pusher_ran = any(node.node_id == NodeId.PUSHER and node.state == "ran" for node in records.nodes)
+    if pusher_ran and pushed is not None and run_report.int_property(pushed, staged_pusher.PUSHED_PROPERTY) == 1:
+        details.pushed_version = _optional_int(pushed, staged_pusher.VERSION_PROPERTY)
+        details.replaced_version = _optional_int(pushed, staged_pusher.REPLACED_PROPERTY)
+        details.serving_version = _optional_int(pushed, staged_pusher.SERVING_PROPERTY)
+    return details

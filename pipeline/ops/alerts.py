@@ -1,0 +1,112 @@
+"""Run-end alerts: a JSON summary POSTed to a Slack-compatible webhook, with the Python
+standard library alone, so that a command that imports neither TensorFlow nor TFX (an
+unchanged re-run, a failure before the pipeline started) alerts in milliseconds.
+
+Locally, `taxi-pipeline run|retrain --notify URL` posts when the command ends, whatever
+the outcome; on Vertex AI the compiled pipeline's exit handler (`pipeline.cloud.notify`)
+posts Vertex's final status. Either way a failure to notify is logged, and changes
+neither the run's outcome nor its exit status, and a webhook that does not answer costs
+at most `TIMEOUT_SECONDS` in all (connect, send and read).
+
+The body has Slack's `text` (one line a person reads) and the fields a program reads.
+"""
+
+import json
+import logging
+import os
+import threading
+import urllib.error
+import urllib.request
+from typing import Any, Dict, List, Optional
+
+# Seconds a webhook has, in all, to take an alert before it is given up on.
+TIMEOUT_SECONDS = 5.0
+
+
+def _post(request: urllib.request.Request, timeout: float, problem: List[Optional[str]]) -> None:
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            response.read()
+        problem[0] = None
+    except urllib.error.HTTPError as err:
+        problem[0] = f"the webhook answered HTTP {err.code}"
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        problem[0] = f"the webhook could not be reached: {getattr(err, 'reason', err)}"
+
+
+def post(url: str, payload: Dict[str, Any], timeout: float = TIMEOUT_SECONDS) -> Optional[str]:
+    """POSTs `payload` as JSON; returns None when the webhook took it, else why not.
+    Returns within `timeout` seconds whatever the webhook does: urllib's own timeout
+    bounds each socket operation, not a server that trickles its answer, so the request
+    runs in a daemon thread that is left behind when time is up."""
+    request = urllib.request.Request(
+        url, data=json.dumps(payload).encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
+    problem: List[Optional[str]] = [f"the webhook did not answer within {timeout:g} s"]
+    worker = threading.Thread(target=_post, args=(request, timeout, problem), daemon=True)
+    worker.start()
+    worker.join(timeout)
+    return problem[0] if not worker.is_alive() else f"the webhook did not answer within {timeout:g} s"
+
+
+def send(url: str, payload: Dict[str, Any]) -> bool:
+    """`post`, with the failure logged (never raised); True when it was delivered."""
+    problem = post(url, payload)
+    if problem is None:
+        logging.info("notified %s", url)
+        return True
+    logging.warning("could not notify %s: %s (the run's outcome is unchanged)", url, problem)
+    return False
+
+
+def run_payload(command: str, exit_code: int, report: Any, error: str, outcome: str = "error") -> Dict[str, Any]:
+    """The alert for a local `run` or `retrain` that ended with `exit_code`, with its
+    report (`pipeline.outcome.RunReport`) when it reached one, else the error and the
+    `outcome` its exit status names (`error`, `locked`)."""
+    if report is None:
+        text = f"taxi-pipeline {command} failed (exit {exit_code}, {outcome}): {error or 'see its log'}"
+        return {"text": text, "outcome": outcome, "exit_code": exit_code, "error": error}
+    version = os.path.basename(report.pushed_version_dir or "") or None
+    text = f"taxi-pipeline {command}: {report.outcome.value} (exit {exit_code})"
+    if version:
+        text += f", model version {version}"
+    if "auc" in report.eval_metrics:
+        text += f", AUC {report.eval_metrics['auc']:.4f}"
+    if report.anomalies:
+        text += f"; {len(report.anomalies)} finding(s): {report.anomalies[0]}"
+    if report.page:
+        text += f"; report {report.page}"
+    return {
+        "text": text, "outcome": report.outcome.value, "exit_code": exit_code, "run_id": report.run_id,
+        "spans": report.spans, "metrics": report.eval_metrics, "version": version,
+        "report": report.page or None, "anomalies": report.anomalies, "error": error,
+    }
+
+
+def final_status_payload(final_status: str, pushed: Optional[int] = None, serving: Optional[int] = None,
+                         determined: bool = True) -> Dict[str, Any]:
+    """The alert for Vertex's final status (`PipelineTaskFinalStatus` as JSON), with the
+    version this job pushed (`pushed`) and the one serving (`serving`); `determined`
+    False when whether the job pushed could not be told."""
+    try:
+        status = json.loads(final_status)
+    except ValueError:
+        status = {"state": "UNKNOWN", "raw": final_status}
+    state = status.get("state", "UNKNOWN")
+    job = status.get("pipelineJobResourceName") or status.get("pipeline_job_resource_name", "")
+    error = status.get("error") or {}
+    text = f"taxi pipeline {job or 'run'} ended: {state}"
+    if error.get("message"):
+        text += f": {error['message']}"
+    serving_text = f"version {serving} serving" if serving else "no model serving"
+    if not determined:
+        text += f"; whether it pushed is unknown ({serving_text})"
+    elif pushed is not None:
+        text += f"; pushed model version {pushed}"
+        if serving != pushed:
+            text += f" ({serving_text}: a pin or rollback holds it)"
+    else:
+        text += f"; nothing pushed ({f'version {serving} keeps serving' if serving else serving_text})"
+    return {"text": text, "outcome": state.lower(), "exit_code": 0 if state == "SUCCEEDED" else 1,
+            "pipeline_job": job, "error": error, "version": pushed if determined else None,
+            "serving_version": serving}

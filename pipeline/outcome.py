@@ -1,0 +1,88 @@
+"""What a run ended as: its `Outcome` (and so its exit status), the nodes it ran, and the
+`RunReport` every command prints, pages, records and alerts from."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Dict, List, Optional
+
+from pipeline.config import ExitCode
+
+
+class Outcome(enum.Enum):
+    PUSHED = "pushed"
+    UP_TO_DATE = "up to date"
+    NOT_BLESSED = "not blessed"
+    SERVING_CHECK_FAILED = "failed the serving check"
+    DATA_REJECTED = "data rejected"
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return {
+            Outcome.PUSHED: ExitCode.OK,
+            Outcome.UP_TO_DATE: ExitCode.OK,
+            Outcome.NOT_BLESSED: ExitCode.NOT_BLESSED,
+            Outcome.SERVING_CHECK_FAILED: ExitCode.SERVING_CHECK_FAILED,
+            Outcome.DATA_REJECTED: ExitCode.DATA_REJECTED,
+        }[self]
+
+
+@dataclasses.dataclass
+class NodeRun:
+    node_id: str
+    state: str  # "ran", "cached" or "failed"
+    seconds: float
+
+
+@dataclasses.dataclass
+class RunReport:
+    outcome: Outcome
+    pushed_version_dir: Optional[str] = None
+    anomalies: List[str] = dataclasses.field(default_factory=list)
+    eval_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
+    nodes: List[NodeRun] = dataclasses.field(default_factory=list)
+    seconds: float = 0.0
+    reused_previous_run: bool = False
+    # The spans the run ingested, oldest first (in window mode the newest is the eval split).
+    spans: List[int] = dataclasses.field(default_factory=list)
+    # Window mode: the number of spans in the window; None when every span was used.
+    window_size: Optional[int] = None
+    # The Trainer's warm-start decision and its reason, when it trained.
+    warm_start: str = ""
+    # Why nothing was run, when nothing was.
+    note: str = ""
+    # The orchestrator's run id (MLMD's pipeline_run context).
+    run_id: str = ""
+    # Fingerprint of the run's inputs (see the module doc).
+    fingerprint: str = ""
+    # When the run finished (local time, ISO 8601).
+    finished: str = ""
+    # Spans checked on their own against the schema, with what was found in each.
+    span_checks: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
+    # Entries under the data root that nothing read (see `components.support.spans`).
+    ignored: List[str] = dataclasses.field(default_factory=list)
+    # A decision already reported by an earlier call (`retrain` with nothing new): exit 0.
+    acknowledged: bool = False
+    # The stack the run ran on (`components.compat.describe()`: `tfx-1.21: TFX 1.21.0, ...`).
+    stack: str = ""
+    # The run's HTML page (`pipeline.inspect.report_page`), "" when none was written.
+    page: str = ""
+    # What the serving check found (`components.custom.serving_check`), when it ran.
+    serving_check: str = ""
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.OK if self.acknowledged else self.outcome.exit_code
+
+    def to_json(self) -> Dict[str, object]:
+        record = dataclasses.asdict(self)
+        record["outcome"] = self.outcome.value
+        return record
+
+    @classmethod
+    def from_json(cls, record: Dict[str, object]) -> "RunReport":
+        record = dict(record)
+        record["outcome"] = Outcome(record["outcome"])
+        record["nodes"] = [NodeRun(**node) for node in record.get("nodes", [])]
+        return cls(**record)

@@ -1,0 +1,162 @@
+"""Runs `create_pipeline(...)` on this machine: LocalDagRunner (default) or BeamDagRunner.
+
+Resolve config -> build -> compile -> run under a run id of our own -> read that run's
+report from MLMD. Whether a run is needed at all is decided
+before, without TensorFlow (`pipeline.run.run_state.plan`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import os
+import time
+from typing import Optional, Sequence
+
+from tfx import v1 as tfx
+from tfx.dsl.compiler import compiler, constants
+from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
+from tfx.orchestration.portable import runtime_parameter_utils
+
+from components import compat
+from components.custom import pusher
+from pipeline import config, outcome
+from pipeline import pipeline as pipeline_lib
+from pipeline.inspect import run_report
+from pipeline.run import preflight, run_state
+
+# LocalDagRunner runs the nodes one after another in this process; BeamDagRunner makes
+# each node a step of one Beam pipeline (here on the DirectRunner, in this process too).
+ORCHESTRATORS = dict(zip(config.ORCHESTRATORS, (tfx.orchestration.LocalDagRunner, BeamDagRunner)))
+
+
+def build_pipeline(
+    run_config: config.RunConfig, span_listing: Sequence[str], enable_cache: bool = True
+) -> tfx.dsl.Pipeline:
+    return pipeline_lib.create_pipeline(
+        **run_config.pipeline_args(span_listing),
+        metadata_connection_config=run_report.connection_config(run_config.metadata),
+        enable_cache=enable_cache,
+    )
+
+
+def compile_ir(run_config: config.RunConfig, span_listing: Sequence[str], run_id: str, enable_cache: bool = True):
+    """The pipeline's IR with `run_id` as its pipeline_run context."""
+    ir = compiler.Compiler().compile(build_pipeline(run_config, span_listing, enable_cache))
+    runtime_parameter_utils.substitute_runtime_parameter(ir, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: run_id})
+    return ir
+
+
+def new_run_id(fingerprint: str) -> str:
+    """`<UTC time>-<pid>-<inputs>`: sorts by start time; ends with the inputs' fingerprint,
+    by which a re-run finds a run of the same inputs that finished but was not recorded."""
+    started = datetime.datetime.now(datetime.timezone.utc)
+    return f"{started:%Y%m%d-%H%M%S-%f}-{os.getpid()}-{fingerprint[:run_report.RUN_KEY_LENGTH]}"
+
+
+def run(
+    run_config: config.RunConfig, plan: run_state.RunPlan, orchestrator: str = "local", recover: bool = True
+) -> outcome.RunReport:
+    """Runs the pipeline once and records and returns what it did; with `recover`, a run
+    of the same inputs that finished unrecorded is recorded instead (see `_unrecorded`)."""
+    started = time.perf_counter()
+    # The output root's lock says no run of this root is running; a MySQL store is shared
+    # with other roots whose runs may be, so it is left as it is.
+    if run_config.metadata_mysql is None and run_config.metadata.exists():
+        for node_id in run_report.close_interrupted(run_config.metadata):
+            logging.warning("an earlier run was stopped while %s ran; its execution is marked CANCELED", node_id)
+    recovered = _unrecorded(run_config, plan) if recover else None
+    if recovered is not None:
+        report = recovered
+    else:
+        rows = preflight.check_records(plan.files)
+        run_config = _sized(run_config, rows)
+        if not plan.cache:
+            logging.warning("%s", plan.cache_note)
+        run_id = new_run_id(plan.fingerprint)
+        ir = compile_ir(run_config, plan.folders, run_id, enable_cache=plan.cache)
+        os.makedirs(run_config.output_root, exist_ok=True)  # MLMD's SQLite file is local
+        ORCHESTRATORS[orchestrator]().run_with_ir(ir)
+        report = run_report.read_run(run_config.metadata, run_config.settings.pipeline_name, run_id)
+    report.window_size = run_config.settings.window_size
+    report.stack = compat.describe()
+    report.ignored = plan.ignored
+    report.fingerprint = plan.fingerprint
+    report.finished = report.finished or datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    report.seconds = time.perf_counter() - started
+    if report.run_id:
+        report.page = write_page(run_config, report)
+    run_state.save(run_config.output_root, report)
+    return report
+
+
+def write_page(run_config: config.RunConfig, report: outcome.RunReport, recorded: bool = True) -> str:
+    """The run's HTML page (`pipeline.inspect.report_page`), from its MLMD records, or with
+    `recorded` False from `report` alone (a run stopped before the pipeline started); ""
+    if it could not be written, which never changes the run's outcome (the log says why)."""
+    from pipeline.inspect import report_page, run_details
+
+    try:
+        if recorded:
+            details = run_details.read(run_config.metadata, run_config.settings.pipeline_name, report.run_id, report)
+        else:
+            details = run_details.RunDetails(report=report)
+        return report_page.write(run_config.output_root, details)
+    except Exception:  # a page is a view of the run: it must not fail a run that pushed
+        logging.exception("the run's page could not be written")
+        return ""
+
+
+def _sized(run_config: config.RunConfig, rows: int) -> config.RunConfig:
+    """`run_config` sized for `rows`: worker processes for the Beam components that gain
+    from them (`config.parallel_beam_args`) and the eval split (`config.sized_evaluation`)."""
+    settings = run_config.settings
+    parallel = config.parallel_beam_args(settings.beam_args, rows)
+    evaluation = config.sized_evaluation(settings.evaluation, rows)
+    logging.info("%d rows: Beam runs %s", rows, _describe_beam(settings.beam_args, parallel))
+    if evaluation != settings.evaluation:
+        logging.info("%d rows: the eval split is 1 hash bucket of %d (about %d rows)", rows,
+                     evaluation.train_buckets + 1, rows // (evaluation.train_buckets + 1))
+    return dataclasses.replace(
+        run_config, settings=dataclasses.replace(settings, parallel_beam_args=parallel, evaluation=evaluation)
+    )
+
+
+def _describe_beam(beam_args: Sequence[str], parallel: Sequence[str]) -> str:
+    from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+
+    def described(args: Sequence[str]) -> str:
+        options = PipelineOptions(list(args))
+        direct = options.view_as(DirectOptions)
+        runner = (options.view_as(StandardOptions).runner or "").rsplit(".", 1)[-1]
+        return f"{runner} {direct.direct_running_mode} with {direct.direct_num_workers} worker(s)"
+
+    if not parallel:
+        return f"{described(beam_args)} for every component"
+    return (f"{described(parallel)} for StatisticsGen and the Evaluator (>= {config.MULTI_PROCESS_ROWS} rows), "
+            f"{described(beam_args)} for the others")
+
+
+def _unrecorded(run_config: config.RunConfig, plan: run_state.RunPlan) -> Optional[outcome.RunReport]:
+    """The report of a run of these very inputs that finished after the last recorded run
+    but was stopped before it was recorded (a kill after the Pusher): its decision stands.
+    Running again would compare the model it pushed with itself."""
+    if not run_config.metadata.exists():
+        return None
+    record = run_state.load(run_config.output_root)
+    recorded = [r.run_id for r in ((record.report, record.window_report) if record else ()) if r is not None]
+    report = run_report.finished_run(
+        run_config.metadata, run_config.settings.pipeline_name, plan.fingerprint, after=max(recorded, default="")
+    )
+    if report is not None and report.outcome in (outcome.Outcome.PUSHED, outcome.Outcome.UP_TO_DATE):
+        # What it pushed must still be what serves (another root may push to one folder).
+        version = os.path.basename(report.pushed_version_dir or "")
+        if pusher.versions(run_config.model_serving_dir)[-1:] != [int(version) if version.isdigit() else None]:
+            return None
+    if report is not None:
+        report.note = (
+            f"Run {report.run_id} of the same inputs finished but was not recorded (it was stopped before); "
+            "its result stands and nothing was run again."
+        )
+    return report

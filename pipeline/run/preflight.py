@@ -1,0 +1,166 @@
+"""Checks of the data root before a run: nothing is written to MLMD for data that
+cannot be ingested.
+
+`checked_spans` lists (through `components.support.spans`, the listing ExampleGen's patterns match)
+and needs no TensorFlow; `check_records` reads every file through.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import List
+
+from components.support import spans
+
+# Records decoded at a time when the data is checked before a run.
+_CHECK_BATCH = 10_000
+
+
+class BadDataError(ValueError):
+    """A span or file that cannot be ingested: empty, truncated, corrupt or not a
+    TFRecord of tf.Example (exit 4, like data the schema rejects)."""
+
+
+def check_schema(path: str) -> None:
+    """The curated schema (the data contract every run imports) exists and parses as a
+    `tensorflow_metadata` Schema, else a ValueError naming the file, the line and what to do."""
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as err:
+        raise ValueError(f"the schema {path} cannot be read ({err.strerror}): restore it (it ships with the "
+                         "components package; `git checkout components/model/schema` in a clone), then run "
+                         "again") from err
+    try:
+        schema = text_format.Parse(text, schema_pb2.Schema())
+    except text_format.ParseError as err:
+        raise ValueError(f"the schema {path} does not parse: {err}: fix that line (or undo the edit), "
+                         "then run again") from err
+    if not schema.feature:
+        raise ValueError(f"the schema {path} declares no feature: restore it, then run again")
+
+
+def checked_spans(data_root: str) -> List[spans.Span]:
+    """The spans under `data_root` with the files the pipeline would ingest, or an error
+    naming the problem."""
+    found = spans.list_spans(data_root)
+    strays = spans.stray_folders(data_root)
+    if strays:
+        raise BadDataError(
+            f"{', '.join(strays)}: named like a span folder but not span-<N> with N a number; ExampleGen "
+            f"would ingest its files ({spans.ALL_SPANS_PATTERN}). Rename or move it out of {data_root}"
+        )
+    files = [file for span in found for file in span.files]
+    if not files:
+        raise spans.DataRootError(
+            f"data root {data_root} holds no span files (expected {spans.ALL_SPANS_PATTERN}); "
+            "build them with `taxi-pipeline make-data`"
+        )
+    empty = [path for path, size in files if size == 0]
+    if empty:
+        raise BadDataError(f"empty data files: {', '.join(empty)}")
+    empty_spans = [
+        span.path + (f" (holds only {', '.join(os.path.basename(p) for p in span.ignored)})" if span.ignored else "")
+        for span in found if not span.files
+    ]
+    if empty_spans:
+        raise BadDataError(
+            f"span folders without data files ({spans.FILES_IN_SPAN}): {'; '.join(empty_spans)}"
+        )
+    return found
+
+
+def ignored_entries(data_root: str, found: List[spans.Span]) -> List[str]:
+    """Everything under `data_root` that neither the check nor ExampleGen reads."""
+    return spans.ignored_entries(data_root) + [path for span in found for path in span.ignored]
+
+
+def check_records(files: List[str]) -> int:
+    """Reads every file through: each must be a GZIP TFRecord of tf.Example whose
+    features have the types `components.model.features` declares (a feature the contract does
+    not name may have any type). Files are checked in parallel, one thread per core,
+    each record parsed by TensorFlow's C++ parser.
+
+    Returns the number of examples; raises BadDataError naming the first bad file.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return sum(pool.map(_check_file, files))
+
+
+def _check_file(path: str) -> int:
+    import tensorflow as tf
+
+    from components.model import features
+
+    spec = {name: tf.io.VarLenFeature(dtype) for name, dtype in features.column_dtypes().items()}
+    # Each batch's size, read from the parser's output (so that the parse is not pruned).
+    batches = tf.data.TFRecordDataset(path, compression_type="GZIP").batch(_CHECK_BATCH).map(
+        lambda batch: tf.io.parse_example(batch, spec)[features.LABEL_KEY].dense_shape[0]
+    )
+    count = 0
+    try:
+        for size in batches.as_numpy_iterator():
+            count += int(size)
+    except tf.errors.InvalidArgumentError as err:
+        message = err.message.splitlines()[0]
+        where = f"{path}: a record among {count + 1}-{count + _CHECK_BATCH}"
+        if "Could not parse example input" in message:
+            raise BadDataError(f"{where} is not a serialized tf.Example") from err
+        if "Data types don't match" in message:
+            raise BadDataError(f"{where} has a feature of another type than the contract's: {message}") from err
+        raise BadDataError(_unreadable(path, count, message)) from err
+    except tf.errors.OpError as err:
+        raise BadDataError(_unreadable(path, count, err.message.splitlines()[0])) from err
+    except UnicodeDecodeError as err:
+        # TensorFlow quotes the record it could not parse; binary garbage fails to decode.
+        raise BadDataError(f"{path}: a record among {count + 1}-{count + _CHECK_BATCH} is not a serialized "
+                           "tf.Example") from err
+    cut = gzip_problem(path)
+    if cut:
+        raise BadDataError(f"{path} {cut} (after {count} whole records): copy it again, or move it out of the data "
+                           "root")
+    if count == 0:
+        raise BadDataError(f"{path} holds no records")
+    return count
+
+
+def _unreadable(path: str, count: int, message: str) -> str:
+    # TensorFlow's message starts with the function it ran in ("{{function_node ...}} ").
+    reason = re.sub(r"\{\{[^}]*\}\}\s*", "", message).strip()
+    return (f"{path} is not a readable GZIP TFRecord file (truncated or corrupt after {count} records: {reason}): "
+            "copy it again, or move it out of the data root")
+
+
+# Bytes read at a time when a GZIP file's stream is checked.
+_GZIP_CHUNK = 1 << 20
+
+
+def gzip_problem(path: str) -> str:
+    """"" when `path` is a whole GZIP stream (one member or several, CRCs checked), else
+    what is wrong. TensorFlow's and Beam's readers stop without an error where a cut
+    falls between records inside a truncated file: only the stream's end says it is cut."""
+    import zlib
+
+    import tensorflow as tf
+
+    inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)
+    try:
+        with tf.io.gfile.GFile(path, "rb") as handle:
+            while True:
+                chunk = handle.read(_GZIP_CHUNK)
+                if not chunk:
+                    break
+                while chunk:
+                    inflater.decompress(chunk)
+                    chunk = inflater.unused_data
+                    if chunk:  # the next member of a multi-member file
+                        inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)
+    except zlib.error as err:
+        return f"is not a valid GZIP file ({err})"
+    return "" if inflater.eof else "is truncated: its GZIP stream ends before its end marker"

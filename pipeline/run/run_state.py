@@ -1,0 +1,188 @@
+"""The one record of the last finished runs (`last_run.json`), and the plan of the next.
+
+Nothing here imports TensorFlow for local paths: an unchanged re-run is decided and
+reported in well under a second, before any heavy import.
+
+`<output root>/last_run.json` (the output root is always local) is written once per
+finished `run` or `retrain`, by one atomic writer. It holds the last run's report and the
+last window run's report (`retrain`), each with the fingerprint of its inputs: the bytes
+of the data files it ingested, this project's source and schema, the resolved settings,
+the versions of the libraries that execute it. When a run is asked for with the
+fingerprint of the last one and what that run pushed still serves, the last run is
+reported instead of starting another. Content decides, never paths or mtimes: a
+`make-data` that rewrites identical bytes is not a change, and any changed byte is.
+
+A change of library versions also turns the components' cache off for that run
+(`RunPlan.cache`): TFX's cache keys do not include library versions, so without this a
+new TensorFlow would reuse statistics, transform graph and model made by the old one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import time
+from importlib import metadata as package_metadata
+from typing import Dict, List, Optional, Sequence
+
+import components
+import pipeline as pipeline_package
+from components.support import spans
+from pipeline import config as config_lib
+from pipeline.outcome import Outcome, RunReport
+from pipeline.run import preflight
+
+# The data files' digests by path and stat, so unchanged files are not read again.
+DIGESTS_FILE = "file_digests.json"
+# Distributions whose version changes what a run computes.
+_RUNTIME_DISTRIBUTIONS = (
+    "tfx", "tfx-bsl", "tensorflow", "tf-keras", "keras", "tensorflow-transform", "tensorflow-model-analysis",
+    "tensorflow-data-validation", "tensorflow-metadata", "apache-beam", "ml-metadata", "numpy", "pyarrow",
+    "protobuf",
+)
+
+
+def runtime_versions() -> Dict[str, str]:
+    return {name: package_metadata.version(name) for name in _RUNTIME_DISTRIBUTIONS}
+
+
+def fingerprint(run_config: config_lib.RunConfig, found: Sequence[spans.Span]) -> str:
+    """Changes whenever the data's bytes, the project's code or schema, the settings or
+    the runtime change."""
+    digest = hashlib.sha256()
+    for package in (components, pipeline_package):
+        digest.update(config_lib.source_digest(os.path.dirname(package.__file__)).encode())
+    digest.update(json.dumps(dataclasses.asdict(run_config), sort_keys=True).encode())
+    digest.update(json.dumps(runtime_versions(), sort_keys=True).encode())
+    digest.update(spans.files_digest(path for span in found for path, _ in span.files).encode())
+    return digest.hexdigest()
+
+
+def _exists(path: str) -> bool:
+    if spans.is_remote(path):
+        import tensorflow as tf
+
+        return tf.io.gfile.exists(path)
+    return os.path.exists(path)
+
+
+@dataclasses.dataclass
+class Record:
+    """What `last_run.json` holds."""
+
+    report: RunReport
+    # The last run over a window of spans (`retrain`), kept when a `run` over every span
+    # comes after it: it is what tells `retrain` the newest span was already trained on.
+    window_report: Optional[RunReport] = None
+    # The library versions the last run ran with.
+    runtime: Dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def load(output_root: str) -> Optional[Record]:
+    """The record of the last finished run, None before the first."""
+    path = os.path.join(output_root, config_lib.LAST_RUN_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as handle:
+        record = json.load(handle)
+    window = record.get("window_report")
+    return Record(
+        RunReport.from_json(record["report"]),
+        RunReport.from_json(window) if window else None,
+        record.get("runtime") or {},
+    )
+
+
+def save(output_root: str, report: RunReport) -> None:
+    """Written after the run finished, by an atomic rename: never half a record."""
+    previous = load(output_root)
+    window = report if report.window_size is not None else (previous.window_report if previous else None)
+    path = os.path.join(output_root, config_lib.LAST_RUN_FILE)
+    staged = path + ".tmp"
+    text = json.dumps(
+        {"report": report.to_json(), "window_report": window.to_json() if window else None,
+         "runtime": runtime_versions()},
+        indent=2,
+    )
+    os.makedirs(output_root, exist_ok=True)
+    with open(staged, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(staged, path)
+
+
+@dataclasses.dataclass
+class RunPlan:
+    # The spans the run ingests, oldest first, with their files: every span, or in
+    # window mode the window's.
+    found: List[spans.Span]
+    fingerprint: str
+    # The last run's report when nothing changed since; None when a run is needed.
+    previous: Optional[RunReport]
+    # Entries under the data root that nothing reads (logged, and named on the console).
+    ignored: List[str] = dataclasses.field(default_factory=list)
+    # Whether components may reuse cached outputs; why not, when they may not.
+    cache: bool = True
+    cache_note: str = ""
+
+    @property
+    def files(self) -> List[str]:
+        return [path for span in self.found for path, _ in span.files]
+
+    @property
+    def spans(self) -> List[int]:
+        return [span.number for span in self.found]
+
+    @property
+    def folders(self) -> List[str]:
+        return [span.folder_name for span in self.found]
+
+
+def plan(run_config: config_lib.RunConfig) -> RunPlan:
+    """Lists the data (or raises naming the problem) and decides whether a run is needed."""
+    started = time.perf_counter()
+    found = preflight.checked_spans(run_config.data_root)
+    ignored = preflight.ignored_entries(run_config.data_root, found)
+    window_size = run_config.settings.window_size
+    if window_size is not None:
+        found = found[-window_size:]
+    with spans.remembered_digests(os.path.join(run_config.output_root, DIGESTS_FILE)):
+        run_fingerprint = fingerprint(run_config, found)
+    record = load(run_config.output_root)
+    last = None if record is None else (record.report if window_size is None else record.window_report)
+    for path in ignored:
+        logging.warning("ignored (not a span folder or span data file, read by nothing): %s", path)
+    previous = reusable_report(last, run_fingerprint)
+    if previous is not None:
+        previous.seconds = time.perf_counter() - started
+        previous.ignored = ignored
+    cache, cache_note = True, ""
+    if record is not None and record.runtime and record.runtime != runtime_versions():
+        changed = ", ".join(
+            f"{name} {record.runtime.get(name, '?')} -> {version}"
+            for name, version in sorted(runtime_versions().items()) if record.runtime.get(name) != version
+        )
+        cache, cache_note = False, f"library versions changed since the last run ({changed}): every component runs"
+    return RunPlan(found, run_fingerprint, previous, ignored, cache, cache_note)
+
+
+def _as_reused(report: RunReport) -> RunReport:
+    report.reused_previous_run = True
+    if report.outcome is Outcome.PUSHED:
+        report.outcome = Outcome.UP_TO_DATE
+    report.nodes = []
+    return report
+
+
+def reusable_report(last: Optional[RunReport], run_fingerprint: str) -> Optional[RunReport]:
+    """`last`, if it had this fingerprint and what it pushed still serves."""
+    if last is None or last.fingerprint != run_fingerprint:
+        return None
+    if last.outcome in (Outcome.PUSHED, Outcome.UP_TO_DATE):
+        if not (last.pushed_version_dir and _exists(last.pushed_version_dir)):
+            return None
+    return _as_reused(last)

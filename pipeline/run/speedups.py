@@ -1,0 +1,130 @@
+"""Every speed-up that reaches into a library's internals, in one place, switchable off.
+
+They remove per-run Python overhead that does not depend on the data; the artifacts a
+run produces are the same with and without them (tested end to end). They act only in
+the process that runs the pipeline locally: components in their own containers (Vertex
+AI, Dataflow workers) get the libraries as they are.
+
+Off with `TAXI_PIPELINE_SPEEDUPS=0` in the environment (or `taxi-pipeline run
+--no-speedups`), for example to rule them out when something behaves oddly.
+
+- The heavy imports (TensorFlow, TFX, Beam, TFMA, TFDV) run with the cyclic GC paused,
+  then `gc.freeze()`: the long-lived objects they create (modules, classes, protos) are
+  not rescanned by every later full collection.
+- Beam's in-memory DirectRunner: its state cache is sized 0 (it ignores
+  `--max_cache_memory_usage_mb`), and two pure functions Beam calls thousands of times
+  per pipeline are memoized: `userstate.get_dofn_specs` and `PipelineOptions.view_as`.
+- The process ends with `os._exit` once every output is written and closed, instead of
+  tearing down an interpreter with TensorFlow and Beam loaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import importlib
+import logging
+import os
+import sys
+import weakref
+from types import ModuleType
+from typing import Callable, Iterator, List, Tuple
+
+ENV = "TAXI_PIPELINE_SPEEDUPS"
+LOCAL_RUNNER = "pipeline.run.local_runner"
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "1") != "0"
+
+
+def _memoized(original: Callable) -> Callable:
+    """`original(obj, *args)` computed once per `obj` (held weakly, compared by Python's
+    equality, which is identity for the DoFns and options objects this is used on) and `args`."""
+    cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+    @functools.wraps(original)
+    def memoized(obj, *args):
+        try:
+            results = cache.setdefault(obj, {})
+        except TypeError:  # not weakly referenceable or not hashable: not cached
+            return original(obj, *args)
+        if args not in results:
+            results[args] = original(obj, *args)
+        return results[args]
+
+    return memoized
+
+
+def beam_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
+    """`(owner, attribute, new value from the old one)` of each change to Beam.
+
+    - `worker_handlers.STATE_CACHE_SIZE_MB`: the in-memory worker always builds a 100 MB
+      state cache, and sizing each side input for it dominates Transform's and the
+      Evaluator's Beam time (https://github.com/apache/beam/issues/30360).
+    - `userstate.get_dofn_specs`: derives a DoFn's state and timer specs by inspecting
+      every method's signature; Beam asks again when the ParDo is built, validated,
+      translated, visited and run. The specs cannot change once the DoFn exists.
+    - `PipelineOptions.view_as`: builds an argument parser and re-parses the flags on
+      every call, twice per transform applied. The views of one options object share
+      one store of values, so the same view handed out again reads and writes exactly
+      what a new one would.
+    """
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.portability.fn_api_runner import worker_handlers
+    from apache_beam.transforms import userstate
+
+    return [
+        (worker_handlers, "STATE_CACHE_SIZE_MB", lambda old: 0),
+        (userstate, "get_dofn_specs", _memoized),
+        (PipelineOptions, "view_as", _memoized),
+    ]
+
+
+@contextlib.contextmanager
+def _patched(patches: List[Tuple[object, str, Callable[[object], object]]]) -> Iterator[None]:
+    originals = [(owner, name, owner.__dict__[name]) for owner, name, _ in patches]
+    try:
+        for owner, name, make in patches:
+            setattr(owner, name, make(owner.__dict__[name]))
+        yield
+    finally:
+        for owner, name, original in originals:
+            setattr(owner, name, original)
+
+
+def _import_frozen(name: str) -> ModuleType:
+    """Imports `name` with the cyclic GC paused, then freezes what the import created."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return importlib.import_module(name)
+    finally:
+        gc.freeze()
+        if was_enabled:
+            gc.enable()
+
+
+@contextlib.contextmanager
+def local_runner(on: bool) -> Iterator[ModuleType]:
+    """`pipeline.run.local_runner`, and within the block the speed-ups when `on`.
+
+    The Beam patches are undone on leaving, so nothing outside the run sees them.
+    """
+    if not on:
+        yield importlib.import_module(LOCAL_RUNNER)
+        return
+    module = _import_frozen(LOCAL_RUNNER)
+    with _patched(beam_patches()):
+        yield module
+
+
+def exit_process(code: int, on: bool) -> None:
+    """Ends the process with `code`: at once when `on`, every output being written and closed."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if on:
+        os._exit(code)
+    sys.exit(code)

@@ -1,0 +1,202 @@
+"""The drift gate's comparison of the newest span with the previous one."""
+
+import glob
+
+import apache_beam as beam
+import pytest
+import tensorflow as tf
+import tensorflow_data_validation as tfdv
+from apache_beam.options.pipeline_options import PipelineOptions
+from tensorflow_metadata.proto.v0 import statistics_pb2
+
+from components.custom import beam_fns, drift
+from components.model import features
+from components.support import spans
+from pipeline import config
+
+pytestmark = pytest.mark.slow  # Beam pipelines
+
+
+def _schema():
+    return tfdv.load_schema_text(config.schema_file())
+
+
+def _pipeline(*extra):
+    return beam.Pipeline(options=PipelineOptions(list(config.LOCAL_BEAM_ARGS) + list(extra)))
+
+
+@pytest.fixture
+def two_spans(tmp_path, repo, copy_spans):
+    """`two_spans(edit)`: spans 15 and 16 of data/ under a data root; `edit` rewrites every
+    example of span 16."""
+
+    def make(edit=None):
+        copy_spans(tmp_path / "data", (15,))
+        target = tmp_path / "data" / "span-16"
+        target.mkdir()
+        source = glob.glob(str(repo / "data" / "span-16" / "*"))
+        options = tf.io.TFRecordOptions(compression_type="GZIP")
+        with tf.io.TFRecordWriter(str(target / "trips.tfrecord.gz"), options) as out:
+            for record in tf.data.TFRecordDataset(source, compression_type="GZIP"):
+                example = tf.train.Example.FromString(record.numpy())
+                if edit:
+                    edit(example)
+                out.write(example.SerializeToString())
+        return str(tmp_path / "data")
+
+    return make
+
+
+def _report(data_root, output_dir):
+    stats = drift.compute_span_statistics(_pipeline(), data_root, [15, 16], str(output_dir))
+    return drift.describe(drift.drift_anomalies(stats[16], stats[15], _schema()), 16, 15)
+
+
+def test_schema_declares_drift_thresholds_for_categorical_and_numeric_features():
+    schema = _schema()
+    assert tfdv.get_feature(schema, "payment_type").drift_comparator.infinity_norm.threshold > 0
+    assert tfdv.get_feature(schema, "fare").drift_comparator.jensen_shannon_divergence.threshold > 0
+
+
+def test_every_pair_of_consecutive_real_spans_passes(repo, tmp_path):
+    numbers = spans.span_numbers(str(repo / "data"))
+    stats = drift.compute_span_statistics(_pipeline(), str(repo / "data"), numbers, str(tmp_path))
+    assert sorted(stats) == numbers
+    assert all(stats[span].datasets[0].num_examples > 0 for span in numbers)
+    for previous, newest in zip(numbers, numbers[1:]):
+        found = drift.drift_anomalies(stats[newest], stats[previous], _schema())
+        assert not found.anomaly_info, (previous, newest, drift.describe(found, newest, previous))
+        assert drift.label_drift(stats[newest], stats[previous], newest, previous) == []
+
+
+def test_categorical_drift_is_reported_with_its_l_infinity_distance(two_spans, tmp_path):
+    def all_cash(example):
+        example.features.feature["payment_type"].bytes_list.value[:] = [b"Cash"]
+
+    report = _report(two_spans(all_cash), tmp_path)
+    assert len(report) == 1
+    assert "'payment_type'" in report[0] and "L_INFTY" in report[0] and "span 15 -> 16" in report[0]
+
+
+def test_numeric_drift_is_reported_with_its_jensen_shannon_divergence(two_spans, tmp_path):
+    def tenfold_fares(example):
+        fare = example.features.feature["fare"].float_list
+        fare.value[:] = [value * 10 for value in fare.value]
+
+    report = _report(two_spans(tenfold_fares), tmp_path)
+    assert any("'fare'" in line and "JENSEN_SHANNON" in line for line in report), report
+
+
+def _label_lines(data_root, output_dir):
+    stats = drift.compute_span_statistics(_pipeline(), data_root, [15, 16], str(output_dir), schema=_schema())
+    return drift.label_drift(stats[16], stats[15], 16, 15)
+
+
+def _set_label(example, value):
+    example.features.feature[features.LABEL_KEY].int64_list.value[:] = [value]
+
+
+@pytest.mark.parametrize("corruption", ["zeroed", "inverted", "any tip"])
+def test_a_label_corrupted_upstream_is_named_with_its_change(two_spans, tmp_path, corruption):
+    def corrupt(example):
+        label = example.features.feature[features.LABEL_KEY].int64_list.value[0]
+        if corruption == "zeroed":
+            _set_label(example, 0)
+        elif corruption == "inverted":
+            _set_label(example, 1 - label)
+        else:  # tips read in cents against fares in dollars: every card trip is a "big tip"
+            _set_label(example, int(example.features.feature["payment_type"].bytes_list.value == [b"Credit Card"]))
+
+    (line,) = _label_lines(two_spans(corrupt), tmp_path)
+    assert line.startswith("[label span 15 -> 16] label 'big_tip': share of 1s 0.236 -> "), line
+    change = float(line.split("L_INFTY=")[1].split()[0])
+    threshold = float(line.split("(threshold ")[1].split(")")[0])
+    assert change > threshold >= features.LABEL_DRIFT_THRESHOLD, line
+
+
+def test_the_label_share_reads_numeric_and_categorical_statistics_alike():
+    numeric = statistics_pb2.DatasetFeatureStatisticsList()
+    label = numeric.datasets.add().features.add()
+    label.path.step.append(features.LABEL_KEY)
+    label.num_stats.mean = 0.25
+    label.num_stats.common_stats.num_non_missing = 8
+    categorical = statistics_pb2.DatasetFeatureStatisticsList()
+    label = categorical.datasets.add().features.add()
+    label.path.step.append(features.LABEL_KEY)
+    for value, count in (("0", 6), ("1", 2)):
+        label.string_stats.rank_histogram.buckets.add(label=value, sample_count=count)
+    assert drift.label_share(numeric) == drift.label_share(categorical) == (0.25, 8)
+    assert drift.label_share(statistics_pb2.DatasetFeatureStatisticsList()) is None
+    zeroed = statistics_pb2.DatasetFeatureStatisticsList()
+    zeroed.CopyFrom(numeric)
+    zeroed.datasets[0].features[0].num_stats.mean = 0.0
+    # 8 examples a span: a change of 0.25 is well within sampling noise.
+    assert drift.label_drift(zeroed, numeric, 9, 8) == []
+    for stats in (numeric, zeroed):
+        stats.datasets[0].features[0].num_stats.common_stats.num_non_missing = 1000
+    (line,) = drift.label_drift(zeroed, numeric, 9, 8)
+    assert "share of 1s 0.250 -> 0.000, L_INFTY=0.250 (threshold 0.130)" in line
+    assert drift.label_drift(numeric, numeric, 9, 8) == []
+
+
+def test_spans_that_left_the_data_root_since_they_were_ingested_are_named(two_spans, tmp_path):
+    data_root = two_spans()
+    with pytest.raises(ValueError, match=r"spans \[15, 16, 17\] were ingested but are no longer all under"):
+        drift.compute_span_statistics(_pipeline(), data_root, [15, 16, 17], str(tmp_path))
+
+
+def test_the_sample_is_deterministic_and_near_its_rate():
+    records = [f"record {i}".encode() for i in range(20_000)]
+    kept = [r for r in records if beam_fns.in_sample(r, 0.25)]
+    assert kept == [r for r in reversed(records) if beam_fns.in_sample(r, 0.25)][::-1]  # order does not matter
+    assert abs(len(kept) / len(records) - 0.25) < 0.01
+    assert all(beam_fns.in_sample(r, 1.0) for r in records)
+
+
+@pytest.mark.parametrize(
+    "total, span_count, expected",
+    [(15_002, 16, 1.0), (drift.SPAN_SAMPLE_ROWS * 8, 8, 1.0), (drift.SPAN_SAMPLE_ROWS * 80, 8, 0.1), (0, 3, 1.0)],
+)
+def test_spans_are_sampled_only_above_the_rows_per_span_limit(total, span_count, expected):
+    assert drift.sample_rate(total, span_count) == pytest.approx(expected)
+
+
+def test_batches_that_disagree_on_optional_columns_make_one_span_statistics(repo, tmp_path):
+    """A span whose first records lack an optional feature and whose later ones have it
+    (batches with different columns, which Arrow refuses to combine unless decoded by
+    the schema)."""
+    source = glob.glob(str(repo / "data" / "span-16" / "*"))
+    examples = [tf.train.Example.FromString(r.numpy()) for r in tf.data.TFRecordDataset(source, "GZIP")]
+    with_company = [e for e in examples if "company" in e.features.feature]
+    target = tmp_path / "data" / "span-1"
+    target.mkdir(parents=True)
+    with tf.io.TFRecordWriter(str(target / "trips.tfrecord.gz"), "GZIP") as out:
+        for _ in range(9):  # more than a decode batch without the column, then as many with it
+            for example in with_company:
+                stripped = tf.train.Example()
+                stripped.CopyFrom(example)
+                del stripped.features.feature["company"]
+                out.write(stripped.SerializeToString())
+        for example in with_company * 9:
+            out.write(example.SerializeToString())
+    workers = _pipeline("--direct_running_mode=multi_processing", "--direct_num_workers=2")
+    stats = drift.compute_span_statistics(workers, str(tmp_path / "data"), [1], str(tmp_path), schema=_schema())
+    dataset = stats[1].datasets[0]
+    assert dataset.num_examples == 18 * len(with_company) > 2 * beam_fns.DECODE_BATCH
+    company = next(f for f in dataset.features if f.path.step == ["company"])
+    assert company.string_stats.common_stats.num_non_missing == 9 * len(with_company)
+
+
+def test_sampled_span_statistics_read_about_the_rate_and_the_same_rows_each_time(repo, tmp_path):
+    numbers = [15, 16]
+    for name in "abc":
+        (tmp_path / name).mkdir()
+    first = drift.compute_span_statistics(_pipeline(), str(repo / "data"), numbers, str(tmp_path / "a"),
+                                          schema=_schema(), rate=0.5)
+    again = drift.compute_span_statistics(_pipeline(), str(repo / "data"), numbers, str(tmp_path / "b"),
+                                          schema=_schema(), rate=0.5)
+    full = drift.compute_span_statistics(_pipeline(), str(repo / "data"), numbers, str(tmp_path / "c"))
+    for span in numbers:
+        sampled, total = first[span].datasets[0].num_examples, full[span].datasets[0].num_examples
+        assert sampled == again[span].datasets[0].num_examples
+        assert 0.4 * total < sampled < 0.6 * total

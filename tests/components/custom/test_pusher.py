@@ -1,0 +1,127 @@
+"""The staged Pusher: atomic versions, no duplicate push, retention."""
+
+import os
+
+import pytest
+import tensorflow as tf
+
+from components.custom import pusher
+
+
+def _model(tmp_path, name, fingerprint):
+    path = tmp_path / "models" / name
+    (path / "variables").mkdir(parents=True)
+    (path / "saved_model.pb").write_bytes(b"graph " + name.encode())
+    (path / "variables" / "variables.index").write_bytes(b"index")
+    (path / "fingerprint.pb").write_bytes(fingerprint)
+    return str(path)
+
+
+def test_push_writes_a_complete_version_and_leaves_no_staging_folder(tmp_path):
+    base = str(tmp_path / "serving")
+    version = pusher.push(_model(tmp_path, "a", b"fa"), base, version=100)
+    assert version == 100
+    assert sorted(os.listdir(base)) == ["100"]
+    assert sorted(os.listdir(os.path.join(base, "100"))) == ["fingerprint.pb", "saved_model.pb", "variables"]
+
+
+def test_versions_only_grow_even_when_the_clock_does_not(tmp_path):
+    base = str(tmp_path / "serving")
+    pusher.push(_model(tmp_path, "a", b"fa"), base, version=200)
+    assert pusher.push(_model(tmp_path, "b", b"fb"), base, version=150) == 201
+
+
+def test_the_newest_version_holding_the_same_model_is_recognized(tmp_path):
+    base = str(tmp_path / "serving")
+    model = _model(tmp_path, "a", b"fa")
+    pusher.push(model, base, version=100)
+    assert pusher.already_pushed(model, base) == 100
+    pusher.push(_model(tmp_path, "b", b"fb"), base, version=101)
+    assert pusher.already_pushed(model, base) is None  # an older model is pushed anew, to serve again
+
+
+def test_a_staging_folder_left_by_a_killed_push_is_invisible_and_then_cleaned(tmp_path):
+    base = tmp_path / "serving"
+    pusher.push(_model(tmp_path, "a", b"fa"), str(base), version=100)
+    partial = base / f"{pusher.STAGING_PREFIX}101"
+    partial.mkdir()
+    (partial / "variables").mkdir()
+    assert pusher.versions(str(base)) == [100]
+    pusher.prune(str(base), keep_versions=3)
+    assert sorted(os.listdir(base)) == ["100"]
+
+
+def test_retention_keeps_the_newest_versions(tmp_path):
+    base = str(tmp_path / "serving")
+    for i, name in enumerate("abcde"):
+        pusher.push(_model(tmp_path, name, name.encode()), base, version=100 + i)
+    assert pusher.prune(base, keep_versions=2) == [100, 101, 102]
+    assert pusher.versions(base) == [103, 104]
+    with pytest.raises(ValueError, match="at least 1"):
+        pusher.prune(base, keep_versions=0)
+    assert pusher.prune(base, keep_versions=1) == [103]
+    assert pusher.versions(base) == [104]
+
+
+def test_versions_ignores_what_tf_serving_ignores(tmp_path):
+    base = tmp_path / "serving"
+    for name in ("12", "7", ".staging-13", "README.md", "tmp"):
+        (base / name).mkdir(parents=True)
+    assert pusher.versions(str(base)) == [7, 12]
+    assert pusher.versions(str(tmp_path / "nowhere")) == []
+    assert tf.io.gfile.exists(str(base / "README.md"))
+
+
+PUSH_IN_A_PROCESS = """
+import sys, time
+from components.custom import pusher
+model, base, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
+time.sleep(max(0.0, start - time.time()))
+with pusher.push_lock(base):
+    print(pusher.push(model, base, version=1700000000))
+"""
+
+
+def test_two_pushes_in_the_same_second_from_two_processes_get_two_versions(tmp_path):
+    """Two pipelines with their own output roots, one serving folder: the serving folder's
+    lock makes the second push see the first's version."""
+    import subprocess
+    import sys
+    import time
+
+    base = str(tmp_path / "serving")
+    start = str(time.time() + 3)  # both start pushing at the same moment
+    processes = [
+        subprocess.Popen([sys.executable, "-c", PUSH_IN_A_PROCESS, _model(tmp_path, name, name.encode()), base, start],
+                         stdout=subprocess.PIPE, text=True)
+        for name in ("a", "b")
+    ]
+    pushed = sorted(int(process.communicate(timeout=60)[0]) for process in processes)
+    assert pushed == [1700000000, 1700000001]
+    assert pusher.versions(base) == pushed
+
+
+def test_prune_waits_for_a_push_in_progress_and_never_deletes_its_staging_folder(tmp_path):
+    import threading
+
+    base = tmp_path / "serving"
+    pusher.push(_model(tmp_path, "a", b"fa"), str(base), version=100)
+    staging = base / f"{pusher.STAGING_PREFIX}101"
+    holding, pruned = threading.Event(), []
+
+    def slow_push():
+        with pusher.push_lock(str(base)):
+            staging.mkdir()
+            holding.set()
+            (staging / "saved_model.pb").write_bytes(b"graph")
+            threading.Event().wait(1.0)  # still copying
+            staging.rename(base / "101")
+
+    pushing = threading.Thread(target=slow_push)
+    pushing.start()
+    holding.wait(10)
+    with pusher.push_lock(str(base)):  # a second pipeline's Pusher: waits for the first
+        pruned = pusher.prune(str(base), keep_versions=3)
+    pushing.join(10)
+    assert pruned == [] and pusher.versions(str(base)) == [100, 101]
+    assert (base / "101" / "saved_model.pb").read_bytes() == b"graph"

@@ -1,0 +1,72 @@
+"""The rolling window of spans: which spans, which split names, and the input_config."""
+
+import pytest
+
+from components.custom import window
+from components.support import spans
+
+
+def test_the_newest_span_is_eval_and_the_older_ones_train_newest_first_numbered():
+    assert spans.window([3, 1, 4, 2, 5], 3) == [("train_2", 3), ("train_1", 4), ("eval", 5)]
+    assert spans.window([7, 9], 2) == [("train_1", 7), ("eval", 9)]
+
+
+def test_split_names_depend_only_on_the_window_size():
+    assert [name for name, _ in spans.window([10, 11, 12, 13], 4)] == [
+        name for name, _ in spans.window([1, 5, 9, 20], 4)
+    ] == spans.window_train_splits(4) + [spans.WINDOW_EVAL_SPLIT]
+
+
+def test_too_few_spans_or_too_small_a_window_is_refused():
+    with pytest.raises(spans.WindowError, match="a window of 4 spans needs 4 span folders; found 2"):
+        spans.window([1, 2], 4)
+    with pytest.raises(ValueError, match="at least 2 spans"):
+        spans.window([1, 2, 3], 1)
+
+
+def test_input_config_has_one_split_per_span_of_the_window_named_as_its_folder(tmp_path):
+    for name in ("span-1", "span-2", "span-010", "span-03", "notes", "span-x"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "span-11").write_text("a file, not a span folder")
+    chosen = window.current_window(str(tmp_path), 3)
+    assert chosen == [("train_2", 2, "span-2"), ("train_1", 3, "span-03"), ("eval", 10, "span-010")]
+    config = window.window_input_config(chosen)
+    assert [(split.name, split.pattern) for split in config.splits] == [
+        ("train_2", f"span-2/{spans.FILES_IN_SPAN}"), ("train_1", f"span-03/{spans.FILES_IN_SPAN}"),
+        ("eval", f"span-010/{spans.FILES_IN_SPAN}"),
+    ]
+
+
+def test_a_missing_data_root_is_named(tmp_path):
+    with pytest.raises(spans.DataRootError, match="does not exist"):
+        window.current_window(str(tmp_path / "missing"), 2)
+
+
+def test_spans_used_round_trips():
+    assert window.parse_spans("3,10,12") == [3, 10, 12]
+    assert window.parse_spans("") == []
+
+
+def test_a_run_stops_naming_both_listings_when_span_folders_changed_since_planning(tmp_path):
+    """The component itself, as the pipeline runs it: its choice must be what was planned."""
+    from tfx.types import standard_artifacts
+
+    for name in ("span-1", "span-2", "span-3"):
+        (tmp_path / name).mkdir()
+
+    def run(listing, job=""):
+        input_config, spans_used = standard_artifacts.String(), standard_artifacts.String()
+        input_config.uri, spans_used.uri = str(tmp_path / "input_config"), str(tmp_path / "spans_used")
+        window.SpanWindow.EXECUTOR_SPEC.executor_class._FUNCTION(
+            data_root=str(tmp_path), window_size=2, listing=listing, input_config=input_config,
+            spans_used=spans_used, job=job,
+        )
+        return spans_used.value
+
+    assert run("span-2,span-3") == "2,3"
+    (tmp_path / "span-3").rename(tmp_path / "span-003")
+    with pytest.raises(ValueError, match=r"planned span-2,span-3, now span-2,span-003\); run again"):
+        run("span-2,span-3")
+    with pytest.raises(ValueError, match="does not resolve KFP placeholders"):
+        run("", job="{{$.pipeline_job_uuid}}")
+    assert run("", job="2f1c0a4e") == "2,3"

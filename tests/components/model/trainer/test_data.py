@@ -1,0 +1,138 @@
+"""The input pipeline: signature, raw examples through the Transform layer, batching."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from components.model import features
+from components.model.trainer import data, settings
+
+
+def test_signature_has_unknown_batch_dimension_and_no_label_among_features(synthetic):
+    feature_specs, label_spec = data.input_signature(synthetic.feature_spec())
+    assert features.transformed_label_key() not in feature_specs
+    assert sorted(feature_specs) == sorted(f.transformed_name for f in features.FEATURES)
+    assert all(spec.shape.as_list() == [None] for spec in feature_specs.values())
+    assert label_spec.shape.as_list() == [None]
+
+
+def test_transformed_rows_hold_every_example_in_order_with_the_documented_ids(
+    examples_file, transform_output, rows
+):
+    columns, labels = data.transformed_rows([examples_file], data.transform_fn(transform_output))
+    assert data.count_rows((columns, labels)) == len(rows)
+    assert labels.numpy().tolist() == [row[features.LABEL_KEY][0] for row in rows]
+    assert sorted(columns) == sorted(f.transformed_name for f in features.FEATURES)
+    # Transform was analyzed on these very rows: z-scores average to 0.
+    assert float(tf.reduce_mean(columns["fare_xf"])) == pytest.approx(0.0, abs=1e-5)
+    company = features.FEATURES_BY_NAME["company"]
+    missing = [not row["company"] for row in rows]
+    ids = columns["company_xf"].numpy()
+    assert (ids[missing] == company.missing_id).all()
+    assert (ids[~np.array(missing)] < 2).all()  # two companies in the vocabulary
+    area = features.FEATURES_BY_NAME["dropoff_community_area"]
+    expected = [row["dropoff_community_area"][0] - area.low if row["dropoff_community_area"] else area.missing_id
+                for row in rows]
+    assert columns["dropoff_community_area_xf"].numpy().tolist() == expected
+
+
+def test_no_matching_file_or_no_example_is_a_clear_error(tmp_path, transform_output):
+    with pytest.raises(FileNotFoundError, match="no examples match"):
+        data.list_files([str(tmp_path / "missing-*")])
+    empty = str(tmp_path / "empty.tfrecord.gz")
+    with tf.io.TFRecordWriter(empty, options="GZIP"):
+        pass
+    with pytest.raises(ValueError, match="no examples in"):
+        data.transformed_rows([empty], data.transform_fn(transform_output))
+
+
+def test_make_dataset_batches_the_transformed_rows(examples_file, transform_output, rows):
+    dataset = data.make_dataset([examples_file], data.transform_fn(transform_output), 16)
+    assert [int(labels.shape[0]) for _, labels in dataset] == [16, 16, len(rows) - 32]
+
+
+def _rows(count):
+    columns = {"x": tf.range(count, dtype=tf.float32), "y": tf.range(count, dtype=tf.int64) * 10}
+    return columns, tf.range(count, dtype=tf.int64)
+
+
+def test_batched_rows_keep_features_and_labels_together_in_order_without_a_seed():
+    batches = list(data.batched(_rows(10), 4))
+    assert [int(labels.shape[0]) for _, labels in batches] == [4, 4, 2]
+    assert np.concatenate([labels for _, labels in batches]).tolist() == list(range(10))
+    for batch_features, labels in batches:
+        assert (batch_features["x"].numpy() == labels.numpy()).all()
+        assert (batch_features["y"].numpy() == labels.numpy() * 10).all()
+
+
+def test_shuffled_batches_are_a_new_permutation_each_epoch_and_reproducible():
+    def epochs(dataset, count):
+        return [np.concatenate([labels for _, labels in dataset]).tolist() for _ in range(count)]
+
+    first, second = epochs(data.batched(_rows(100), 16, shuffle_seed=3), 2)
+    assert sorted(first) == sorted(second) == list(range(100))
+    assert first != second and first != list(range(100))
+    for batch_features, labels in data.batched(_rows(100), 16, shuffle_seed=3):
+        assert (batch_features["y"].numpy() == labels.numpy() * 10).all()
+    assert epochs(data.batched(_rows(100), 16, shuffle_seed=3), 2) == [first, second]
+
+
+def test_small_training_sets_get_smaller_batches_not_fewer_steps():
+    config = settings.TrainConfig(batch_size=1024, min_steps_per_epoch=10)
+    assert data.effective_batch_size(config, 12_000) == 1024
+    assert data.effective_batch_size(config, 430) == 43
+    assert data.effective_batch_size(config, 100) == 32
+    assert data.effective_batch_size(settings.TrainConfig(batch_size=1024, min_steps_per_epoch=0), 100) == 1024
+
+
+def _rows_of(dataset):
+    """Every (label, fare_xf) pair the dataset gives, sorted: the rows, whatever the order."""
+    pairs = []
+    for batch_features, labels in dataset:
+        pairs += zip(labels.numpy().tolist(), batch_features["fare_xf"].numpy().round(5).tolist())
+    return sorted(pairs)
+
+
+def test_streamed_batches_hold_the_rows_the_in_memory_path_holds(examples_file, transform_output):
+    transform = data.transform_fn(transform_output)
+    in_memory = data.make_dataset([examples_file], transform, 8)
+    streamed = data.streamed([examples_file], transform, 8)
+    assert _rows_of(streamed) == _rows_of(in_memory)
+    assert [int(labels.shape[0]) for _, labels in streamed] == [8] * 5  # 40 rows, in file order
+    in_order = [b["fare_xf"].numpy().tolist() for b, _ in in_memory]
+    assert [b["fare_xf"].numpy().tolist() for b, _ in streamed] == in_order
+
+
+def test_streamed_shuffles_are_reproducible_from_their_seed_and_differ_between_seeds(examples_file, transform_output):
+    transform = data.transform_fn(transform_output)
+
+    def order(seed):
+        return [v for b, _ in data.streamed([examples_file], transform, 8, shuffle_seed=seed)
+                for v in b["fare_xf"].numpy().round(5).tolist()]
+
+    assert order(1) == order(1)
+    assert order(1) != order(2)
+    assert sorted(order(1)) == sorted(order(2))
+
+
+def test_records_are_counted_without_parsing(examples_file, tmp_path):
+    assert data.count_records([examples_file]) == 40
+    with tf.io.TFRecordWriter(str(tmp_path / "more.gz"), "GZIP") as writer:
+        writer.write(b"not an example")
+    assert data.count_records([examples_file, str(tmp_path / "more.gz")]) == 41
+
+
+def test_streamed_batches_mix_the_files(tmp_path, rows, to_example, transform_output, monkeypatch):
+    """Files hold one span each: a shuffled epoch must not give one file's rows, then the
+    next's, even when the shuffle buffer is small against the files."""
+    monkeypatch.setattr(data, "SHUFFLE_BUFFER", 4)
+    paths = []
+    for name, label in (("a", 0), ("b", 1)):
+        path = str(tmp_path / f"{name}.tfrecord.gz")
+        with tf.io.TFRecordWriter(path, "GZIP") as writer:
+            for row in rows:
+                writer.write(to_example({**row, features.LABEL_KEY: [label]}))
+        paths.append(path)
+    batches = list(data.streamed(paths, data.transform_fn(transform_output), 16, shuffle_seed=3))
+    mixed = [set(labels.numpy().tolist()) == {0, 1} for _, labels in batches]
+    assert sum(mixed) >= len(batches) // 2, mixed

@@ -1,0 +1,125 @@
+"""TF Serving's models.config and batching parameters: follow, pin, rollback, retention."""
+
+import os
+
+import pytest
+from google.protobuf import text_format
+from tensorflow_serving.config import model_server_config_pb2
+
+from components.custom import pusher
+from components.support import serving_config
+
+MODEL = "big_tip"
+
+
+def _serving(tmp_path, versions):
+    serving_dir = tmp_path / "serving"
+    for version in versions:
+        (serving_dir / MODEL / str(version)).mkdir(parents=True)
+    return str(serving_dir)
+
+
+def _parsed(serving_dir) -> model_server_config_pb2.ModelConfig:
+    """The model's entry, parsed by TF Serving's own proto."""
+    with open(os.path.join(serving_dir, serving_config.CONFIG_FILE)) as handle:
+        config = text_format.Parse(handle.read(), model_server_config_pb2.ModelServerConfig())
+    (entry,) = config.model_config_list.config
+    return entry
+
+
+def test_following_loads_the_newest_two_and_labels_only_what_was_loaded(tmp_path):
+    serving_dir = _serving(tmp_path, [100, 200, 300])
+    serving_config.follow(serving_dir, MODEL)
+    entry = _parsed(serving_dir)
+    assert entry.name == MODEL
+    assert entry.base_path == os.path.join(serving_dir, MODEL)
+    assert entry.model_platform == "tensorflow"
+    assert list(entry.model_version_policy.specific.versions) == [200, 300]
+    # TF Serving had loaded nothing under an earlier config: a label would be refused.
+    assert dict(entry.version_labels) == {}
+    assert serving_config.state(serving_dir, MODEL).serving == 300
+    # A push: the version that served before it (loaded by the config replaced) is `stable`.
+    (tmp_path / "serving" / MODEL / "400").mkdir()
+    serving_config.after_push(serving_dir, MODEL)
+    entry = _parsed(serving_dir)
+    assert list(entry.model_version_policy.specific.versions) == [300, 400]
+    assert dict(entry.version_labels) == {"stable": 300}
+
+
+def test_a_pin_survives_the_next_push_and_unpin_serves_the_newest(tmp_path):
+    serving_dir = _serving(tmp_path, [100, 200])
+    serving_config.follow(serving_dir, MODEL)
+    serving_config.pin(serving_dir, MODEL, 100)
+    (tmp_path / "serving" / MODEL / "300").mkdir()
+    after = serving_config.after_push(serving_dir, MODEL)
+    assert after.pinned == 100 and after.serving == 100
+    entry = _parsed(serving_dir)
+    assert list(entry.model_version_policy.specific.versions) == [100]
+    assert dict(entry.version_labels) == {"stable": 100}  # loaded by the config it replaced
+    serving_config.follow(serving_dir, MODEL)
+    assert serving_config.state(serving_dir, MODEL).serving == 300
+    assert serving_config.state(serving_dir, MODEL).pinned is None
+    assert not (tmp_path / "serving" / MODEL / serving_config.PIN_FILE).exists()
+
+
+def test_rollback_goes_to_the_version_before_what_serves(tmp_path):
+    serving_dir = _serving(tmp_path, [100, 200, 300])
+    serving_config.follow(serving_dir, MODEL)
+    assert serving_config.rollback_target(serving_config.state(serving_dir, MODEL)) == 200
+    serving_config.pin(serving_dir, MODEL, 200)
+    # A second rollback goes one further back.
+    assert serving_config.rollback_target(serving_config.state(serving_dir, MODEL)) == 100
+    serving_config.pin(serving_dir, MODEL, 100)
+    with pytest.raises(serving_config.ServingConfigError, match="oldest"):
+        serving_config.rollback_target(serving_config.state(serving_dir, MODEL))
+
+
+def test_pinning_a_version_that_is_not_there_names_the_ones_that_are(tmp_path):
+    serving_dir = _serving(tmp_path, [100, 200])
+    with pytest.raises(serving_config.ServingConfigError, match="version 150 is not in .*100, 200"):
+        serving_config.pin(serving_dir, MODEL, 150)
+    assert not os.path.exists(os.path.join(serving_dir, serving_config.CONFIG_FILE))
+
+
+def test_retention_never_deletes_a_pinned_or_loaded_version(tmp_path):
+    serving_dir = _serving(tmp_path, [100, 200, 300, 400])
+    serving_config.pin(serving_dir, MODEL, 100)
+    removed = pusher.prune(os.path.join(serving_dir, MODEL), keep_versions=1)
+    assert removed == [200, 300]
+    assert serving_config.versions(os.path.join(serving_dir, MODEL)) == [100, 400]
+    # Following, the two versions TF Serving loads stay whatever the retention.
+    serving_config.follow(serving_dir, MODEL)
+    assert pusher.prune(os.path.join(serving_dir, MODEL), keep_versions=1) == []
+
+
+def test_other_models_entries_are_kept(tmp_path):
+    serving_dir = _serving(tmp_path, [100])
+    other = model_server_config_pb2.ModelServerConfig()
+    other.model_config_list.config.add(name="other", base_path="/models/other", model_platform="tensorflow")
+    (tmp_path / "serving" / serving_config.CONFIG_FILE).write_text(text_format.MessageToString(other))
+    serving_config.follow(serving_dir, MODEL)
+    with open(os.path.join(serving_dir, serving_config.CONFIG_FILE)) as handle:
+        config = text_format.Parse(handle.read(), model_server_config_pb2.ModelServerConfig())
+    assert [entry.name for entry in config.model_config_list.config] == ["other", MODEL]
+
+
+def test_a_config_that_is_not_one_is_named(tmp_path):
+    serving_dir = _serving(tmp_path, [100])
+    (tmp_path / "serving" / serving_config.CONFIG_FILE).write_text("this is not a config {")
+    with pytest.raises(serving_config.ServingConfigError, match="models.config is not a TF Serving model config"):
+        serving_config.state(serving_dir, MODEL)
+
+
+def test_batching_parameters_are_written_once_and_parse_as_tf_servings(tmp_path):
+    serving_dir = _serving(tmp_path, [100])
+    serving_config.follow(serving_dir, MODEL)
+    path = os.path.join(serving_dir, serving_config.BATCHING_FILE)
+    parameters = text_format.Parse(open(path).read(), serving_config.batching_parameters_class()())
+    assert parameters.max_batch_size.value == serving_config.BATCHING_DEFAULTS["max_batch_size"]
+    assert parameters.batch_timeout_micros.value == serving_config.BATCHING_DEFAULTS["batch_timeout_micros"]
+    # The text TF Serving's --batching_parameters_file reads (its documented example form).
+    assert "max_batch_size {\n  value: 64\n}" in open(path).read()
+    with open(path, "w") as handle:
+        handle.write("max_batch_size { value: 8 }\n")
+    serving_config.follow(serving_dir, MODEL)
+    assert open(path).read() == "max_batch_size { value: 8 }\n"  # an operator's file is kept

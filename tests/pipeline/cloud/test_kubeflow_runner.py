@@ -1,0 +1,177 @@
+"""`taxi-pipeline compile`: the KFP v2 / Vertex AI PipelineJob JSON."""
+
+import json
+import os
+import tempfile
+
+import pytest
+from google.protobuf import json_format
+from kfp.pipeline_spec import pipeline_spec_pb2
+
+from components.support import spans
+from pipeline import cli
+
+IMAGE = "europe-west4-docker.pkg.dev/project/repo/taxi-pipeline:1.0"
+TASKS = {
+    "ImportExampleGen", "StatisticsGen", "InferredSchemaGen", "ImportSchemaGen", "ExampleValidator", "DataGate",
+    "Transform", "Trainer", "LatestBlessedModelResolver-model-resolver",
+    "LatestBlessedModelResolver-model-blessing-resolver", "Evaluator", "ServingCheck", "Pusher", "SpanWindow",
+}
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    output = tmp_path_factory.mktemp("kfp") / "pipeline.json"
+    status = cli.main(["compile", "--image", IMAGE, "--pipeline-root", "gs://bucket/pipelines",
+                       "--data-root", "gs://bucket/data", "--serving-dir", "gs://bucket/serving",
+                       "--output", str(output), "--", "--runner=DataflowRunner", "--region=europe-west4"])
+    assert status == 0
+    text = output.read_text()
+    spec = json_format.ParseDict(json.loads(text)["pipelineSpec"], pipeline_spec_pb2.PipelineSpec(),
+                                 ignore_unknown_fields=True)
+    return text, spec
+
+
+def test_every_node_is_a_task_running_the_pipeline_image(compiled):
+    _, spec = compiled
+    assert set(spec.root.dag.tasks) == TASKS
+    executors = spec.deployment_spec["executors"]
+    containers = [executors[name]["container"] for name in executors if "container" in executors[name]]
+    assert len(containers) >= 10
+    assert {container["image"] for container in containers} == {IMAGE}
+
+
+def test_user_code_is_referred_to_through_the_installed_package(compiled):
+    text, spec = compiled
+    transform = spec.root.dag.tasks["Transform"].inputs.parameters
+    assert transform["preprocessing_fn"].runtime_value.constant_value.string_value == (
+        "components.model.preprocessing.preprocessing_fn")
+    assert spec.root.dag.tasks["Trainer"].inputs.parameters["run_fn"].runtime_value.constant_value.string_value == (
+        "components.model.trainer.run.run_fn")
+    assert "module_file" not in text
+    assert "components.custom.pusher.Executor" in text
+    assert "/pipeline/components/model/schema/schema.pbtxt" in text
+
+
+def test_no_local_path_of_the_build_machine_leaks(compiled, repo):
+    text, _ = compiled
+    home = os.path.expanduser("~") + os.sep
+    for local in (str(repo), home, tempfile.gettempdir(), "setup.py", "direct_running_mode"):
+        assert local not in text
+
+
+def test_the_gate_and_the_beam_args_are_compiled(compiled):
+    text, spec = compiled
+    condition = spec.root.dag.tasks["Transform"].trigger_policy.condition
+    assert "_DataGate.verdict" in condition and "['blessed'] == 1" in condition
+    assert "--runner=DataflowRunner" in text
+
+
+def test_the_window_is_chosen_on_each_run_and_feeds_example_gen(compiled):
+    _, spec = compiled
+    tasks = spec.root.dag.tasks
+    window = tasks["SpanWindow"]
+    assert window.inputs.parameters["window_size"].runtime_value.constant_value.int_value == 4
+    assert window.inputs.parameters["data_root"].runtime_value.constant_value.string_value == "gs://bucket/data"
+    # Same parameters every run: a cached SpanWindow would keep the first run's spans.
+    assert not window.caching_options.enable_cache
+    assert tasks["Transform"].caching_options.enable_cache
+    input_config = tasks["ImportExampleGen"].inputs.parameters["input_config"].task_output_parameter
+    assert (input_config.producer_task, input_config.output_parameter_key) == ("SpanWindow", "input_config")
+    assert "SpanWindow" in tasks["ImportExampleGen"].dependent_tasks
+    assert "input_config" in spec.components["SpanWindow"].output_definitions.parameters
+    trainer = tasks["Trainer"].inputs.parameters
+    train_args = json.loads(trainer["train_args"].runtime_value.constant_value.string_value)
+    eval_args = json.loads(trainer["eval_args"].runtime_value.constant_value.string_value)
+    assert (train_args["splits"], eval_args["splits"]) == (["train_3", "train_2", "train_1"], ["eval"])
+
+
+def test_every_task_input_names_an_existing_producer_task(compiled):
+    _, spec = compiled
+    tasks = spec.root.dag.tasks
+    for name, task in tasks.items():
+        for dependency in task.dependent_tasks:
+            assert dependency in tasks, (name, dependency)
+        for parameter in task.inputs.parameters.values():
+            if parameter.HasField("task_output_parameter"):
+                assert parameter.task_output_parameter.producer_task in tasks, name
+        for artifact in task.inputs.artifacts.values():
+            if artifact.HasField("task_output_artifact"):
+                assert artifact.task_output_artifact.producer_task in tasks, name
+
+
+def test_window_zero_compiles_the_all_spans_pipeline(tmp_path):
+    output = tmp_path / "p.json"
+    assert cli.main(["compile", "--image", IMAGE, "--pipeline-root", "gs://b/p", "--data-root", "gs://b/d",
+                     "--serving-dir", "gs://b/s", "--window", "0", "--output", str(output)]) == 0
+    tasks = json.loads(output.read_text())["pipelineSpec"]["root"]["dag"]["tasks"]
+    # SpanWindow only records the spans; ExampleGen reads every span as one split.
+    window_size = tasks["SpanWindow"]["inputs"]["parameters"]["window_size"]["runtimeValue"]
+    assert window_size == {"constantValue": {"intValue": "0"}}
+    input_config = tasks["ImportExampleGen"]["inputs"]["parameters"]["input_config"]
+    assert "taskOutputParameter" not in input_config and spans.ALL_SPANS_PATTERN in json.dumps(input_config)
+
+
+def test_local_paths_are_refused_for_a_remote_pipeline(tmp_path, capsys):
+    status = cli.main(["compile", "--image", IMAGE, "--pipeline-root", str(tmp_path), "--data-root", "gs://b/d",
+                       "--serving-dir", "gs://b/s", "--output", str(tmp_path / "p.json")])
+    assert status == 1
+    assert "pipeline_root must be a gs://BUCKET/... URI" in capsys.readouterr().err
+
+
+def test_cloud_storage_fuse_paths_compile_as_given(tmp_path, capsys):
+    """Vertex AI mounts Cloud Storage at /gcs/ in every task: the data root and serving
+    folder may be given that way; the pipeline root, which Vertex itself takes, not."""
+    output = tmp_path / "p.json"
+    assert cli.main(["compile", "--image", IMAGE, "--pipeline-root", "gs://b/p", "--data-root", "/gcs/b/d",
+                     "--serving-dir", "/gcs/b/s", "--output", str(output)]) == 0
+    job = json.loads(output.read_text())
+    assert job["runtimeConfig"]["gcsOutputDirectory"] == "gs://b/p"
+    assert '"/gcs/b/d"' in json.dumps(job) and "/gcs/b/s/big_tip" in json.dumps(job)
+    assert cli.main(["compile", "--image", IMAGE, "--pipeline-root", "/gcs/b/p", "--data-root", "/gcs/b/d",
+                     "--serving-dir", "/gcs/b/s", "--output", str(output)]) == 1
+    assert "pipeline_root must be a gs://BUCKET/... URI" in capsys.readouterr().err
+
+
+def test_a_window_of_one_span_is_refused_when_compiling(tmp_path, capsys):
+    status = cli.main(["compile", "--image", IMAGE, "--pipeline-root", "gs://b/p", "--data-root", "gs://b/d",
+                       "--serving-dir", "gs://b/s", "--window", "1", "--output", str(tmp_path / "p.json")])
+    assert status == 1
+    assert "a window needs at least 2 spans" in capsys.readouterr().err
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_notify_compiles_an_exit_handler_that_runs_after_any_outcome(tmp_path):
+    output = tmp_path / "pipeline.json"
+    url = "https://hooks.example.com/services/T0/B0/x"
+    status = cli.main(["compile", "--image", IMAGE, "--pipeline-root", "gs://bucket/pipelines",
+                       "--data-root", "gs://bucket/data", "--serving-dir", "gs://bucket/serving",
+                       "--output", str(output), "--notify", url])
+    assert status == 0
+    spec = json.loads(output.read_text())["pipelineSpec"]
+    root_tasks = spec["root"]["dag"]["tasks"]
+    # The pipeline's nodes become one sub-DAG; the handler runs after it, whatever its state.
+    assert set(root_tasks) == {"tfx-dag", "NotifyFinalStatus"}
+    handler = root_tasks["NotifyFinalStatus"]
+    assert handler["triggerPolicy"]["strategy"] == "ALL_UPSTREAM_TASKS_COMPLETED"
+    assert handler["dependentTasks"] == ["tfx-dag"]
+    parameters = handler["inputs"]["parameters"]
+    assert parameters["final_status"] == {"taskFinalStatus": {"producerTask": "tfx-dag"}}
+    assert parameters["url"]["runtimeValue"]["constantValue"]["stringValue"] == url
+    # What the handler reads to tell what the job pushed: the model's folder, and the job's
+    # creation time as a whole-value constant the backend resolves.
+    assert parameters["model_dir"]["runtimeValue"]["constantValue"]["stringValue"] == "gs://bucket/serving/big_tip"
+    assert parameters["job_created"]["runtimeValue"]["constantValue"]["stringValue"] == (
+        "{{$.pipeline_job_create_time_utc}}")
+    # Every node is in the sub-DAG, and the compiled fixes still apply there.
+    inner = spec["components"]["tfx-dag"]["dag"]["tasks"]
+    assert set(inner) == TASKS
+    assert inner["SpanWindow"]["cachingOptions"] == {"enableCache": False}
+    assert "job" in inner["SpanWindow"]["inputs"]["parameters"]
+
+
+def test_notify_needs_a_webhook_url(tmp_path):
+    status = cli.main(["compile", "--image", IMAGE, "--pipeline-root", "gs://bucket/pipelines",
+                       "--data-root", "gs://bucket/data", "--serving-dir", "gs://bucket/serving",
+                       "--output", str(tmp_path / "p.json"), "--notify", "hooks.example.com"])
+    assert status == 1 and not (tmp_path / "p.json").exists()

@@ -1,0 +1,56 @@
+"""The exit handler's alert: Vertex's final status and what the job pushed."""
+
+import datetime
+import json
+
+from components.support import serving_config
+from pipeline.cloud import notify
+from pipeline.ops import alerts
+
+STATUS = json.dumps({"state": "SUCCEEDED", "error": {}, "pipelineTaskName": "tfx-dag",
+                     "pipelineJobResourceName": "projects/0/locations/l/pipelineJobs/j"})
+
+
+def _rfc3339(seconds: int) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def test_a_version_pushed_after_the_job_started_is_the_job_s_push(tmp_path):
+    model_dir = tmp_path / "big_tip"
+    for version in (1700000000, 1700000500):
+        (model_dir / str(version)).mkdir(parents=True)
+    (model_dir / ".staging-1700000900").mkdir()
+    assert notify.pushed_since(str(model_dir), _rfc3339(1700000400)) == (1700000500, 1700000500, True)
+    assert notify.pushed_since(str(model_dir), _rfc3339(1700000501)) == (None, 1700000500, True)
+    # RFC 3339 with nanoseconds, as Google's APIs write it (Python 3.10 takes at most 6 digits).
+    assert notify.pushed_since(str(model_dir), "2023-11-14T22:21:40.123456789Z") == (1700000500, 1700000500, True)
+
+
+def test_a_pin_is_what_keeps_serving(tmp_path):
+    model_dir = tmp_path / "big_tip"
+    for version in (1700000000, 1700000500):
+        (model_dir / str(version)).mkdir(parents=True)
+    serving_config.pin(str(tmp_path), "big_tip", 1700000000)
+    assert notify.pushed_since(str(model_dir), _rfc3339(1700000400)) == (1700000500, 1700000000, True)
+    text = alerts.final_status_payload(STATUS, 1700000500, 1700000000)["text"]
+    assert text.endswith("pushed model version 1700000500 (version 1700000000 serving: a pin or rollback holds it)")
+
+
+def test_no_model_folder_and_an_unreadable_time_are_said_as_such(tmp_path):
+    assert notify.pushed_since(str(tmp_path / "missing"), _rfc3339(1)) == (None, None, True)
+    (tmp_path / "m" / "5").mkdir(parents=True)
+    assert notify.pushed_since(str(tmp_path / "m"), "{{$.pipeline_job_create_time_utc}}") == (None, 5, False)
+    assert notify.pushed_since("", _rfc3339(1)) == (None, None, False)
+    unknown = alerts.final_status_payload(STATUS, None, 5, determined=False)
+    assert unknown["text"].endswith("; whether it pushed is unknown (version 5 serving)") and unknown["version"] is None
+
+
+def test_the_alert_names_the_push_or_what_keeps_serving():
+    pushed = alerts.final_status_payload(STATUS, pushed=1700000500, serving=1700000500)
+    assert pushed["text"].endswith("ended: SUCCEEDED; pushed model version 1700000500")
+    assert pushed["version"] == 1700000500 and pushed["exit_code"] == 0
+    kept = alerts.final_status_payload(STATUS, pushed=None, serving=1700000000)
+    assert kept["text"].endswith("; nothing pushed (version 1700000000 keeps serving)") and kept["version"] is None
+    failed = alerts.final_status_payload(json.dumps({"state": "FAILED", "error": {"code": 13, "message": "task X"}}))
+    assert failed["text"] == "taxi pipeline run ended: FAILED: task X; nothing pushed (no model serving)"
+    assert failed["exit_code"] == 1 and failed["outcome"] == "failed"
