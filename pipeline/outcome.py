@@ -1,10 +1,12 @@
 """What a run ended as: its `Outcome` (and so its exit status), the nodes it ran, and the
-`RunReport` every command prints, pages, records and alerts from."""
+`RunReport` every command prints, pages, records and alerts from; and how any command
+ended (`Ending`), said last on the console."""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import sys
 from typing import Dict, List, Optional
 
 from pipeline.config import ExitCode
@@ -86,3 +88,25 @@ class RunReport:
         record["outcome"] = Outcome(record["outcome"])
         record["nodes"] = [NodeRun(**node) for node in record.get("nodes", [])]
         return cls(**record)
+
+
+@dataclasses.dataclass
+class Ending:
+    """How a command ended: the run's report, or the error it stopped on, said last (for
+    `--notify` too), after the path of the log that holds its traceback."""
+
+    report: Optional[RunReport] = None
+    error: str = ""
+    # The run's log file, or the log the command line writes for a failure it could not foresee.
+    log_path: str = ""
+    # Whether the error is one the log can tell more of (not a refused argument).
+    logged: bool = False
+
+    def fail(self, message: str, logged: bool = False) -> None:
+        self.error, self.logged = message, logged or bool(self.log_path)
+
+    def say(self) -> None:
+        """The last lines on stderr: where the full log is, then what broke and what to do."""
+        if self.logged and self.log_path:
+            print(f"Full log: {self.log_path}", file=sys.stderr)
+        print(f"error: {self.error}", file=sys.stderr)

@@ -130,6 +130,142 @@ def _example_gen(
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class DataChecks:
+    """The nodes that ingest the spans and decide whether their data may be trained on."""
+
+    span_window: Any
+    example_gen: Any
+    statistics_gen: Any
+    inferred_schema: Any
+    schema: Any
+    example_validator: Any
+    data_gate: Any
+
+    def nodes(self) -> list:
+        return [self.span_window, self.example_gen, self.statistics_gen, self.inferred_schema, self.schema,
+                self.example_validator, self.data_gate]
+
+    def is_valid(self) -> Any:
+        """The data gate's verdict, as the condition of every node after it."""
+        verdict = self.data_gate.outputs[drift.VERDICT_KEY].future()[0]
+        return verdict.custom_property(drift.BLESSED_PROPERTY) == 1
+
+
+def _data_checks(
+    data_root: str, schema_path: str, schema_digest: str, window_size: Optional[int], span_listing: str,
+    evaluation: EvaluationConfig,
+) -> DataChecks:
+    """SpanWindow → ImportExampleGen → StatisticsGen → the schemas → ExampleValidator → DataGate."""
+    span_window = window.SpanWindow(
+        data_root=data_root, window_size=window_size or 0, listing=span_listing
+    ).with_id(window.NODE_ID)
+    example_gen = _example_gen(data_root, span_window, window_size, evaluation)
+    statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
+    inferred_schema = tfx.components.SchemaGen(
+        statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True
+    ).with_id("InferredSchemaGen")
+    # The node keeps TFX's id: a store's history of schema imports stays one node's.
+    schema = ingest.ImportSchema(
+        schema_file=f"{schema_path.rstrip('/')}/{components.SCHEMA_FILE}", digest=schema_digest
+    ).with_id("ImportSchemaGen")
+    example_validator = tfx.components.ExampleValidator(
+        statistics=statistics_gen.outputs["statistics"], schema=schema.outputs["schema"]
+    ).with_id(NodeId.EXAMPLE_VALIDATOR)
+    data_gate = drift.DataGate(
+        statistics=statistics_gen.outputs["statistics"],
+        schema=schema.outputs["schema"],
+        anomalies=example_validator.outputs["anomalies"],
+        spans_used=span_window.outputs[window.SPANS_KEY],
+        data_root=data_root,
+    ).with_id(NodeId.DATA_GATE)
+    return DataChecks(span_window, example_gen, statistics_gen, inferred_schema, schema, example_validator, data_gate)
+
+
+@dataclasses.dataclass(frozen=True)
+class Training:
+    """The nodes that transform, train and evaluate against the serving model."""
+
+    transform: Any
+    baseline: Any
+    trainer: Any
+    evaluator: Any
+
+    def nodes(self) -> list:
+        return [self.transform, self.baseline, self.trainer, self.evaluator]
+
+
+def _training(
+    data: DataChecks, splits: Splits, train: TrainConfig, export_settings: ExportConfig,
+    evaluation: EvaluationConfig, code_version: str, warm_start: bool,
+) -> Training:
+    """Transform → Trainer (warm-started from the serving model) → Evaluator against it."""
+    examples, schema = data.example_gen.outputs["examples"], data.schema.outputs["schema"]
+    transform = tfx.components.Transform(
+        examples=examples,
+        schema=schema,
+        preprocessing_fn=PREPROCESSING_FN,
+        # Graph-mode tracing: several times faster to analyze than tracing the
+        # preprocessing_fn as a TF2 function, and the output loads the same way.
+        force_tf_compat_v1=True,
+        # StatisticsGen already computes the raw statistics the data gate uses.
+        disable_statistics=True,
+        # The Trainer applies the Transform graph to raw examples itself (once,
+        # then cached): writing a transformed copy of the data would cost more.
+        materialize=False,
+        splits_config=tfx.proto.SplitsConfig(
+            analyze=list(splits.train), transform=list(splits.train) + [splits.eval]
+        ),
+        custom_config={"code_version": code_version},
+    )
+    # The baseline is the model that last reached serving (the Pusher's served
+    # blessings), not merely the last one the Evaluator blessed: see components.custom.pusher.
+    baseline = tfx.dsl.Resolver(
+        strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
+        model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
+        model_blessing=tfx.dsl.Channel(type=staged_pusher.ServedModelBlessing),
+    ).with_id("LatestBlessedModelResolver")
+    trainer = tfx.components.Trainer(
+        run_fn=RUN_FN,
+        examples=examples,
+        transform_graph=transform.outputs["transform_graph"],
+        schema=schema,
+        base_model=baseline.outputs["model"] if warm_start else None,
+        train_args=tfx.proto.TrainArgs(splits=list(splits.train)),
+        eval_args=tfx.proto.EvalArgs(splits=[splits.eval]),
+        custom_config={
+            "train": dataclasses.asdict(train),
+            "export": dataclasses.asdict(export_settings),
+            "code_version": code_version,
+        },
+    ).with_id(NodeId.TRAINER)
+    evaluator = tfx.components.Evaluator(
+        examples=examples,
+        model=trainer.outputs["model"],
+        baseline_model=baseline.outputs["model"],
+        example_splits=[splits.eval],
+        eval_config=_eval_config(evaluation),
+    ).with_id(NodeId.EVALUATOR)
+    return Training(transform, baseline, trainer, evaluator)
+
+
+def _pushing(training: Training, serving_model_dir: str, keep_versions: int, latency_budget_ms: float) -> list:
+    """ServingCheck (the blessed model, served as TF Serving serves it) → Pusher."""
+    model = training.trainer.outputs["model"]
+    checked = serving_check.ServingCheck(
+        model=model,
+        model_blessing=training.evaluator.outputs["blessing"],
+        latency_budget_ms=latency_budget_ms,
+    ).with_id(NodeId.SERVING_CHECK)
+    pusher = staged_pusher.StagedPusher(
+        model=model,
+        model_blessing=checked.outputs[serving_check.BLESSING_KEY],
+        serving_model_dir=serving_model_dir,
+        keep_versions=keep_versions,
+    ).with_id(NodeId.PUSHER)
+    return [checked, pusher]
+
+
 def create_pipeline(
     *,
     pipeline_name: str,
@@ -186,99 +322,19 @@ def create_pipeline(
       metadata_connection_config: MLMD connection; None lets the orchestrator choose.
       enable_cache: Reuse outputs of executions whose inputs did not change.
     """
-    splits = window_splits(window_size)
-    span_window = window.SpanWindow(
-        data_root=data_root, window_size=window_size or 0, listing=span_listing
-    ).with_id(window.NODE_ID)
-    example_gen = _example_gen(data_root, span_window, window_size, evaluation)
-    statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
-    inferred_schema = tfx.components.SchemaGen(
-        statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True
-    ).with_id("InferredSchemaGen")
-    # The node keeps TFX's id: a store's history of schema imports stays one node's.
-    schema = ingest.ImportSchema(
-        schema_file=f"{schema_path.rstrip('/')}/{components.SCHEMA_FILE}", digest=schema_digest
-    ).with_id("ImportSchemaGen")
-    example_validator = tfx.components.ExampleValidator(
-        statistics=statistics_gen.outputs["statistics"], schema=schema.outputs["schema"]
-    ).with_id(NodeId.EXAMPLE_VALIDATOR)
-    data_gate = drift.DataGate(
-        statistics=statistics_gen.outputs["statistics"],
-        schema=schema.outputs["schema"],
-        anomalies=example_validator.outputs["anomalies"],
-        spans_used=span_window.outputs[window.SPANS_KEY],
-        data_root=data_root,
-    ).with_id(NodeId.DATA_GATE)
-    nodes = [span_window, example_gen, statistics_gen, inferred_schema, schema, example_validator, data_gate]
-
-    data_is_valid = data_gate.outputs[drift.VERDICT_KEY].future()[0].custom_property(drift.BLESSED_PROPERTY) == 1
-    with tfx.dsl.Cond(data_is_valid):
-        transform = tfx.components.Transform(
-            examples=example_gen.outputs["examples"],
-            schema=schema.outputs["schema"],
-            preprocessing_fn=PREPROCESSING_FN,
-            # Graph-mode tracing: several times faster to analyze than tracing the
-            # preprocessing_fn as a TF2 function, and the output loads the same way.
-            force_tf_compat_v1=True,
-            # StatisticsGen already computes the raw statistics the data gate uses.
-            disable_statistics=True,
-            # The Trainer applies the Transform graph to raw examples itself (once,
-            # then cached): writing a transformed copy of the data would cost more.
-            materialize=False,
-            splits_config=tfx.proto.SplitsConfig(
-                analyze=list(splits.train), transform=list(splits.train) + [splits.eval]
-            ),
-            custom_config={"code_version": code_version},
-        )
-        # The baseline is the model that last reached serving (the Pusher's served
-        # blessings), not merely the last one the Evaluator blessed: see components.custom.pusher.
-        baseline = tfx.dsl.Resolver(
-            strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
-            model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
-            model_blessing=tfx.dsl.Channel(type=staged_pusher.ServedModelBlessing),
-        ).with_id("LatestBlessedModelResolver")
-        trainer = tfx.components.Trainer(
-            run_fn=RUN_FN,
-            examples=example_gen.outputs["examples"],
-            transform_graph=transform.outputs["transform_graph"],
-            schema=schema.outputs["schema"],
-            base_model=baseline.outputs["model"] if warm_start else None,
-            train_args=tfx.proto.TrainArgs(splits=list(splits.train)),
-            eval_args=tfx.proto.EvalArgs(splits=[splits.eval]),
-            custom_config={
-                "train": dataclasses.asdict(train),
-                "export": dataclasses.asdict(export_settings),
-                "code_version": code_version,
-            },
-        ).with_id(NodeId.TRAINER)
-        evaluator = tfx.components.Evaluator(
-            examples=example_gen.outputs["examples"],
-            model=trainer.outputs["model"],
-            baseline_model=baseline.outputs["model"],
-            example_splits=[splits.eval],
-            eval_config=_eval_config(evaluation),
-        ).with_id(NodeId.EVALUATOR)
-        # The blessed model, served as TF Serving serves it, before the Pusher may push it.
-        checked = serving_check.ServingCheck(
-            model=trainer.outputs["model"],
-            model_blessing=evaluator.outputs["blessing"],
-            latency_budget_ms=latency_budget_ms,
-        ).with_id(NodeId.SERVING_CHECK)
-        pusher = staged_pusher.StagedPusher(
-            model=trainer.outputs["model"],
-            model_blessing=checked.outputs[serving_check.BLESSING_KEY],
-            serving_model_dir=serving_model_dir,
-            keep_versions=keep_versions,
-        ).with_id(NodeId.PUSHER)
-    nodes += [transform, baseline, trainer, evaluator, checked, pusher]
+    data = _data_checks(data_root, schema_path, schema_digest, window_size, span_listing, evaluation)
+    with tfx.dsl.Cond(data.is_valid()):
+        training = _training(data, window_splits(window_size), train, export_settings, evaluation, code_version,
+                             warm_start)
+        pushing = _pushing(training, serving_model_dir, keep_versions, latency_budget_ms)
     if parallel_beam_pipeline_args:
-        for node in (statistics_gen, evaluator):
+        for node in (data.statistics_gen, training.evaluator):
             node.with_beam_pipeline_args(list(parallel_beam_pipeline_args))
 
     return tfx.dsl.Pipeline(
         pipeline_name=pipeline_name,
         pipeline_root=pipeline_root,
-        components=nodes,
+        components=[*data.nodes(), *training.nodes(), *pushing],
         enable_cache=enable_cache,
         metadata_connection_config=metadata_connection_config,
         beam_pipeline_args=list(beam_pipeline_args),

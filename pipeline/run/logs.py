@@ -1,5 +1,6 @@
-"""Console and file logging of a run: one progress line per component on the console,
-every TF/Beam/TFX log line in `<output root>/logs/` (and on the console with --verbose).
+"""Console and file logging of a command: one progress line per component on the console,
+every TF/Beam/TFX log line in `<output root>/logs/` (and on the console with --verbose),
+and the quiet console of the commands that print a result.
 
 The progress lines come from the orchestrators' own log messages, the only signal TFX
 1.16 gives while a node runs; `test_logs.py` checks that TFX still logs them.
@@ -15,6 +16,7 @@ import os
 import re
 import sys
 import time
+import warnings
 from typing import Optional
 
 from components.model.trainer.settings import EPOCH_PROGRESS
@@ -204,3 +206,14 @@ def import_tensorflow(log_path: str, verbose: bool) -> None:
         sys.stderr.flush()
         os.dup2(saved, 2)
         os.close(saved)
+
+
+def quiet_libraries() -> None:
+    """For the commands that print a result, not a run's progress: no library notices
+    on the console (TensorFlow's C++ and Python logs, deprecation notices on import)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    # google-api-core's about Python 3.10, ...
+    warnings.simplefilter("ignore", FutureWarning)
+    # Their Python loggers keep a level set before they are imported.
+    for name in ("tensorflow", "apache_beam"):
+        logging.getLogger(name).setLevel(logging.ERROR)

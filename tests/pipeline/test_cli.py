@@ -82,17 +82,18 @@ def test_running_out_of_memory_or_disk_names_the_limit(monkeypatch, capsys):
     import errno
 
     from pipeline import cli
+    from pipeline.data import commands
 
-    def out_of_disk(args):
+    def out_of_disk(args, ending):
         raise OSError(errno.ENOSPC, "No space left on device", "/out/pipeline_root/Trainer")
 
-    monkeypatch.setattr(cli, "_make_data", out_of_disk)
+    monkeypatch.setattr(commands, "make_data", out_of_disk)
     assert cli.main(["make-data"]) == 1
     assert "no space left on the device writing /out/pipeline_root/Trainer" in capsys.readouterr().err
 
-    def out_of_memory(args):
+    def out_of_memory(args, ending):
         raise MemoryError()
 
-    monkeypatch.setattr(cli, "_make_data", out_of_memory)
+    monkeypatch.setattr(commands, "make_data", out_of_memory)
     assert cli.main(["make-data"]) == 1
     assert "out of memory" in capsys.readouterr().err

@@ -10,7 +10,7 @@ import pytest
 
 from pipeline import cli
 from pipeline.outcome import Outcome, RunReport
-from pipeline.run import lock, run_state
+from pipeline.run import commands, lock, run_state
 
 HOLD_LOCK = """
 import fcntl, os, sys, time
@@ -66,8 +66,8 @@ def test_a_second_holder_in_the_same_process_is_refused(tmp_path):
 
 def _window_plan(ws, window):
     """The plan `taxi-pipeline retrain --window N` makes for this workspace."""
-    args = cli._parser().parse_args(["retrain", "--window", str(window), *ws.locations()])
-    run_config = cli._run_config(args)
+    args = cli.parser().parse_args(["retrain", "--window", str(window), *ws.locations()])
+    run_config = commands.run_config(args)
     return run_state.plan(dataclasses.replace(
         run_config, settings=dataclasses.replace(run_config.settings, window_size=window)))
 

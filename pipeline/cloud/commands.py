@@ -1,0 +1,101 @@
+"""`compile`, `schedule` and `beam-services`: their options and bodies."""
+
+from __future__ import annotations
+
+import argparse
+
+from pipeline import config, options
+from pipeline.outcome import Ending
+
+
+def add_compile(commands: argparse._SubParsersAction) -> None:
+    kfp = commands.add_parser("compile", help="write the pipeline JSON for Kubeflow Pipelines v2 / Vertex AI")
+    kfp.add_argument("--image", required=True, help="the pipeline image (see Dockerfile)")
+    kfp.add_argument("--pipeline-root", required=True,
+                     help="gs:// root for component outputs")
+    kfp.add_argument("--data-root", required=True, help="gs:// folder of span-<N>/ folders (or /gcs/BUCKET/...)")
+    kfp.add_argument("--serving-dir", required=True,
+                     help="gs:// folder blessed models are pushed to (or /gcs/BUCKET/...)")
+    kfp.add_argument("--keep-versions", type=options.positive, default=config.KEEP_VERSIONS,
+                     help="pushed versions kept")
+    kfp.add_argument("--window", type=int, default=config.WINDOW_SIZE,
+                     help="train on the newest N spans, chosen on each run (the newest is evaluated on); "
+                          "0: every span, hash-split")
+    kfp.add_argument("--output", default="pipeline.json", help="where to write the PipelineJob JSON")
+    options.add_latency_budget(kfp)
+    kfp.add_argument("--notify", default="", metavar="URL",
+                     help="a Slack-compatible webhook the pipeline's exit handler tells how each run ended, "
+                          "even when a component failed")
+    options.add_beam_options(kfp, "Beam's in-memory engine inside each component's container")
+    kfp.add_argument("beam_args", nargs="*", metavar="BEAM_ARG",
+                     help="Beam options for the Beam components (e.g. Dataflow's), after `--`")
+    kfp.set_defaults(handler=compile_pipeline)
+
+
+def compile_pipeline(args: argparse.Namespace, ending: Ending) -> int:
+    from pipeline.cloud import kubeflow_runner
+    from pipeline.cloud.compiled_fixes import dag_tasks
+
+    kfp_config = config.KubeflowConfig(
+        image=args.image,
+        pipeline_root=args.pipeline_root,
+        data_root=args.data_root,
+        serving_dir=args.serving_dir,
+        notify_url=args.notify,
+        settings=config.Settings(
+            keep_versions=args.keep_versions,
+            latency_budget_ms=args.latency_budget_ms,
+            window_size=args.window or None,
+            beam_args=options.beam_command_line(args, config.VERTEX_BEAM_ARGS),
+        ),
+    )
+    tasks = dag_tasks(kubeflow_runner.compile_pipeline(kfp_config, args.output))
+    print(f"Wrote {args.output}: {len(tasks)} tasks, image {args.image}")
+    return 0
+
+
+def add_schedule(commands: argparse._SubParsersAction) -> None:
+    schedule = commands.add_parser("schedule", help="create a Vertex AI schedule running the compiled pipeline")
+    schedule.add_argument("--pipeline-json", default="pipeline.json", help="written by `taxi-pipeline compile`")
+    schedule.add_argument("--cron", required=True, help='when to run, e.g. "0 3 * * *" (UTC)')
+    schedule.add_argument("--project", required=True, help="Google Cloud project")
+    schedule.add_argument("--region", required=True, help="Vertex AI region, e.g. europe-west4")
+    schedule.add_argument("--service-account", default=None, help="service account the runs use")
+    schedule.add_argument("--dry-run", action="store_true", help="print the CreateScheduleRequest, send nothing")
+    schedule.set_defaults(handler=schedule_pipeline)
+
+
+def schedule_pipeline(args: argparse.Namespace, ending: Ending) -> int:
+    from pipeline.cloud import vertex_schedule
+
+    schedule_config = vertex_schedule.ScheduleConfig(
+        pipeline_json=args.pipeline_json, cron=args.cron, project=args.project, region=args.region,
+        service_account=args.service_account,
+    )
+    request = vertex_schedule.build_request(schedule_config)
+    if args.dry_run:
+        print(vertex_schedule.as_json(request))
+        return 0
+    try:
+        name = vertex_schedule.submit(schedule_config, request)
+    except vertex_schedule.NoCredentialsError as err:
+        raise ValueError(str(err)) from err
+    print(f"Created schedule {name} ({args.cron})")
+    return 0
+
+
+def add_beam_services(commands: argparse._SubParsersAction) -> None:
+    services = commands.add_parser(
+        "beam-services", help="Beam's job service and a Python worker pool on 127.0.0.1, for --beam portable"
+    )
+    services.add_argument("--job-port", type=int, default=8099, help="the job service's port (0: any free one)")
+    services.add_argument("--worker-pool-port", type=int, default=50000,
+                          help="the worker pool's port (0: any free one)")
+    services.set_defaults(handler=beam_services, quiet=True)
+
+
+def beam_services(args: argparse.Namespace, ending: Ending) -> int:
+    from pipeline.cloud import beam_services as services
+
+    services.serve_forever(args.job_port, args.worker_pool_port)
+    return 0

@@ -1,0 +1,74 @@
+"""`report`, `history` and `lineage`: read the metadata store, change nothing."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Optional
+
+from pipeline import config, failures, options
+from pipeline.outcome import Ending
+
+
+def add_report(commands: argparse._SubParsersAction) -> None:
+    report = commands.add_parser("report", help="write a past run's HTML page again, from the metadata store")
+    report.add_argument("run", nargs="?", default=None,
+                        help="a run id, or its start (e.g. 20261123-0745); default: the newest run")
+    options.add_metadata_options(report)
+    report.set_defaults(handler=read_back, quiet=True)
+
+
+def add_history(commands: argparse._SubParsersAction) -> None:
+    history = commands.add_parser("history", help="the recent runs: when, spans, outcome, metrics, pushed version")
+    history.add_argument("--limit", type=options.positive, default=20, help="runs shown, newest first")
+    options.add_metadata_options(history)
+    history.set_defaults(handler=read_back, quiet=True)
+
+
+def add_lineage(commands: argparse._SubParsersAction) -> None:
+    lineage = commands.add_parser(
+        "lineage", help="the spans, files, executions and evaluation behind a pushed model version"
+    )
+    lineage.add_argument("version", type=int, help="a version folder's number under the serving folder")
+    options.add_metadata_options(lineage)
+    options.add_serving_location(lineage)
+    lineage.set_defaults(handler=read_back, quiet=True)
+
+
+def read_back(args: argparse.Namespace, ending: Ending) -> int:
+    """`report`, `history` and `lineage`."""
+    defaults = config.RunConfig()
+    run_config = config.RunConfig(
+        output_root=args.output_root,
+        metadata_mysql=args.metadata_mysql,
+        serving_dir=getattr(args, "serving_dir", defaults.serving_dir),
+        settings=dataclasses.replace(defaults.settings, model_name=getattr(args, "model_name", config.MODEL_NAME)),
+    ).resolved()
+    metadata, pipeline_name = run_config.metadata, run_config.settings.pipeline_name
+    failures.check_store(metadata, run_config.output_root)
+    if not metadata.exists():
+        raise ValueError(f"no metadata store at {metadata}: no run wrote to --output-root {args.output_root} yet")
+    from pipeline.inspect import lineage
+
+    if args.command == "history":
+        print(lineage.history(metadata, pipeline_name, args.limit))
+    elif args.command == "lineage":
+        print(lineage.lineage(metadata, run_config.model_serving_dir, args.version))
+    else:
+        print(f"Report: {_write_report(run_config.output_root, metadata, pipeline_name, args.run)}")
+    return 0
+
+
+def _write_report(output_root: str, metadata: config.MetadataConfig, pipeline_name: str, run: Optional[str]) -> str:
+    from pipeline.inspect import lineage, report_page, run_details, run_report
+
+    store = run_report.connect(metadata)
+    known = lineage.run_ids(store)
+    matching = [run_id for run_id in known if run is None or run_id.startswith(run)]
+    if not matching:
+        raise LookupError(f"no run {run!r} in {metadata}" if run else f"no runs in {metadata}")
+    if run is not None and len(matching) > 1 and run not in matching:
+        raise LookupError(f"{run!r} names {len(matching)} runs: {', '.join(matching[:5])}; give more of the id")
+    run_id = run if run in matching else matching[0]
+    details = run_details.read(metadata, pipeline_name, run_id)
+    return report_page.write(output_root, details)

@@ -1,0 +1,57 @@
+"""`predict` and `serving`: their options and bodies."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from pipeline import config, options
+from pipeline.outcome import Ending
+
+
+def add_predict(commands: argparse._SubParsersAction) -> None:
+    predict = commands.add_parser("predict", help="score tf.Example TFRecords with a pushed model, with Beam")
+    predict.add_argument("--model", default="latest",
+                         help="'latest' (the version TF Serving serves, a pin included) or a version number")
+    predict.add_argument("--input", required=True, metavar="GLOB", help="GZIP TFRecords of tf.Example to score")
+    predict.add_argument("--output", required=True, metavar="DIR", help="a new or empty folder for the scores")
+    predict.add_argument("--csv", action="store_true", help="also write a CSV of probability and class")
+    predict.add_argument("--key", default="", metavar="FEATURE", help="with --csv: a feature's value to join on")
+    options.add_serving_location(predict)
+    options.add_beam_options(predict, "Beam's in-memory engine in this process")
+    predict.add_argument("beam_args", nargs="*", metavar="BEAM_ARG",
+                         help="Beam options after `--` (e.g. Dataflow's); default: this machine's DirectRunner")
+    predict.set_defaults(handler=predict_files, quiet=True)
+
+
+def predict_files(args: argparse.Namespace, ending: Ending) -> int:
+    from pipeline.ops import predict
+
+    started = time.perf_counter()
+    model = predict.run(predict.PredictConfig(
+        model=args.model, input_glob=args.input, output_dir=args.output, serving_dir=args.serving_dir,
+        model_name=args.model_name, csv=args.csv, key_feature=args.key,
+        beam_args=options.beam_command_line(args, config.local_beam_args()),
+    ))
+    print(f"Scored {args.input} with {model} into {args.output} ({time.perf_counter() - started:.1f} s)")
+    return 0
+
+
+def add_serving(commands: argparse._SubParsersAction) -> None:
+    serving = commands.add_parser(
+        "serving", help="list the pushed versions, roll back, pin or unpin what TF Serving serves"
+    )
+    serving.add_argument("action", choices=("list", "rollback", "pin", "unpin"),
+                         help="list: versions and labels; rollback [VERSION]: serve VERSION (default: the one "
+                              "before what serves now) and keep serving it; pin VERSION: serve only it; unpin: "
+                              "serve the newest again")
+    serving.add_argument("version", nargs="?", type=int, default=None, help="a version folder's number")
+    options.add_serving_location(serving)
+    serving.set_defaults(handler=serving_versions, quiet=True)
+
+
+def serving_versions(args: argparse.Namespace, ending: Ending) -> int:
+    from pipeline.ops import serving
+
+    print(serving.command(args.serving_dir, args.model_name, args.action, args.version))
+    return 0

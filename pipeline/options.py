@@ -1,0 +1,88 @@
+"""The command line's shared options: where the metadata store and the serving folder
+are, the serving check's budget, and where the Beam work runs (`--beam`). Each command's
+own options are defined with its body (`pipeline/*/commands.py`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from pipeline import beam_args, config
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_latency_budget(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--latency-budget-ms", type=float, default=config.Settings().latency_budget_ms,
+                         help="the serving check's p99 budget for a single-example request; over it, the model "
+                              "is not pushed (exit 6)")
+
+
+def _mysql_address(text: str) -> config.MySqlAddress:
+    try:
+        return config.MySqlAddress.parse(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+
+
+def add_metadata_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--output-root", default=config.OUTPUT_ROOT, help="pipeline root, MLMD and logs")
+    command.add_argument("--metadata-mysql", type=_mysql_address, default=None, metavar="HOST:PORT/DB",
+                         help=f"keep MLMD in this MySQL/MariaDB database instead of the output root's SQLite file "
+                              f"(account from {config.MYSQL_USER_ENV} and {config.MYSQL_PASSWORD_ENV})")
+
+
+def add_serving_location(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--serving-dir", default=config.SERVING_DIR, help="where blessed models are pushed")
+    command.add_argument("--model-name", default=config.MODEL_NAME, help="the model's folder under --serving-dir")
+
+
+def add_beam_options(command: argparse.ArgumentParser, default_help: str) -> None:
+    beam = command.add_argument_group(
+        "where the Beam work runs", "see pipeline/beam_args.py; options after `--` are passed to Beam last, and win"
+    )
+    beam.add_argument("--beam", choices=beam_args.KINDS, default="direct",
+                      help=f"direct: {default_help}; portable: a Beam job service and a Python worker pool; "
+                           "flink, spark, dataflow: those runners")
+    beam.add_argument("--job-endpoint", metavar="HOST:PORT", help="portable, spark: the Beam job service")
+    beam.add_argument("--worker-pool", metavar="HOST:PORT",
+                      help="portable, flink, spark: a Python worker pool started from this package's environment "
+                           "(python -m apache_beam.runners.worker.worker_pool_main --service_port=PORT)")
+    beam.add_argument("--flink-master", metavar="HOST:PORT", help="flink: the JobManager's REST address")
+    beam.add_argument("--flink-job-server-jar", metavar="PATH",
+                      help="flink: Beam's Flink job server jar, where Maven Central cannot be reached")
+    beam.add_argument("--sdk-image", metavar="IMAGE",
+                      help="flink, spark without a pool: the pipeline image, run in Docker; dataflow: its SDK "
+                           "container (the pipeline image)")
+    beam.add_argument("--beam-workers", type=int, metavar="N",
+                      help="flink, spark: worker processes per job (Flink's parallelism too); dataflow: its "
+                           "most workers")
+    beam.add_argument("--dataflow-project", metavar="PROJECT", help="dataflow: the Google Cloud project")
+    beam.add_argument("--dataflow-region", metavar="REGION", help="dataflow: its region, e.g. europe-west4")
+    beam.add_argument("--temp-location", metavar="GS_PATH", help="dataflow: a gs:// folder for its temporary files")
+
+
+def beam_target(args: argparse.Namespace) -> beam_args.BeamTarget:
+    """The `--beam` flags as a BeamTarget, or ValueError naming what is missing."""
+    if getattr(args, "beam_target", None) is not None:
+        return args.beam_target
+    target = beam_args.target_from(
+        args.beam, job_endpoint=args.job_endpoint, worker_pool=args.worker_pool, flink_master=args.flink_master,
+        flink_job_server_jar=args.flink_job_server_jar, sdk_image=args.sdk_image, workers=args.beam_workers,
+        dataflow_project=args.dataflow_project, dataflow_region=args.dataflow_region,
+        temp_location=args.temp_location,
+    )
+    problems = target.problems()
+    if problems:
+        raise ValueError("; ".join(problems))
+    return target
+
+
+def beam_command_line(args: argparse.Namespace, local: tuple) -> tuple:
+    """The Beam options a command's work runs with: `local` (this process's), turned by
+    `--beam` into another target's, then the options given after `--`."""
+    return beam_args.command_line(local, beam_target(args), tuple(args.beam_args))

@@ -1,0 +1,204 @@
+"""`run` and `retrain`: their options, and the body both share (resolve the config, take
+the output root's lock, check the store and the schema, run or reuse, report)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import logging
+import os
+import time
+from typing import Sequence
+
+from components import compat
+from components.model.trainer.settings import TrainConfig
+from components.support import spans
+from pipeline import config, failures, options
+from pipeline.outcome import Ending, Outcome, RunReport
+from pipeline.run import lock, logs, preflight, retrain, run_state, speedups
+
+
+def add_run(commands: argparse._SubParsersAction) -> None:
+    _add_local_options(commands.add_parser("run", help="run the pipeline end to end on this machine"))
+
+
+def add_retrain(commands: argparse._SubParsersAction) -> None:
+    command = commands.add_parser(
+        "retrain", help="for schedulers: train on the newest spans if a new span landed, else do nothing"
+    )
+    command.add_argument("--window", type=options.positive, default=config.WINDOW_SIZE,
+                         help="spans in the rolling window: the newest is evaluated on, the others trained on")
+    _add_local_options(command)
+
+
+def _add_local_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--data-root", default=config.DATA_ROOT, help="folder of span-<N>/ TFRecord folders")
+    options.add_metadata_options(command)
+    command.add_argument("--serving-dir", default=config.SERVING_DIR, help="where blessed models are pushed")
+    command.add_argument("--keep-versions", type=options.positive, default=config.KEEP_VERSIONS,
+                         help="pushed versions kept in the serving folder; older ones are deleted")
+    command.add_argument("--force", action="store_true", help="run even when nothing changed since the last run")
+    command.add_argument("--verbose", action="store_true", help="full TensorFlow/Beam/TFX logs on the console")
+    command.add_argument("--run-eagerly", action="store_true",
+                         help="run the Trainer's tf.functions eagerly (debugging; much slower)")
+    command.add_argument("--orchestrator", choices=config.ORCHESTRATORS, default=config.ORCHESTRATORS[0],
+                         help="local: LocalDagRunner, one node after another; beam: BeamDagRunner, "
+                              "each node a step of one Beam pipeline")
+    command.add_argument("--no-speedups", action="store_true",
+                         help=f"run without the library speed-ups of pipeline/run/speedups.py (also {speedups.ENV}=0)")
+    options.add_latency_budget(command)
+    command.add_argument("--notify", default=None, metavar="URL",
+                         help="POST a JSON summary to this Slack-compatible webhook when the command ends, "
+                              "whatever the outcome (a failure to notify never changes the exit status)")
+    options.add_beam_options(command, "Beam's in-memory engine in this process")
+    command.add_argument("beam_args", nargs="*", metavar="BEAM_ARG", help="extra Beam options, after `--`")
+    command.set_defaults(handler=run)
+
+
+def run_config(args: argparse.Namespace) -> config.RunConfig:
+    """The resolved config of a `run` or `retrain` command line."""
+    return config.RunConfig(
+        data_root=args.data_root,
+        output_root=args.output_root,
+        serving_dir=args.serving_dir,
+        metadata_mysql=args.metadata_mysql,
+        settings=config.Settings(
+            keep_versions=args.keep_versions,
+            latency_budget_ms=args.latency_budget_ms,
+            beam_args=options.beam_command_line(args, config.local_beam_args()),
+            train=TrainConfig(run_eagerly=args.run_eagerly),
+        ),
+    ).resolved()
+
+
+def run(args: argparse.Namespace, ending: Ending) -> int:
+    """`run` and `retrain`: resolve the config, run, report; exit status by outcome."""
+    started = time.perf_counter()
+    if args.no_speedups:
+        os.environ[speedups.ENV] = "0"  # one setting, read by the run and the exit
+    if not args.verbose:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        # For the processes the run starts (Beam's workers): their Python warnings would
+        # go straight to the console; their log records reach the run's log file.
+        os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    # The config first (it refuses a remote output root before anything is written there),
+    # then logging: importing TensorFlow, TFX and their dependencies already logs and warns.
+    resolved = run_config(args)
+    log_path = logs.configure(os.path.join(resolved.output_root, "logs"), args.verbose)
+    ending.log_path = log_path
+    logging.info("Stack %s", compat.describe())
+
+    def run_pipeline(run_with: config.RunConfig, plan: run_state.RunPlan) -> RunReport:
+        logs.import_tensorflow(log_path, args.verbose)
+        with speedups.local_runner(speedups.enabled()) as local_runner:
+            return local_runner.run(run_with, plan, orchestrator=args.orchestrator, recover=not args.force)
+
+    try:
+        with lock.RunLock(resolved.output_root, args.command):
+            failures.check_store(resolved.metadata, resolved.output_root, writable=True)
+            preflight.check_schema(config.schema_file())
+            if args.command == "retrain":
+                report = retrain.retrain(resolved, args.window, run_pipeline, force=args.force)
+            else:
+                plan = run_state.plan(resolved)
+                # An unchanged re-run is decided without importing TensorFlow or TFX.
+                reuse = plan.previous is not None and not args.force
+                report = plan.previous if reuse else run_pipeline(resolved, plan)
+    except (spans.DataRootError, spans.WindowError) as err:
+        logging.exception("%s failed", args.command)
+        ending.fail(str(err))
+        return config.ExitCode.ERROR
+    except preflight.BadDataError as err:
+        logging.exception("%s: data rejected", args.command)
+        ending.fail(f"data rejected: {err}")
+        ending.report = _rejected_before_the_run(resolved, str(err), started)
+        print("Data rejected; nothing was trained or pushed.")
+        if ending.report.page:
+            print(f"Report: {ending.report.page}")
+        return config.ExitCode.DATA_REJECTED
+    except lock.LockHeld as err:
+        ending.fail(str(err))
+        return config.ExitCode.LOCKED
+    report.seconds = time.perf_counter() - started
+    ending.report = report
+    print(summary(report, log_path))
+    return report.exit_code
+
+
+def _rejected_before_the_run(resolved: config.RunConfig, reason: str, started: float) -> RunReport:
+    """The report of a run the record check stopped before the pipeline started (nothing
+    in MLMD), with its page."""
+    from pipeline.run import local_runner
+
+    report = RunReport(
+        outcome=Outcome.DATA_REJECTED, anomalies=[reason], stack=compat.describe(),
+        run_id=local_runner.new_run_id("rejected"),
+        finished=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        seconds=time.perf_counter() - started,
+    )
+    report.page = local_runner.write_page(resolved, report, recorded=False)
+    return report
+
+
+def _ranges(numbers: Sequence[int]) -> str:
+    """`1-4, 7, 9-10` for [1, 2, 3, 4, 7, 9, 10]."""
+    groups: list = []
+    for number in sorted(numbers):
+        if groups and number == groups[-1][1] + 1:
+            groups[-1][1] = number
+        else:
+            groups.append([number, number])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in groups)
+
+
+_OUTCOME_LINES = {
+    Outcome.PUSHED: "Pushed a new model version: {report.pushed_version_dir}",
+    Outcome.UP_TO_DATE: "Up to date; serving {report.pushed_version_dir}",
+    Outcome.NOT_BLESSED: "Model trained but NOT blessed; the previous version keeps serving.",
+    Outcome.SERVING_CHECK_FAILED: "Model blessed but it FAILED the serving check ({report.serving_check}); "
+                                  "the previous version keeps serving.",
+    Outcome.DATA_REJECTED: "Data rejected; nothing was trained or pushed.",
+}
+
+
+def summary(report: RunReport, log_path: str) -> str:
+    """What the console shows when a run ended: spans, checks, metrics, the outcome, where
+    the log and the page are."""
+    lines = []
+    if report.note:
+        lines.append(report.note)
+    elif report.reused_previous_run:
+        lines.append("Nothing changed since the last run (same data, code and settings); nothing was run.")
+    if report.spans and report.window_size:
+        *train, newest = report.spans
+        lines.append(f"Spans: trained on {', '.join(map(str, train))}; evaluated on {newest}")
+    elif report.spans:
+        lines.append(f"Spans: {', '.join(map(str, report.spans))} (hash-split train:eval)")
+    if report.span_checks:
+        ok = [int(span) for span, found in report.span_checks.items() if not found]
+        bad = [f"{span} ({len(found)} finding{'s' if len(found) > 1 else ''})"
+               for span, found in report.span_checks.items() if found]
+        verdicts = ([f"ok {_ranges(ok)}"] if ok else []) + ([f"rejected {', '.join(bad)}"] if bad else [])
+        lines.append(f"Spans checked one by one against the schema: {'; '.join(verdicts)}")
+    if report.ignored:
+        more = len(report.ignored) - 3
+        shown = ", ".join(report.ignored[:3]) + (f" and {more} more" if more > 0 else "")
+        lines.append(f"Ignored (not span data, read by nothing; listed in the log): {shown}")
+    if report.warm_start:
+        lines.append(f"Warm start: {report.warm_start}")
+    if report.anomalies:
+        lines.append("Data rejected by the schema contract:")
+        lines += [f"  {line}" for line in report.anomalies]
+    if report.eval_metrics:
+        metrics = ", ".join(
+            f"{k}={v:.0f}" if k == "example_count" else f"{k}={v:.4f}" for k, v in sorted(report.eval_metrics.items())
+        )
+        lines.append(f"Eval metrics (overall): {metrics}")
+    if report.stack:
+        lines.append(f"Stack {report.stack}")
+    outcome = _OUTCOME_LINES[report.outcome].format(report=report)
+    lines.append(f"{outcome} ({report.seconds:.1f} s, exit {int(report.exit_code)})")
+    lines.append(f"Full log: {log_path}")
+    if report.page:
+        lines.append(f"Report: {report.page}")
+    return "\n".join(lines)

@@ -1,0 +1,121 @@
+"""The layout holds: imports flow one way between the packages' concerns (see
+docs/architecture.md), and tests share code through helper modules, never through a
+conftest or another test module."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Dict, Iterator, List, Set, Tuple
+
+from tests.helpers import REPO_ROOT
+
+_COMPONENTS = {"components", "components.compat"}
+_TOP = _COMPONENTS | {"components.model", "components.support", "components.custom", "pipeline", "pipeline.top"}
+# Each concern, and the concerns it may import (its own included).
+ALLOWED: Dict[str, Set[str]] = {
+    "components": _COMPONENTS | {"components.model", "components.support", "components.custom"},
+    "components.compat": _COMPONENTS,
+    "components.model": _COMPONENTS | {"components.model"},
+    "components.support": _COMPONENTS | {"components.model", "components.support"},
+    "components.custom": _COMPONENTS | {"components.model", "components.support", "components.custom"},
+    "pipeline": _TOP,
+    "pipeline.top": _TOP,
+    "pipeline.inspect": _TOP | {"pipeline.inspect"},
+    "pipeline.run": _TOP | {"pipeline.inspect", "pipeline.run"},
+    "pipeline.ops": _TOP | {"pipeline.inspect", "pipeline.run", "pipeline.ops"},
+    "pipeline.cloud": _TOP | {"pipeline.run", "pipeline.ops", "pipeline.cloud"},
+    "pipeline.data": _TOP | {"pipeline.data"},
+}
+SUBPACKAGES = {"components": ("compat", "model", "support", "custom"),
+               "pipeline": ("run", "cloud", "inspect", "ops", "data", "cli")}
+
+
+def concern(module: str) -> str:
+    """`pipeline.run.lock` -> `pipeline.run`; `pipeline.config` -> `pipeline.top`."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return parts[0]
+    if parts[1] in SUBPACKAGES[parts[0]]:
+        return f"{parts[0]}.{parts[1]}"
+    return "pipeline.top" if parts[0] == "pipeline" else "components"
+
+
+def module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported(root: Path, path: Path) -> Iterator[Tuple[int, str]]:
+    """Every module `path` imports, at any depth of its code (lazy imports too)."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                as_path = root.joinpath(*full.split("."))
+                is_module = as_path.with_suffix(".py").exists() or (as_path / "__init__.py").exists()
+                yield node.lineno, full if is_module else node.module
+
+
+def violations(root: Path) -> List[str]:
+    """`path:line imports X (concern A may not import concern B)` for each import against ALLOWED."""
+    found = []
+    for package in ("components", "pipeline"):
+        for path in sorted((root / package).rglob("*.py")):
+            own = concern(module_name(root, path))
+            if own == "pipeline.cli":
+                continue  # the command line parses and dispatches to every concern
+            for line, name in imported(root, path):
+                if name.split(".")[0] not in ("components", "pipeline"):
+                    continue
+                if concern(name) not in ALLOWED[own]:
+                    found.append(f"{path.relative_to(root)}:{line} imports {name} "
+                                 f"({own} may not import {concern(name)})")
+    return found
+
+
+def shared_test_code(root: Path) -> List[str]:
+    """Tests that import a conftest or another test module."""
+    found = []
+    for path in sorted((root / "tests").rglob("*.py")):
+        for line, name in imported(root, path):
+            last = name.split(".")[-1]
+            if name.startswith("tests.") and (last == "conftest" or last.startswith("test_")):
+                found.append(f"{path.relative_to(root)}:{line} imports {name}")
+    return found
+
+
+def test_imports_flow_one_way_between_concerns():
+    assert violations(REPO_ROOT) == []
+
+
+def test_tests_share_code_through_helpers_only():
+    assert shared_test_code(REPO_ROOT) == []
+
+
+def test_the_checks_see_a_wrong_way_import_even_a_lazy_one(tmp_path):
+    for folder in ("components/model", "components/custom", "pipeline/run", "pipeline/inspect", "tests"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "components/__init__.py").write_text("")
+    (tmp_path / "pipeline/__init__.py").write_text("")
+    (tmp_path / "pipeline/config.py").write_text("")
+    (tmp_path / "components/custom/gate.py").write_text("")
+    (tmp_path / "pipeline/run/lock.py").write_text("")
+    (tmp_path / "components/model/features.py").write_text("from components.custom import gate\n")
+    (tmp_path / "components/custom/window.py").write_text("def f():\n    from pipeline import config\n")
+    (tmp_path / "pipeline/inspect/page.py").write_text("import json\nfrom pipeline.run import lock\n")
+    (tmp_path / "pipeline/run/report.py").write_text("from pipeline import config\nfrom pipeline.inspect import page\n")
+    (tmp_path / "tests/test_b.py").write_text("")
+    (tmp_path / "tests/test_a.py").write_text("from tests.conftest import X\nfrom tests import test_b\n")
+    assert violations(tmp_path) == [
+        "components/custom/window.py:2 imports pipeline.config (components.custom may not import pipeline.top)",
+        "components/model/features.py:1 imports components.custom.gate "
+        "(components.model may not import components.custom)",
+        "pipeline/inspect/page.py:2 imports pipeline.run.lock (pipeline.inspect may not import pipeline.run)",
+    ]
+    assert shared_test_code(tmp_path) == [
+        "tests/test_a.py:1 imports tests.conftest", "tests/test_a.py:2 imports tests.test_b",
+    ]
