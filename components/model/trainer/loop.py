@@ -214,12 +214,7 @@ def train(
         epoch.assign_add(1)
         record = {"epoch": int(epoch), **steps.epoch_metrics()}
         history.append(record)
-        with writer.as_default(step=int(steps.step_counter)):
-            tf.summary.scalar("loss/train", record["train_loss"])
-            tf.summary.scalar("loss/eval", record["eval_loss"])
-            tf.summary.scalar("auc/eval", record["eval_auc"])
-            tf.summary.scalar("learning_rate", float(tf.convert_to_tensor(optimizer.learning_rate)))
-            tf.summary.scalar("examples_per_second", examples / max(train_seconds, 1e-9))
+        _write_scalars(writer, int(steps.step_counter), record, optimizer, examples / max(train_seconds, 1e-9))
         early_stopping.update(int(epoch), record["eval_loss"], model)
         history_json.assign(json.dumps(history))
         manager.save(checkpoint_number=int(epoch))
@@ -228,15 +223,34 @@ def train(
     writer.flush()
     if early_stopping.should_stop(config.early_stopping_patience) and int(epoch) < config.epochs:
         logging.info("early stopping after epoch %d: eval loss did not improve", int(epoch))
+    return _result(model, early_stopping, history, int(epoch), steps, examples / max(train_seconds, 1e-9),
+                   resumed_from_epoch)
+
+
+def _write_scalars(writer, step: int, record: Dict[str, float], optimizer, examples_per_second: float) -> None:
+    """An epoch's TensorBoard scalars, under `<model_run_dir>/train`."""
+    with writer.as_default(step=step):
+        tf.summary.scalar("loss/train", record["train_loss"])
+        tf.summary.scalar("loss/eval", record["eval_loss"])
+        tf.summary.scalar("auc/eval", record["eval_auc"])
+        tf.summary.scalar("learning_rate", float(tf.convert_to_tensor(optimizer.learning_rate)))
+        tf.summary.scalar("examples_per_second", examples_per_second)
+
+
+def _result(
+    model: keras.Model, early_stopping: EarlyStopping, history: List[Dict[str, float]], epoch: int, steps,
+    examples_per_second: float, resumed_from_epoch: int,
+) -> TrainResult:
+    """The model back at its best epoch's weights, and what the loop measured."""
     best_epoch = int(early_stopping.best_epoch)
     if best_epoch:
         early_stopping.restore_best(model)
-        if best_epoch != int(epoch):
+        if best_epoch != epoch:
             logging.info("restored the weights of epoch %d, the best eval loss (%.4f)",
                          best_epoch, float(early_stopping.best_eval_loss))
     final = (
         history[best_epoch - 1] if best_epoch
-        else {"epoch": int(epoch), **{key: float("nan") for key in ("train_loss", "eval_loss", "eval_auc")}}
+        else {"epoch": epoch, **{key: float("nan") for key in ("train_loss", "eval_loss", "eval_auc")}}
     )
     return TrainResult(
         epochs_run=len(history),
@@ -244,7 +258,7 @@ def train(
         train_loss=final["train_loss"],
         eval_loss=final["eval_loss"],
         eval_auc=final["eval_auc"],
-        examples_per_second=examples / max(train_seconds, 1e-9),
+        examples_per_second=examples_per_second,
         trace_counts=steps.trace_counts(),
         best_epoch=int(final["epoch"]),
         history=history,
