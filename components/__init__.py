@@ -1,4 +1,6 @@
-"""Model code of the taxi pipeline: feature spec, Transform and Trainer functions.
+"""What runs inside the pipeline's components: the model (`model/`: feature spec, Transform
+and Trainer code, the curated schema), our custom TFX components (`custom/`) and their
+support code (`support/`). Nothing here imports `pipeline`.
 
 `components.compat` is imported first: on the stack that needs it, it sets the Keras
 switch before any module of this package imports TensorFlow (child processes, Beam
@@ -7,7 +9,7 @@ workers among them, inherit it).
 
 from components import compat  # noqa: F401
 
-# The curated schema (the data contract), in the `schema/` folder of this package.
+# The curated schema (the data contract), in `components/model/schema/`.
 SCHEMA_FILE = "schema.pbtxt"
 
 
