@@ -82,6 +82,17 @@ def beam_target(args: argparse.Namespace) -> beam_args.BeamTarget:
     return target
 
 
+def settings(args: argparse.Namespace, local_beam_args: tuple, **more) -> config.Settings:
+    """The pipeline's settings from a command line that builds the DAG (`run`, `retrain`,
+    `compile`): the versions kept, the serving check's budget, the Beam options, and `more`."""
+    return config.Settings(
+        keep_versions=args.keep_versions,
+        latency_budget_ms=args.latency_budget_ms,
+        beam_args=beam_command_line(args, local_beam_args),
+        **more,
+    )
+
+
 def beam_command_line(args: argparse.Namespace, local: tuple) -> tuple:
     """The Beam options a command's work runs with: `local` (this process's), turned by
     `--beam` into another target's, then the options given after `--`."""

@@ -42,12 +42,7 @@ def compile_pipeline(args: argparse.Namespace, ending: Ending) -> int:
         data_root=args.data_root,
         serving_dir=args.serving_dir,
         notify_url=args.notify,
-        settings=config.Settings(
-            keep_versions=args.keep_versions,
-            latency_budget_ms=args.latency_budget_ms,
-            window_size=args.window or None,
-            beam_args=options.beam_command_line(args, config.VERTEX_BEAM_ARGS),
-        ),
+        settings=options.settings(args, config.VERTEX_BEAM_ARGS, window_size=args.window or None),
     )
     tasks = dag_tasks(kubeflow_runner.compile_pipeline(kfp_config, args.output))
     print(f"Wrote {args.output}: {len(tasks)} tasks, image {args.image}")

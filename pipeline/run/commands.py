@@ -62,12 +62,7 @@ def run_config(args: argparse.Namespace) -> config.RunConfig:
         output_root=args.output_root,
         serving_dir=args.serving_dir,
         metadata_mysql=args.metadata_mysql,
-        settings=config.Settings(
-            keep_versions=args.keep_versions,
-            latency_budget_ms=args.latency_budget_ms,
-            beam_args=options.beam_command_line(args, config.local_beam_args()),
-            train=TrainConfig(run_eagerly=args.run_eagerly),
-        ),
+        settings=options.settings(args, config.local_beam_args(), train=TrainConfig(run_eagerly=args.run_eagerly)),
     ).resolved()
 
 
