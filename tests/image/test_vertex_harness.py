@@ -73,3 +73,40 @@ def test_tasks_run_after_what_they_take_and_a_cycle_is_refused():
     tasks["a"] = {"dependentTasks": ["c"]}
     with pytest.raises(vertex.HarnessError, match="wait on"):
         vertex.dag_order(tasks)
+
+
+class _Starts(vertex.Image):
+    """An image whose attempts write the given outputs to the log, one per attempt."""
+
+    def __init__(self, outputs):
+        super().__init__("image", {})
+        self.outputs = list(outputs)
+        self.attempts = 0
+
+    def run_once(self, argv, log_path, timeout):
+        text, status = self.outputs[self.attempts]
+        self.attempts += 1
+        with open(log_path, "a") as log:
+            log.write(text)
+        return status
+
+
+NOT_STARTED = ("Close_Fd sealing memfd copy: Device or resource busy\nError: exit status 1\n", 1)
+
+
+def test_a_container_buildah_failed_to_start_is_started_again(tmp_path):
+    log = tmp_path / "task.log"
+    image = _Starts([NOT_STARTED, ("done\n", 0)])
+    assert image.run(["true"], str(log)) == 0
+    assert image.attempts == 2
+    assert "did not start (attempt 1)" in log.read_text()
+
+
+def test_a_task_that_failed_is_not_run_again_nor_one_that_never_starts_forever(tmp_path):
+    # The task's own output beside buildah's line: the task ran, and its failure stands.
+    ran = _Starts([("Traceback ...\nValueError: bad\n" + NOT_STARTED[0], 1), ("done\n", 0)])
+    assert ran.run(["true"], str(tmp_path / "ran.log")) == 1
+    assert ran.attempts == 1
+    never = _Starts([NOT_STARTED] * (vertex.START_ATTEMPTS + 1))
+    assert never.run(["true"], str(tmp_path / "never.log")) == 1
+    assert never.attempts == vertex.START_ATTEMPTS

@@ -25,7 +25,8 @@ What it stands in for, as Vertex AI does it:
   harness recorded in the same state folder, newest first, limit 1 (none on a first run);
 - runtime constants that are whole values (`{{$.pipeline_job_uuid}}` and the like).
 
-What it does not do: Vertex's caching (every task runs), retries, machine types and
+What it does not do: Vertex's caching (every task runs), retries (but a container that
+buildah failed to start is started again: `START_FAILURE`), machine types and
 resource limits, Vertex ML Metadata's API (artifacts live in a JSON file), service
 accounts, Cloud Storage itself, and importer tasks (the pipeline has none: the harness
 refuses them). Vertex hands the tasks `gs://` URIs under the pipeline root; here the
@@ -65,6 +66,12 @@ RUNTIME_CONSTANTS = ("pipeline_job_uuid", "pipeline_job_name", "pipeline_job_res
 TASK_TIMEOUT_SECONDS = 900
 # What buildah itself prints after a command that failed in the container.
 BUILDAH_LINE = re.compile(r"^(subprocess exited with status \d+|Error: exit status \d+)$")
+# What buildah prints when the container never started: its chroot isolation re-executes
+# buildah from a sealed memfd copy (containers/storage's unshare), and the kernel can refuse
+# the seal for a moment (EBUSY) on a busy machine. Vertex AI's own infrastructure has no
+# such step, so the harness starts a fresh container again, at most START_ATTEMPTS times.
+START_FAILURE = re.compile(r"sealing memfd copy|Error during reexec|write\(anonfd\)")
+START_ATTEMPTS = 3
 
 
 class HarnessError(Exception):
@@ -106,6 +113,25 @@ class Image:
         self.mounts = mounts  # host path -> path in the container
 
     def run(self, argv: List[str], log_path: str, timeout: float = TASK_TIMEOUT_SECONDS) -> int:
+        for attempt in range(1, START_ATTEMPTS + 1):
+            start = os.path.getsize(log_path) if os.path.exists(log_path) else 0
+            status = self.run_once(argv, log_path, timeout)
+            if status == 0 or not self.never_started(log_path, start) or attempt == START_ATTEMPTS:
+                return status
+            with open(log_path, "a", encoding="utf-8") as log:
+                log.write(f"[harness] the container did not start (attempt {attempt}); starting a fresh one\n")
+        return status
+
+    @staticmethod
+    def never_started(log_path: str, start: int) -> bool:
+        """Whether all that an attempt wrote is buildah's own failure to start the container."""
+        with open(log_path, encoding="utf-8", errors="replace") as handle:
+            handle.seek(start)
+            lines = [line for line in handle.read().splitlines() if line.strip()]
+        return any(START_FAILURE.search(line) for line in lines) and all(
+            START_FAILURE.search(line) or BUILDAH_LINE.match(line) for line in lines)
+
+    def run_once(self, argv: List[str], log_path: str, timeout: float) -> int:
         made = subprocess.run(["buildah", "from", "--pull-never", "--quiet", self.image],
                               capture_output=True, text=True)
         if made.returncode != 0:
