@@ -30,7 +30,7 @@ $(error unknown stack '$(STACK)'; the stacks are: $(STACKS))
 endif
 endif
 
-.PHONY: run test test-fast test-all-stacks test-image image lint data benchmark bench-scale lock clean venv stack test-tools
+.PHONY: run test test-fast test-all-stacks test-image image lint data benchmark bench-scale bench-soak lock clean venv stack test-tools
 
 # One line naming the stack; fails, saying why, when the machine cannot load it. Points
 # .venv at its environment (not inside the Debian root, and never over a real folder).
@@ -104,6 +104,11 @@ benchmark: $(STAMP)
 # writes docs/scale.md and docs/scale.png. Outside `make test`: about an hour on 2 cores.
 bench-scale: $(STAMP)
 	$(BIN)/python benchmarks/scale.py
+
+# A year of weekly retrains on one output root, retention on, with bad spans and kills:
+# writes docs/soak.md and docs/soak.png. Outside `make test`: about an hour on 2 cores.
+bench-soak: $(STAMP)
+	$(BIN)/python benchmarks/soak.py --markdown docs/soak.md --json docs/soak.json
 
 # Written aside, then renamed: a failed freeze leaves the lock as it was.
 lock: $(STAMP)

@@ -15,6 +15,8 @@
     taxi-pipeline predict    batch scoring of tf.Example TFRecords with a pushed model (Beam)
     taxi-pipeline serving    list | rollback [VERSION] | pin VERSION | unpin: which version
                              TF Serving serves (its models.config), never deleting one
+    taxi-pipeline gc         remove what no kept run, served version or next run needs:
+                             old runs' artifacts, pages and logs (MLMD lineage)
     taxi-pipeline beam-services  Beam's job service and a worker pool on this machine, for
                              `--beam portable` (run, retrain and predict take `--beam`)
 
@@ -45,7 +47,7 @@ SUBCOMMANDS = (
     run_commands.add_run, run_commands.add_retrain, cloud_commands.add_compile, cloud_commands.add_schedule,
     inspect_commands.add_report, inspect_commands.add_history, inspect_commands.add_lineage,
     ops_commands.add_predict, cloud_commands.add_beam_services, ops_commands.add_serving,
-    data_commands.add_make_data,
+    data_commands.add_make_data, run_commands.add_gc,
 )
 
 

@@ -28,6 +28,8 @@ LAST_RUN_FILE = "last_run.json"
 SERVING_DIR = "serving_model"
 # Pushed versions kept in the serving folder (the newest always among them).
 KEEP_VERSIONS = 3
+# Newest runs `retrain` and `gc` keep whole (pipeline.run.retention).
+KEEP_RUNS = 10
 # Spans in the rolling window of `retrain` and of the compiled (scheduled) pipeline.
 WINDOW_SIZE = 4
 # How a local run is orchestrated: LocalDagRunner (the default) or BeamDagRunner.

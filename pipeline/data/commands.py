@@ -21,6 +21,9 @@ def add_make_data(commands: argparse._SubParsersAction) -> None:
                            "see pipeline/data/synthetic.py) instead of converting the CSV as it is")
     data.add_argument("--spans", type=options.positive, default=8, help="with --rows: time-ordered spans to write")
     data.add_argument("--seed", type=int, default=0, help="with --rows: the same seed writes the same bytes")
+    data.add_argument("--drift", type=float, default=0.0,
+                      help="with --rows: a slow drift, the log of trip_miles growing linearly by this much "
+                           "from the first span to the last")
     data.set_defaults(handler=make_data, quiet=True)
 
 
@@ -36,7 +39,7 @@ def make_data(args: argparse.Namespace, ending: Ending) -> int:
         raise ValueError("--rows needs --out: the folder to write the synthetic spans to")
     started = time.perf_counter()
     counts = synthetic.write(synthetic.SyntheticConfig(
-        rows=args.rows, out_dir=args.out, spans=args.spans, seed=args.seed, csv_path=args.csv or ""
+        rows=args.rows, out_dir=args.out, spans=args.spans, seed=args.seed, csv_path=args.csv or "", drift=args.drift
     ))
     print(f"Wrote {sum(counts.values())} synthetic rows in {len(counts)} spans to {args.out} "
           f"({time.perf_counter() - started:.1f} s); see {os.path.join(args.out, synthetic.README_FILE)}")

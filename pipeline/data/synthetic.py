@@ -36,6 +36,7 @@ from pipeline.data import dataset
 # The fields drawn with noise (each multiplied by its own log-normal factor), and tips,
 # which is not stored but decides the label.
 NOISY_FEATURES: Tuple[str, ...] = ("fare", "trip_miles", "trip_seconds")
+DRIFT_FEATURE = "trip_miles"
 README_FILE = "SYNTHETIC.md"
 _CHUNK = 20_000
 
@@ -51,6 +52,9 @@ class SyntheticConfig:
     # Rows per file: several files per span, as a sharded export writes them.
     rows_per_file: int = 250_000
     csv_path: str = ""
+    # A slow drift: the log of DRIFT_FEATURE grows by this much from the first span to the
+    # last, linearly (0.2 makes trips 22% longer by the end).
+    drift: float = 0.0
 
     def __post_init__(self) -> None:
         if self.rows < self.spans:
@@ -149,6 +153,8 @@ def _span_draws(source: _Source, config: SyntheticConfig, span: int, count: int)
         size = min(_CHUNK, count - start)
         picked = rng.integers(low, high, size)
         factors = rng.lognormal(0.0, config.noise, (size, len(NOISY_FEATURES) + 1))
+        if config.drift and config.spans > 1:
+            factors[:, NOISY_FEATURES.index(DRIFT_FEATURE)] *= np.exp(config.drift * (span - 1) / (config.spans - 1))
         values = (source.values[picked] * factors[:, :-1]).astype(np.float32)
         tips = source.tips[picked] * factors[:, -1]
         big_tip = tips > features.BIG_TIP_FRACTION * values[:, fare_column].astype(np.float64)
@@ -198,14 +204,15 @@ def _readme(config: SyntheticConfig, counts: Sequence[int], csv_digest: str) -> 
     per_span = ", ".join(f"span-{index + 1}: {count}" for index, count in enumerate(counts))
     return f"""# Synthetic data: for timing and memory, not for judging a model
 
-Written by `taxi-pipeline make-data --rows {config.rows} --spans {config.spans} --seed {config.seed} --out ...`.
+Written by `taxi-pipeline make-data --rows {config.rows} --spans {config.spans} --seed {config.seed} --drift {config.drift} --out ...`.
 
 - Source: `{os.path.basename(config.csv_path)}` (sha256 {csv_digest[:16]}), sorted by
   `trip_start_timestamp` and cut into {config.spans} time slices; span k draws its rows with
   replacement from slice k.
 - Noise: {", ".join(NOISY_FEATURES)} and the tip are each multiplied by a log-normal factor
   (sigma {config.noise}); the label `{features.LABEL_KEY}` is recomputed from the noisy tip and fare.
-  Every other field is the source row's.
+  Every other field is the source row's. Drift: the log of `{DRIFT_FEATURE}` grows linearly by
+  {config.drift} from the first span to the last.
 - Rows: {config.rows} ({per_span}); at most {config.rows_per_file} rows per file.
 - The same command writes the same bytes again.
 """

@@ -70,5 +70,10 @@ def _write_report(output_root: str, metadata: config.MetadataConfig, pipeline_na
     if run is not None and len(matching) > 1 and run not in matching:
         raise LookupError(f"{run!r} names {len(matching)} runs: {', '.join(matching[:5])}; give more of the id")
     run_id = run if run in matching else matching[0]
+    context = store.get_context_by_type_and_name(run_report.PIPELINE_RUN_CONTEXT, run_id)
+    removed = context.custom_properties.get(run_report.REMOVED_PROPERTY)
+    if removed is not None:
+        raise LookupError(f"run {run_id}'s files were removed by `gc` at {removed.string_value}: its page cannot be "
+                          "made again (`history` still lists what it decided; keep more with --keep-runs)")
     details = run_details.read(metadata, pipeline_name, run_id)
     return report_page.write(output_root, details)

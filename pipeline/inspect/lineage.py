@@ -54,16 +54,19 @@ def status(report: RunReport) -> str:
 def history(metadata: MetadataConfig, pipeline_name: str, limit: int) -> str:
     """The newest `limit` runs, one line each: when, spans, outcome, AUC, version."""
     store = run_report.connect(metadata)
+    contexts = {c.name: c for c in store.get_contexts_by_type(run_report.PIPELINE_RUN_CONTEXT)}
     lines = []
-    for run_id in run_ids(store)[:limit]:
+    for run_id in sorted(contexts, reverse=True)[:limit]:
         records = run_report.run_records(store, pipeline_name, run_id)
         report = run_report.report_of(records, run_id)
         when = _time(records.last_update) if records.last_update else "?"
         spans = f"{report.spans[0]}-{report.spans[-1]}" if len(report.spans) > 1 else ",".join(map(str, report.spans))
         auc = f"auc {report.eval_metrics['auc']:.4f}" if "auc" in report.eval_metrics else ""
         version = f"version {os.path.basename(report.pushed_version_dir)}" if report.pushed_version_dir else ""
-        lines.append("  ".join(part for part in (when, run_id, f"spans {spans or '-'}", status(report), auc, version)
-                               if part))
+        removed = contexts[run_id].custom_properties.get(run_report.REMOVED_PROPERTY)
+        gone = f"(files removed by gc {removed.string_value[:10]})" if removed is not None else ""
+        lines.append("  ".join(part for part in (when, run_id, f"spans {spans or '-'}", status(report), auc, version,
+                                                 gone) if part))
     if not lines:
         return f"No runs recorded in {metadata}."
     return "\n".join(lines)

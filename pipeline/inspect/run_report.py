@@ -26,6 +26,8 @@ from pipeline.outcome import NodeRun, Outcome, RunReport
 from pipeline.pipeline import NodeId
 
 PIPELINE_RUN_CONTEXT = "pipeline_run"
+# Set on a run's context by `gc` (pipeline.run.retention) when it removed the run's files.
+REMOVED_PROPERTY = "gc_removed"
 # Characters of the inputs' fingerprint that end a run id (`local_runner.new_run_id`).
 RUN_KEY_LENGTH = 16
 NODE_CONTEXT = "node"
@@ -66,10 +68,9 @@ def close_interrupted(metadata: MetadataConfig) -> List[str]:
     what happened; returns their types. Call it holding the output root's lock: then no
     execution is running."""
     store = connect(metadata, writable=True)
-    stale = [
-        execution for execution in store.get_executions()
-        if execution.last_known_state in (metadata_store_pb2.Execution.RUNNING, metadata_store_pb2.Execution.NEW)
-    ]
+    # Filtered in the store: reading every execution would grow with the history.
+    stale = list(store.get_executions(list_options=metadata_store.ListOptions(
+        filter_query="last_known_state = RUNNING OR last_known_state = NEW")))
     for execution in stale:
         execution.last_known_state = metadata_store_pb2.Execution.CANCELED
     if stale:
@@ -128,6 +129,11 @@ def string_property(artifact: metadata_store_pb2.Artifact, name: str) -> str:
 def json_property(artifact: metadata_store_pb2.Artifact, name: str) -> Any:
     value = artifact.custom_properties.get(name)
     return json_format.MessageToDict(value.struct_value) if value is not None else None
+
+
+def live(artifact: Optional[metadata_store_pb2.Artifact]) -> bool:
+    """Whether the artifact's files are there to read (`gc` marks what it deletes)."""
+    return artifact is not None and artifact.state == metadata_store_pb2.Artifact.LIVE
 
 
 def _value(artifact: metadata_store_pb2.Artifact) -> str:
@@ -220,7 +226,7 @@ def report_of(records: RunRecords, run_id: str) -> RunReport:
     if last_update:
         report.finished = datetime.datetime.fromtimestamp(last_update / 1000).astimezone().isoformat(timespec="seconds")
     spans_used = output(window.NODE_ID, window.SPANS_KEY)
-    if spans_used is not None:
+    if live(spans_used):
         report.spans = window.parse_spans(_value(spans_used))
     anomalies = output(NodeId.EXAMPLE_VALIDATOR, standard_component_specs.ANOMALIES_KEY)
     verdict = output(NodeId.DATA_GATE, drift.VERDICT_KEY)
@@ -230,7 +236,7 @@ def report_of(records: RunRecords, run_id: str) -> RunReport:
         report.span_checks = {span: checks[span] for span in sorted(checks, key=int)}
         found += [f"[span {span}] {line}" for span, lines in report.span_checks.items() for line in lines]
         found += string_property(verdict, drift.REPORT_PROPERTY).splitlines()
-    if anomalies is not None:
+    if live(anomalies):
         blessed = json_property(anomalies, drift.BLESSED_PROPERTY) or {}
         # In window mode each split is a span, and the span lines above say it all.
         if not all(int(v) == 1 for v in blessed.values()) and (verdict is None or not _window_mode(anomalies.uri)):
@@ -240,10 +246,10 @@ def report_of(records: RunRecords, run_id: str) -> RunReport:
         report.anomalies = found
         return report
     model_run = output(NodeId.TRAINER, standard_component_specs.MODEL_RUN_KEY)
-    if model_run is not None:
+    if live(model_run):
         report.warm_start = warm_start(model_run.uri)
     evaluation = output(NodeId.EVALUATOR, standard_component_specs.EVALUATION_KEY)
-    if evaluation is not None:
+    if live(evaluation):
         report.eval_metrics = eval_metrics(evaluation.uri)
     checked = output(NodeId.SERVING_CHECK, serving_check.BLESSING_KEY)
     blessing = output(NodeId.EVALUATOR, standard_component_specs.BLESSING_KEY)

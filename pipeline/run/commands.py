@@ -1,9 +1,11 @@
-"""`run` and `retrain`: their options, and the body both share (resolve the config, take
-the output root's lock, check the store and the schema, run or reuse, report)."""
+"""`run`, `retrain` and `gc`: their options, and the body `run` and `retrain` share
+(resolve the config, take the output root's lock, check the store and the schema, run or
+reuse, report; `retrain` then applies the retention of `pipeline.run.retention`)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import logging
 import os
@@ -28,7 +30,54 @@ def add_retrain(commands: argparse._SubParsersAction) -> None:
     )
     command.add_argument("--window", type=options.positive, default=config.WINDOW_SIZE,
                          help="spans in the rolling window: the newest is evaluated on, the others trained on")
+    _add_retention_options(command)
+    command.add_argument("--keep-everything", action="store_true",
+                         help="no retention after the run: keep every run's artifacts (see `gc`)")
     _add_local_options(command)
+
+
+def add_gc(commands: argparse._SubParsersAction) -> None:
+    command = commands.add_parser(
+        "gc", help="remove the artifacts, pages and logs of old runs that nothing served or reused needs "
+                   "(MLMD lineage)"
+    )
+    _add_retention_options(command)
+    command.add_argument("--dry-run", action="store_true",
+                         help="list what would be removed and its size; change nothing")
+    options.add_metadata_options(command)
+    options.add_serving_location(command)
+    command.set_defaults(handler=collect, quiet=True)
+
+
+def _add_retention_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--keep-runs", type=options.positive, default=config.KEEP_RUNS,
+                         help="newest runs kept whole; runs behind served versions and the next warm start are "
+                              "kept too, whatever their age")
+
+
+def collect(args: argparse.Namespace, ending: Ending) -> int:
+    """`gc`: under the output root's lock, remove what nothing needs (`pipeline.run.retention`)."""
+    defaults = config.RunConfig()
+    resolved = config.RunConfig(
+        output_root=args.output_root, metadata_mysql=args.metadata_mysql, serving_dir=args.serving_dir,
+        settings=dataclasses.replace(defaults.settings, model_name=args.model_name),
+    ).resolved()
+    if not resolved.metadata.exists():
+        raise ValueError(f"no metadata store at {resolved.metadata}: nothing to collect in {args.output_root}")
+    try:
+        with lock.RunLock(resolved.output_root, "gc"):
+            failures.check_store(resolved.metadata, resolved.output_root, writable=not args.dry_run)
+            from pipeline.run import retention
+
+            found = retention.collect(resolved, args.keep_runs, dry_run=args.dry_run)
+    except lock.LockHeld as err:
+        ending.fail(str(err))
+        return config.ExitCode.LOCKED
+    if args.dry_run:
+        listed = [f"  {path}" for path in found.paths]
+        print("\n".join(["Would delete:", *listed]) if listed else "Nothing to delete.")
+    print(found.summary(args.dry_run))
+    return 0
 
 
 def _add_local_options(command: argparse.ArgumentParser) -> None:
@@ -88,12 +137,15 @@ def run(args: argparse.Namespace, ending: Ending) -> int:
         with speedups.local_runner(speedups.enabled()) as local_runner:
             return local_runner.run(run_with, plan, orchestrator=args.orchestrator, recover=not args.force)
 
+    retained = ""
     try:
         with lock.RunLock(resolved.output_root, args.command):
             failures.check_store(resolved.metadata, resolved.output_root, writable=True)
             preflight.check_schema(config.schema_file())
             if args.command == "retrain":
                 report = retrain.retrain(resolved, args.window, run_pipeline, force=args.force)
+                if not (args.keep_everything or report.acknowledged):
+                    retained = _retain(resolved, args.keep_runs)
             else:
                 plan = run_state.plan(resolved)
                 # An unchanged re-run is decided without importing TensorFlow or TFX.
@@ -117,7 +169,27 @@ def run(args: argparse.Namespace, ending: Ending) -> int:
     report.seconds = time.perf_counter() - started
     ending.report = report
     print(summary(report, log_path))
+    if retained:
+        print(retained)
     return report.exit_code
+
+
+def _retain(resolved: config.RunConfig, keep_runs: int) -> str:
+    """Retention after a retrain that ran, and its line for the console: a failure is
+    said, and never changes the run's exit status (its decision stands; `gc` can retry)."""
+    from pipeline.run import retention
+
+    try:
+        found = retention.collect(resolved, keep_runs)
+    except Exception as err:  # the run's outcome stands whatever retention does
+        logging.exception("retention after the run failed")
+        return (f"warning: retention failed ({failures.explain(err, resolved.metadata)}); "
+                "the run's result stands; run `taxi-pipeline gc` to retry")
+    logging.info("%s", found.summary(dry_run=False))
+    if not found.removed_runs:
+        return ""
+    return (f"Retention: removed {len(found.removed_runs)} old run(s) ({retention.size_text(found.bytes)}); "
+            f"kept {len(found.kept_runs)} (taxi-pipeline gc --dry-run says why)")
 
 
 def _rejected_before_the_run(resolved: config.RunConfig, reason: str, started: float) -> RunReport:

@@ -1,0 +1,308 @@
+"""`taxi-pipeline gc` and the retention `retrain` applies after each run: removes what no
+run, served version or next run needs any more, found through MLMD, never by paths or dates.
+
+What is kept (`Keep`), as whole runs (every artifact their executions read or wrote):
+- the newest `keep_runs` runs, and the runs `last_run.json` records;
+- every run that pushed a version still in the serving folder (pinned, labelled, loaded
+  or within `--keep-versions`: whatever is on disk there);
+- the run that made the model the next run warm-starts from and compares against (the
+  newest blessed model that reached serving: what `LatestBlessedModelResolver` returns);
+- and behind every kept artifact, what made it: the producing execution's inputs, and
+  theirs, except a warm-start or baseline model's own history (only that model is kept),
+  so `lineage VERSION` and `report RUN` keep working for what is kept.
+
+What goes: every other artifact under the pipeline root, the output folders of executions
+of removed runs that never recorded an artifact (a killed run's), those executions'
+scratch folders, the pages of removed runs, and logs older than the oldest kept run.
+
+The order makes a kill at any point safe: the artifacts to delete are first marked
+MARKED_FOR_DELETION in MLMD in one call (TFX's cache and resolvers only return LIVE
+artifacts, so no later run can be handed one), then their files are deleted, then each is
+marked DELETED. A `gc` stopped midway leaves marked artifacts, which the next `gc`
+finishes. The MLMD rows stay (MLMD's API deletes none): executions, events and contexts
+keep the history readable, and `history` says a removed run's files are gone. Removed
+runs' contexts get the `gc_removed` property (when). Run it holding the output root's lock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import os
+from typing import Dict, Iterable, List, Optional, Set, Tuple
+
+import tensorflow as tf
+from ml_metadata import metadata_store
+from ml_metadata.proto import metadata_store_pb2
+from tfx.types import standard_component_specs
+
+from components.custom import pusher
+from pipeline import config
+from pipeline.inspect import run_report
+from pipeline.run import run_state
+
+Artifact = metadata_store_pb2.Artifact
+# Inputs that point at another model's history, not at what made this one.
+REFERENCE_INPUTS = (standard_component_specs.BASE_MODEL_KEY, standard_component_specs.BASELINE_MODEL_KEY)
+REMOVED_PROPERTY = run_report.REMOVED_PROPERTY
+# TFX's scratch folder of each execution, under its node's folder.
+SCRATCH = (".system", "executor_execution")
+NEWEST = "among the newest runs"
+
+
+@dataclasses.dataclass
+class Plan:
+    """What a collection keeps and removes, and why."""
+
+    kept_runs: Dict[str, str]  # run id -> why
+    removed_runs: List[str]
+    artifacts: List[Artifact]  # to delete
+    kept_artifacts: int
+    paths: List[str]  # files and folders to delete: the artifacts' and the rest
+    bytes: int = 0
+    deleted: List[str] = dataclasses.field(default_factory=list)
+
+    def summary(self, dry_run: bool) -> str:
+        verb = "Would remove" if dry_run else "Removed"
+        lines = [f"{verb} {len(self.removed_runs)} run(s), {len(self.artifacts)} artifact(s), "
+                 f"{len(self.paths)} path(s): {size_text(self.bytes)}."]
+        reasons: Dict[str, List[str]] = {}
+        for run_id, why in sorted(self.kept_runs.items()):
+            reasons.setdefault(why, []).append(run_id)
+        lines.append(f"Kept {len(self.kept_runs)} run(s) and {self.kept_artifacts} artifact(s):")
+        lines += [f"  {why}: {', '.join(runs)}" for why, runs in sorted(reasons.items())]
+        if self.removed_runs:
+            lines.append(f"Removed runs: {', '.join(self.removed_runs)}")
+        return "\n".join(lines)
+
+
+def size_text(count: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if count < 1024 or unit == "GB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return ""
+
+
+class _Graph:
+    """The store's runs, executions and events, each read once."""
+
+    def __init__(self, store: metadata_store.MetadataStore, pipeline_name: str):
+        self.store = store
+        self.runs = {c.name: c for c in store.get_contexts_by_type(run_report.PIPELINE_RUN_CONTEXT)}
+        self.run_executions: Dict[str, List[int]] = {}
+        self.run_of: Dict[int, str] = {}
+        for name, context in self.runs.items():
+            ids = [e.id for e in store.get_executions_by_context(context.id)]
+            self.run_executions[name] = ids
+            for execution_id in ids:
+                self.run_of.setdefault(execution_id, name)
+        self.node_of: Dict[int, str] = {}
+        for context_id, node_id in run_report._node_ids(store, pipeline_name).items():
+            for execution in store.get_executions_by_context(context_id):
+                self.node_of[execution.id] = node_id
+        events = store.get_events_by_execution_ids(list(self.run_of)) if self.run_of else []
+        self.events_of: Dict[int, List[metadata_store_pb2.Event]] = {}
+        self.producers: Dict[int, List[int]] = {}
+        for event in events:
+            self.events_of.setdefault(event.execution_id, []).append(event)
+            if event.type in run_report.OUTPUT_EVENTS:
+                self.producers.setdefault(event.artifact_id, []).append(event.execution_id)
+        self.artifacts = {a.id: a for a in store.get_artifacts()}
+
+    def run_artifacts(self, run_id: str) -> Tuple[Set[int], Set[int]]:
+        """What the run's executions read or wrote, and of those the warm-start and
+        baseline models it read (kept, but not what made them)."""
+        events = [e for x in self.run_executions.get(run_id, ()) for e in self.events_of.get(x, ())]
+        references = {e.artifact_id for e in events if _reference(e)}
+        return {e.artifact_id for e in events if not _reference(e)}, references - {
+            e.artifact_id for e in events if not _reference(e)}
+
+    def behind(self, artifact_ids: Iterable[int]) -> Set[int]:
+        """The artifacts and, recursively, their producers' inputs (not through a
+        warm-start or baseline model)."""
+        seen: Set[int] = set()
+        todo = list(artifact_ids)
+        while todo:
+            artifact_id = todo.pop()
+            if artifact_id in seen:
+                continue
+            seen.add(artifact_id)
+            for execution_id in self.producers.get(artifact_id, ()):
+                todo += [e.artifact_id for e in self.events_of.get(execution_id, ())
+                         if e.type in run_report.INPUT_EVENTS and not _reference(e)]
+        return seen
+
+
+def _reference(event: metadata_store_pb2.Event) -> bool:
+    """An input event of a warm-start or baseline model."""
+    return (event.type in run_report.INPUT_EVENTS and bool(event.path.steps)
+            and event.path.steps[0].key in REFERENCE_INPUTS)
+
+
+def _served_runs(graph: _Graph, model_dir: str) -> Dict[str, str]:
+    """The runs that pushed a version still in the serving folder."""
+    on_disk = {str(v) for v in pusher.versions(model_dir)}
+    name = os.path.basename(model_dir.rstrip("/"))
+    found: Dict[str, str] = {}
+    for artifact in graph.artifacts.values():
+        version = run_report.string_property(artifact, pusher.VERSION_PROPERTY)
+        destination = run_report.string_property(artifact, pusher.DESTINATION_PROPERTY).rstrip("/")
+        if version in on_disk and destination.endswith(f"/{name}/{version}"):
+            for execution_id in graph.producers.get(artifact.id, ()):
+                found.setdefault(graph.run_of.get(execution_id, ""), f"pushed serving version {version}")
+    found.pop("", None)
+    return found
+
+
+def _next_run_model(graph: _Graph) -> Optional[str]:
+    """The run whose model the next run warm-starts from and evaluates against: the newest
+    LIVE served blessing that says blessed, as LatestBlessedModelStrategy picks it."""
+    served = [a for a in graph.artifacts.values()
+              if a.state == Artifact.LIVE and run_report.int_property(a, "blessed") == 1
+              and run_report.int_property(a, "current_model_id") is not None
+              and run_report.string_property(a, "current_model_uri")]
+    if not served:
+        return None
+    model_id = max(run_report.int_property(a, "current_model_id") for a in served)
+    producers = graph.producers.get(model_id, ())
+    return graph.run_of.get(min(producers)) if producers else None
+
+
+def plan(
+    store: metadata_store.MetadataStore, pipeline_name: str, pipeline_root: str, model_dir: str,
+    keep_runs: int, recorded: Iterable[str] = (), shared: bool = False,
+) -> Plan:
+    """What to keep and what to remove; changes nothing. A `shared` store (MySQL) also
+    holds other output roots' runs: only runs that wrote under this pipeline root count."""
+    if keep_runs < 1:
+        raise ValueError(f"keep_runs must be at least 1, got {keep_runs}")
+    graph = _Graph(store, pipeline_name)
+    root = pipeline_root.rstrip("/") + "/"
+    if shared:
+        graph.runs = {run_id: context for run_id, context in graph.runs.items()
+                      if any(graph.artifacts[a].uri.startswith(root)
+                             for a in graph.run_artifacts(run_id)[0] if a in graph.artifacts)}
+    kept: Dict[str, str] = {}
+    for run_id in sorted(graph.runs, reverse=True)[:keep_runs]:
+        kept[run_id] = NEWEST
+    for run_id in recorded:
+        if run_id in graph.runs:
+            kept.setdefault(run_id, "recorded in last_run.json")
+    for run_id, why in _served_runs(graph, model_dir).items():
+        kept.setdefault(run_id, why)
+    next_model = _next_run_model(graph)
+    if next_model is not None:
+        kept.setdefault(next_model, "made the next run's warm start and baseline")
+    seeds = [graph.run_artifacts(run_id) for run_id in kept]
+    keep = graph.behind(a for made, _ in seeds for a in made) | {a for _, references in seeds for a in references}
+    doomed = [a for a in graph.artifacts.values()
+              if (a.uri.startswith(root) and a.id not in keep and a.state != Artifact.DELETED)
+              or a.state == Artifact.MARKED_FOR_DELETION]  # what a stopped `gc` left
+    doomed_ids = {a.id for a in doomed}
+    protected = [graph.artifacts[a].uri for a in keep if a in graph.artifacts and a not in doomed_ids]
+    removed = sorted(run_id for run_id, context in graph.runs.items()
+                     if run_id not in kept and REMOVED_PROPERTY not in context.custom_properties)
+    paths = [a.uri for a in doomed]
+    for run_id in removed:
+        for execution_id in graph.run_executions[run_id]:
+            node = graph.node_of.get(execution_id)
+            if node is None:
+                continue
+            paths.append(os.path.join(root, node, *SCRATCH, str(execution_id)))
+            # The outputs a killed execution wrote before any artifact was recorded.
+            node_dir = os.path.join(root, node)
+            for key in _listdir(node_dir):
+                if not key.startswith("."):
+                    paths.append(os.path.join(node_dir, key, str(execution_id)))
+    paths = sorted({p for p in paths if p.startswith(root) and not _overlaps(p, protected)})
+    return Plan(kept_runs=kept, removed_runs=removed, artifacts=doomed, kept_artifacts=len(keep), paths=paths)
+
+
+def _listdir(path: str) -> List[str]:
+    try:
+        return [name.rstrip("/") for name in tf.io.gfile.listdir(path)]
+    except tf.errors.NotFoundError:
+        return []
+
+
+def _overlaps(path: str, protected: Iterable[str]) -> bool:
+    path = path.rstrip("/")
+    return any(uri.rstrip("/") == path or uri.startswith(path + "/") or path.startswith(uri.rstrip("/") + "/")
+               for uri in protected if uri)
+
+
+def _bytes(path: str) -> int:
+    if not tf.io.gfile.exists(path):
+        return 0
+    if not tf.io.gfile.isdir(path):
+        return tf.io.gfile.stat(path).length
+    return sum(tf.io.gfile.stat(os.path.join(folder, name)).length
+               for folder, _, files in tf.io.gfile.walk(path) for name in files)
+
+
+def _delete(path: str) -> bool:
+    if not tf.io.gfile.exists(path):
+        return False
+    if tf.io.gfile.isdir(path):
+        tf.io.gfile.rmtree(path)
+    else:
+        tf.io.gfile.remove(path)
+    return True
+
+
+def collect(
+    run_config: config.RunConfig, keep_runs: int = config.KEEP_RUNS, dry_run: bool = False,
+    store: Optional[metadata_store.MetadataStore] = None,
+) -> Plan:
+    """Plans and, unless `dry_run`, carries out a collection of `run_config`'s output root."""
+    store = store or run_report.connect(run_config.metadata, writable=not dry_run)
+    record = run_state.load(run_config.output_root)
+    recorded = [r.run_id for r in ((record.report, record.window_report) if record else ()) if r is not None]
+    found = plan(store, run_config.settings.pipeline_name, run_config.pipeline_root, run_config.model_serving_dir,
+                 keep_runs, recorded, shared=run_config.metadata_mysql is not None)
+    found.paths = [p for p in found.paths if tf.io.gfile.exists(p)]
+    found.bytes = sum(_bytes(p) for p in found.paths)
+    pages = [os.path.join(run_config.output_root, "reports", f"{run_id}.html") for run_id in found.removed_runs]
+    logs = _old_logs(os.path.join(run_config.output_root, "logs"), store, found.kept_runs)
+    extra = [p for p in pages + logs if os.path.exists(p)]
+    found.bytes += sum(os.path.getsize(p) for p in extra)
+    found.paths += extra
+    if dry_run:
+        return found
+    for artifact in found.artifacts:
+        artifact.state = Artifact.MARKED_FOR_DELETION
+    if found.artifacts:
+        store.put_artifacts(found.artifacts)
+    for path in found.paths:
+        if _delete(path):
+            found.deleted.append(path)
+    for artifact in found.artifacts:
+        artifact.state = Artifact.DELETED
+    if found.artifacts:
+        store.put_artifacts(found.artifacts)
+    _mark_removed(store, found.removed_runs)
+    logging.info("gc: removed %d paths (%d bytes)", len(found.deleted), found.bytes)
+    return found
+
+
+def _mark_removed(store: metadata_store.MetadataStore, run_ids: Iterable[str]) -> None:
+    now = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    contexts = [store.get_context_by_type_and_name(run_report.PIPELINE_RUN_CONTEXT, r) for r in run_ids]
+    contexts = [c for c in contexts if c is not None and REMOVED_PROPERTY not in c.custom_properties]
+    for context in contexts:
+        context.custom_properties[REMOVED_PROPERTY].string_value = now
+    if contexts:
+        store.put_contexts(contexts)
+
+
+def _old_logs(logs_dir: str, store: metadata_store.MetadataStore, kept: Dict[str, str]) -> List[str]:
+    """The command logs written before the oldest of the newest runs started."""
+    newest = [run_id for run_id, why in kept.items() if why == NEWEST]
+    if not newest or not os.path.isdir(logs_dir):
+        return []
+    contexts = [store.get_context_by_type_and_name(run_report.PIPELINE_RUN_CONTEXT, r) for r in newest]
+    oldest = min(c.create_time_since_epoch for c in contexts if c is not None) / 1000
+    paths = [os.path.join(logs_dir, name) for name in os.listdir(logs_dir) if name.endswith(".log")]
+    return sorted(p for p in paths if os.path.getmtime(p) < oldest)
