@@ -1,5 +1,6 @@
 """MLMD in MySQL (here MariaDB, which the test starts on 127.0.0.1): runs from two output
-roots, as from two hosts, share one store; SQLite stays the default."""
+roots, as from two hosts, share one store; SQLite stays the default; `gc` of one root
+leaves the other roots' runs alone."""
 
 import contextlib
 import dataclasses
@@ -15,6 +16,7 @@ from ml_metadata.proto import metadata_store_pb2
 
 from pipeline import config
 from tests.helpers import RUN_TIMEOUT_SECONDS
+from tests.mlmd_builder import DELETED, LIVE, MetadataBuilder
 
 pytestmark = pytest.mark.slow
 
@@ -146,3 +148,23 @@ def test_a_server_that_goes_away_mid_run_is_named_and_nothing_is_pushed(
     assert last.startswith(f"error: the metadata store mysql://{address} cannot be used ("), stderr
     assert "start the server or fix --metadata-mysql" in last and "Traceback" not in stderr
     assert not ws.versions() and not (ws.out / "last_run.json").exists()
+
+
+def test_gc_on_a_shared_store_counts_and_removes_only_its_own_roots_runs(mysql, tmp_path, monkeypatch):
+    monkeypatch.setenv("TAXI_MLMD_USER", USER)
+    monkeypatch.setenv("TAXI_MLMD_PASSWORD", PASSWORD)
+    address = config.MySqlAddress.parse(f"127.0.0.1:{mysql}/{DATABASE}")
+    here, there = (
+        MetadataBuilder(_store(mysql), config.RunConfig(
+            output_root=str(tmp_path / name / "out"), serving_dir=str(tmp_path / name / "serving"),
+            metadata_mysql=address))
+        for name in ("here", "there"))
+    old = here.train("20300101-000000-000000-1-here")
+    new = here.train("20300102-000000-000000-1-here")
+    # The other root's runs are newer: they must not count among this root's newest.
+    others = [there.train(f"2030010{day}-000000-000000-1-there") for day in (3, 4)]
+    found = here.collect(keep_runs=1)
+    assert found.removed_runs == ["20300101-000000-000000-1-here"]
+    assert all(here.state(a) == DELETED and not os.path.exists(here.uri(a)) for a in old.values())
+    assert all(here.state(a) == LIVE for a in new.values())
+    assert all(there.state(a) == LIVE and os.path.exists(there.uri(a)) for made in others for a in made.values())

@@ -17,7 +17,7 @@ from tests.helpers import REPO_ROOT
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 WEEKS = 8
-KEEP_RUNS = 2
+KEEP_RUNS = 4
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,8 @@ def soak(tmp_path_factory):
     figures = work / "weeks.json"
     done = subprocess.run(
         [sys.executable, str(REPO_ROOT / "benchmarks" / "soak.py"), "--weeks", str(WEEKS), "--rows", "1500",
-         "--window", "2", "--kills", "2", "--bad-weeks", "4", "--keep-runs", str(KEEP_RUNS), "--seed", "3",
+         "--window", "2", "--kills", "2", "--bad-weeks", "4", "--keep-runs", str(KEEP_RUNS), "--keep-versions", "1",
+         "--seed", "3",
          "--work", str(work), "--json", str(figures)],
         capture_output=True, text=True, timeout=1400,
     )
@@ -49,39 +50,87 @@ def test_every_week_decides_what_its_data_calls_for(soak):
     assert all(not w["broken"] for w in weeks)
 
 
-def test_retention_bounds_the_runs_kept_and_keeps_what_serves(soak):
+def test_retention_bounds_the_runs_kept_and_leaves_no_folder_of_a_removed_run(soak):
     work, weeks, _ = soak
-    pipeline_root = work / "out" / "pipeline_root"
     with sqlite3.connect(work / "out" / "metadata.sqlite") as db:
-        live_models = db.execute(
-            "SELECT COUNT(*) FROM Artifact a JOIN Type t ON a.type_id = t.id WHERE t.name = 'Model' AND a.state = 2"
-        ).fetchone()[0]
+        models = db.execute(
+            "SELECT a.uri FROM Artifact a JOIN Type t ON a.type_id = t.id WHERE t.name = 'Model' AND a.state = 2"
+        ).fetchall()
+        runs = db.execute("SELECT COUNT(*) FROM Context c JOIN Type t ON c.type_id = t.id "
+                          "WHERE t.name = 'pipeline_run'").fetchone()[0]
         removed = db.execute("SELECT COUNT(*) FROM ContextProperty WHERE name = 'gc_removed'").fetchone()[0]
     served = len(weeks[-1]["versions"])
     # Kept: the newest runs, those behind the served versions, and the warm start's.
-    assert live_models <= KEEP_RUNS + served + 1
-    assert removed >= WEEKS - (KEEP_RUNS + served + 1)
-    trainer_outputs = sorted(os.listdir(pipeline_root / "Trainer" / "model"))
-    assert len(trainer_outputs) == live_models, trainer_outputs
+    assert len(models) <= KEEP_RUNS + served + 1
+    assert removed >= runs - (KEEP_RUNS + served + 1) > 0
+    # The Trainer's output folders are those of the models kept, nothing of removed or
+    # killed executions.
+    folders = {str(path) for path in (work / "out" / "pipeline_root" / "Trainer" / "model").iterdir()}
+    assert folders == {uri for (uri,) in models}
+
+
+# What no execution may do: read an artifact after `gc` marked it (to delete it).
+LATE_READS = (
+    "SELECT e.id, a.uri FROM Event v JOIN Execution e ON v.execution_id = e.id JOIN Artifact a ON v.artifact_id = a.id "
+    "JOIN ArtifactProperty p ON p.artifact_id = a.id AND p.name = 'gc_marked_at' "
+    "WHERE v.type = 3 AND e.create_time_since_epoch > p.double_value * 1000"
+)
+# A `gc` killed (SIGKILL) right after it deleted its first path: the artifacts are marked,
+# most files are still there.
+KILLED_GC = """
+import os, signal, sys
+from pipeline import config
+from pipeline.run import retention
+deleted = retention._delete
+def delete_then_die(path):
+    if deleted(path):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return False
+retention._delete = delete_then_die
+out, serving = sys.argv[1:3]
+retention.collect(config.RunConfig(output_root=out, serving_dir=serving).resolved(), keep_runs=1)
+"""
+
+
+def _states(work):
+    with sqlite3.connect(work / "out" / "metadata.sqlite") as db:
+        return db.execute("SELECT id, uri, state FROM Artifact").fetchall()
 
 
 def test_no_execution_read_an_artifact_after_it_was_deleted(soak):
     work, _, _ = soak
     with sqlite3.connect(work / "out" / "metadata.sqlite") as db:
-        late_reads = db.execute(
-            "SELECT e.id, a.uri FROM Event v JOIN Execution e ON v.execution_id = e.id "
-            "JOIN Artifact a ON v.artifact_id = a.id "
-            "WHERE v.type = 3 AND a.state IN (3, 4) AND e.create_time_since_epoch > a.last_update_time_since_epoch"
-        ).fetchall()
-        deleted = db.execute("SELECT uri FROM Artifact WHERE state = 4").fetchall()
+        late_reads = db.execute(LATE_READS).fetchall()
+    deleted = [uri for _, uri, state in _states(work) if state == 4]
     assert deleted, "retention deleted nothing in eight weeks"
     assert late_reads == []
-    assert not [uri for (uri,) in deleted if os.path.exists(uri)]
+    assert not [uri for uri in deleted if os.path.exists(uri)]
 
 
-def test_gc_by_hand_lists_then_removes_and_history_says_so(soak, taxi_pipeline):
+def test_a_killed_gc_leaves_nothing_a_run_can_read_and_the_next_gc_finishes(soak, taxi_pipeline):
+    """Killed midway, `gc` leaves the previous run's artifacts marked; a run of that very
+    window (its cache would match them) recomputes instead of reading them; `gc` then
+    finishes, and `gc` by hand lists, removes and says what it kept."""
     work, weeks, _ = soak
-    where = ["--output-root", str(work / "out"), "--serving-dir", str(work / "serving")]
+    out, serving = work / "out", work / "serving"
+    killed = subprocess.run([sys.executable, "-c", KILLED_GC, str(out), str(serving)], capture_output=True,
+                            text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    marked = [(id_, uri) for id_, uri, state in _states(work) if state == 3]
+    assert marked and [uri for _, uri in marked if os.path.exists(uri)], marked
+    # The window of the week before: the newest span out of the data root, for one call.
+    newest = work / "data" / f"span-{weeks[-1]['span']}"
+    aside = work / "newest-span"
+    newest.rename(aside)
+    try:
+        again = taxi_pipeline("retrain", "--force", "--keep-everything", "--window", "2", "--data-root",
+                              str(work / "data"), "--output-root", str(out), "--serving-dir", str(serving))
+    finally:
+        aside.rename(newest)
+    assert again.returncode in (0, 3), again.stdout[-2000:] + again.stderr[-2000:]
+    with sqlite3.connect(out / "metadata.sqlite") as db:
+        assert db.execute(LATE_READS).fetchall() == []
+    where = ["--output-root", str(out), "--serving-dir", str(serving)]
     dry = taxi_pipeline("gc", "--keep-runs", "1", "--dry-run", *where)
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout.splitlines()[0] == "Would delete:"
@@ -91,10 +140,13 @@ def test_gc_by_hand_lists_then_removes_and_history_says_so(soak, taxi_pipeline):
     assert real.returncode == 0, real.stderr
     assert real.stdout.startswith("Removed ")
     assert not [path for path in listed if os.path.exists(path)]
+    states = {id_: (uri, state) for id_, uri, state in _states(work)}
+    assert all(states[id_][1] == 4 and not os.path.exists(uri) for id_, uri in marked)
     history = taxi_pipeline("history", "--limit", str(WEEKS + 4), *where)
     assert history.returncode == 0, history.stderr
     assert "files removed by gc" in history.stdout
-    assert history.stdout.splitlines()[0].count("files removed") == 0  # the newest run is kept
-    for version in weeks[-1]["versions"]:
+    assert "files removed" not in history.stdout.splitlines()[0]  # the newest run is kept
+    versions = sorted(int(v) for v in os.listdir(serving / "big_tip") if v.isdigit())
+    for version in versions:
         traced = taxi_pipeline("lineage", str(version), *where)
         assert traced.returncode == 0 and "Evaluation: blessed" in traced.stdout, traced.stdout + traced.stderr

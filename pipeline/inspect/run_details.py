@@ -251,7 +251,7 @@ def read(
         details.history = summary.get("history", [])
         details.best_epoch = summary.get("best_epoch", 0)
     evaluation = records.output(NodeId.EVALUATOR, standard_component_specs.EVALUATION_KEY)
-    if evaluation is not None:
+    if run_report.live(evaluation):
         _evaluation(details, evaluation.uri)
     blessing = records.output(NodeId.EVALUATOR, standard_component_specs.BLESSING_KEY)
     if blessing is not None:

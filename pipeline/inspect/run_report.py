@@ -234,6 +234,8 @@ def report_of(records: RunRecords, run_id: str) -> RunReport:
     if verdict is not None:
         checks = json.loads(string_property(verdict, drift.SPAN_CHECKS_PROPERTY) or "{}")
         report.span_checks = {span: checks[span] for span in sorted(checks, key=int)}
+        if not report.spans:  # the spans' file was removed by `gc`: the gate checked each of them
+            report.spans = [int(span) for span in report.span_checks]
         found += [f"[span {span}] {line}" for span, lines in report.span_checks.items() for line in lines]
         found += string_property(verdict, drift.REPORT_PROPERTY).splitlines()
     if live(anomalies):

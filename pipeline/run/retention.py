@@ -30,6 +30,7 @@ import dataclasses
 import datetime
 import logging
 import os
+import time
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 import tensorflow as tf
@@ -49,6 +50,9 @@ REMOVED_PROPERTY = run_report.REMOVED_PROPERTY
 # TFX's scratch folder of each execution, under its node's folder.
 SCRATCH = (".system", "executor_execution")
 NEWEST = "among the newest runs"
+# When `gc` marked an artifact MARKED_FOR_DELETION (seconds since the epoch, a double:
+# MySQL's MLMD holds 32-bit integers).
+MARKED_PROPERTY = "gc_marked_at"
 
 
 @dataclasses.dataclass
@@ -110,6 +114,12 @@ class _Graph:
             if event.type in run_report.OUTPUT_EVENTS:
                 self.producers.setdefault(event.artifact_id, []).append(event.execution_id)
         self.artifacts = {a.id: a for a in store.get_artifacts()}
+        self.types = {t.name: t.id for t in store.get_artifact_types()}
+        self.states = {e.id: e.last_known_state for e in store.get_executions_by_id(list(self.run_of))} \
+            if self.run_of else {}
+
+    def type_id(self, name: str) -> Optional[int]:
+        return self.types.get(name)
 
     def run_artifacts(self, run_id: str) -> Tuple[Set[int], Set[int]]:
         """What the run's executions read or wrote, and of those the warm-start and
@@ -136,20 +146,27 @@ class _Graph:
 
 
 def _reference(event: metadata_store_pb2.Event) -> bool:
-    """An input event of a warm-start or baseline model."""
+    """An input event of a warm-start or baseline model, or a resolver's output (what the
+    LatestBlessedModelResolver found: that same model and its blessing)."""
+    if event.type in (metadata_store_pb2.Event.INTERNAL_INPUT, metadata_store_pb2.Event.INTERNAL_OUTPUT):
+        return True
     return (event.type in run_report.INPUT_EVENTS and bool(event.path.steps)
             and event.path.steps[0].key in REFERENCE_INPUTS)
 
 
 def _served_runs(graph: _Graph, model_dir: str) -> Dict[str, str]:
-    """The runs that pushed a version still in the serving folder."""
+    """The runs that pushed a version still on disk: at the destination the push recorded
+    (whatever serving folder this command was given), or in `model_dir` (a serving folder
+    moved or copied since)."""
     on_disk = {str(v) for v in pusher.versions(model_dir)}
     name = os.path.basename(model_dir.rstrip("/"))
     found: Dict[str, str] = {}
     for artifact in graph.artifacts.values():
         version = run_report.string_property(artifact, pusher.VERSION_PROPERTY)
         destination = run_report.string_property(artifact, pusher.DESTINATION_PROPERTY).rstrip("/")
-        if version in on_disk and destination.endswith(f"/{name}/{version}"):
+        if not (version and destination):
+            continue
+        if (version in on_disk and destination.endswith(f"/{name}/{version}")) or tf.io.gfile.isdir(destination):
             for execution_id in graph.producers.get(artifact.id, ()):
                 found.setdefault(graph.run_of.get(execution_id, ""), f"pushed serving version {version}")
     found.pop("", None)
@@ -159,8 +176,9 @@ def _served_runs(graph: _Graph, model_dir: str) -> Dict[str, str]:
 def _next_run_model(graph: _Graph) -> Optional[str]:
     """The run whose model the next run warm-starts from and evaluates against: the newest
     LIVE served blessing that says blessed, as LatestBlessedModelStrategy picks it."""
+    served_type = graph.type_id(pusher.ServedModelBlessing.TYPE_NAME)
     served = [a for a in graph.artifacts.values()
-              if a.state == Artifact.LIVE and run_report.int_property(a, "blessed") == 1
+              if a.type_id == served_type and a.state == Artifact.LIVE and run_report.int_property(a, "blessed") == 1
               and run_report.int_property(a, "current_model_id") is not None
               and run_report.string_property(a, "current_model_uri")]
     if not served:
@@ -198,24 +216,28 @@ def plan(
     seeds = [graph.run_artifacts(run_id) for run_id in kept]
     keep = graph.behind(a for made, _ in seeds for a in made) | {a for _, references in seeds for a in references}
     doomed = [a for a in graph.artifacts.values()
-              if (a.uri.startswith(root) and a.id not in keep and a.state != Artifact.DELETED)
-              or a.state == Artifact.MARKED_FOR_DELETION]  # what a stopped `gc` left
+              if a.uri.startswith(root) and (
+                  (a.id not in keep and a.state != Artifact.DELETED)
+                  or a.state == Artifact.MARKED_FOR_DELETION)]  # what a stopped `gc` left
     doomed_ids = {a.id for a in doomed}
     protected = [graph.artifacts[a].uri for a in keep if a in graph.artifacts and a not in doomed_ids]
     removed = sorted(run_id for run_id, context in graph.runs.items()
                      if run_id not in kept and REMOVED_PROPERTY not in context.custom_properties)
     paths = [a.uri for a in doomed]
-    for run_id in removed:
-        for execution_id in graph.run_executions[run_id]:
-            node = graph.node_of.get(execution_id)
-            if node is None:
-                continue
+    # The folders of removed runs' executions, and of every execution that never finished
+    # (killed: its outputs were never recorded, and a retry is another execution).
+    finished = (metadata_store_pb2.Execution.COMPLETE, metadata_store_pb2.Execution.CACHED)
+    executions = {x for run_id in removed for x in graph.run_executions[run_id]} | {
+        x for run_id in graph.runs for x in graph.run_executions[run_id] if graph.states.get(x) not in finished}
+    keys: Dict[str, List[str]] = {}
+    for execution_id in sorted(executions):
+        node = graph.node_of.get(execution_id)
+        if node is not None:
             paths.append(os.path.join(root, node, *SCRATCH, str(execution_id)))
-            # The outputs a killed execution wrote before any artifact was recorded.
             node_dir = os.path.join(root, node)
-            for key in _listdir(node_dir):
-                if not key.startswith("."):
-                    paths.append(os.path.join(node_dir, key, str(execution_id)))
+            if node_dir not in keys:
+                keys[node_dir] = [key for key in _listdir(node_dir) if not key.startswith(".")]
+            paths += [os.path.join(node_dir, key, str(execution_id)) for key in keys[node_dir]]
     paths = sorted({p for p in paths if p.startswith(root) and not _overlaps(p, protected)})
     return Plan(kept_runs=kept, removed_runs=removed, artifacts=doomed, kept_artifacts=len(keep), paths=paths)
 
@@ -271,8 +293,11 @@ def collect(
     found.paths += extra
     if dry_run:
         return found
+    marked_at = time.time()
     for artifact in found.artifacts:
-        artifact.state = Artifact.MARKED_FOR_DELETION
+        if artifact.state != Artifact.MARKED_FOR_DELETION:
+            artifact.state = Artifact.MARKED_FOR_DELETION
+            artifact.custom_properties[MARKED_PROPERTY].double_value = marked_at
     if found.artifacts:
         store.put_artifacts(found.artifacts)
     for path in found.paths:

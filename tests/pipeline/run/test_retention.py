@@ -12,104 +12,34 @@ from components.custom import pusher
 from pipeline import config
 from pipeline.inspect import run_report
 from pipeline.run import retention
-
-PIPELINE = config.Settings().pipeline_name
-LIVE, MARKED, DELETED = mlmd.Artifact.LIVE, mlmd.Artifact.MARKED_FOR_DELETION, mlmd.Artifact.DELETED
-
-
-class Store:
-    """An in-memory MLMD with the pipeline's shape: runs and nodes as contexts, an
-    execution per node of a run, artifacts whose URIs are folders under the pipeline root."""
-
-    def __init__(self, tmp_path):
-        connection = mlmd.ConnectionConfig()
-        connection.fake_database.SetInParent()
-        self.store = metadata_store.MetadataStore(connection)
-        self.config = config.RunConfig(output_root=str(tmp_path / "out"), serving_dir=str(tmp_path / "serving"))
-        self.root = self.config.pipeline_root
-        self.types = {}
-        self.nodes = {}
-
-    def _type(self, kind, name):
-        if (kind, name) not in self.types:
-            message = {"context": mlmd.ContextType, "execution": mlmd.ExecutionType, "artifact": mlmd.ArtifactType}
-            put = getattr(self.store, f"put_{kind}_type")
-            self.types[kind, name] = put(message[kind](name=name))
-        return self.types[kind, name]
-
-    @staticmethod
-    def _event(kind, key):
-        event = mlmd.Event(type=kind)
-        event.path.steps.add().key = key
-        return event
-
-    def train(self, run_id, base_model=None, push_version=None):
-        """A run: examples -> model (warm-started from `base_model`) -> pushed model."""
-        made = self._in_run(run_id, "ImportExampleGen", {}, {"examples": None})
-        inputs = {"examples": made["ImportExampleGen", "examples"]}
-        if base_model is not None:
-            inputs["base_model"] = base_model
-        made.update(self._in_run(run_id, "Trainer", inputs, {"model": None}))
-        if push_version is not None:
-            made.update(self._in_run(run_id, "Pusher", {"model": made["Trainer", "model"]}, {"pushed_model": None}))
-            [pushed] = self.store.get_artifacts_by_id([made["Pusher", "pushed_model"]])
-            pushed.custom_properties[pusher.VERSION_PROPERTY].string_value = str(push_version)
-            destination = os.path.join(self.config.model_serving_dir, str(push_version))
-            pushed.custom_properties[pusher.DESTINATION_PROPERTY].string_value = destination
-            self.store.put_artifacts([pushed])
-            os.makedirs(destination)
-        return made
-
-    def _in_run(self, run_id, node, inputs, outputs):
-        """A node's execution in run `run_id`, with new output artifacts of 100 bytes each."""
-        run_context = self.store.get_context_by_type_and_name(run_report.PIPELINE_RUN_CONTEXT, run_id)
-        if run_context is None:
-            [context_id] = self.store.put_contexts([mlmd.Context(
-                type_id=self._type("context", run_report.PIPELINE_RUN_CONTEXT), name=run_id)])
-            [run_context] = self.store.get_contexts_by_id([context_id])
-        if node not in self.nodes:
-            [self.nodes[node]] = self.store.put_contexts([mlmd.Context(
-                type_id=self._type("context", run_report.NODE_CONTEXT), name=f"{PIPELINE}.{node}")])
-        [execution] = self.store.put_executions([mlmd.Execution(
-            type_id=self._type("execution", node), last_known_state=mlmd.Execution.COMPLETE)])
-        made, events = {}, []
-        for key, artifact_id in inputs.items():
-            events.append((self.artifact(artifact_id), self._event(mlmd.Event.INPUT, key)))
-        for key in outputs:
-            uri = os.path.join(self.root, node, key, str(execution))
-            os.makedirs(uri)
-            with open(os.path.join(uri, "data"), "w") as handle:
-                handle.write("x" * 100)
-            [artifact_id] = self.store.put_artifacts([mlmd.Artifact(
-                type_id=self._type("artifact", key), uri=uri, state=LIVE)])
-            made[node, key] = artifact_id
-            events.append((self.artifact(artifact_id), self._event(mlmd.Event.OUTPUT, key)))
-        execution_message = self.store.get_executions_by_id([execution])[0]
-        [node_context] = self.store.get_contexts_by_id([self.nodes[node]])
-        self.store.put_execution(execution_message, events, [run_context, node_context])
-        return made
-
-    def artifact(self, artifact_id):
-        return self.store.get_artifacts_by_id([artifact_id])[0]
-
-    def state(self, artifact_id):
-        return self.artifact(artifact_id).state
-
-    def uri(self, artifact_id):
-        return self.artifact(artifact_id).uri
-
-    def collect(self, keep_runs, dry_run=False):
-        return retention.collect(self.config, keep_runs, dry_run=dry_run, store=self.store)
+from tests.mlmd_builder import DELETED, LIVE, MARKED, MetadataBuilder
 
 
 @pytest.fixture
 def store(tmp_path):
-    return Store(tmp_path)
+    connection = mlmd.ConnectionConfig()
+    connection.fake_database.SetInParent()
+    run_config = config.RunConfig(output_root=str(tmp_path / "out"), serving_dir=str(tmp_path / "serving"))
+    return MetadataBuilder(metadata_store.MetadataStore(connection), run_config)
 
 
-def test_the_newest_runs_are_kept_and_older_ones_removed_marked_before_their_files_go(store):
+def test_the_newest_runs_are_kept_and_older_ones_removed_marked_before_their_files_go(store, monkeypatch):
     runs = [store.train(f"2026010{day}-000000-000000-1-k") for day in (1, 2, 3)]
+    states_when_deleted = {}
+    delete = retention._delete
+
+    def watched(path):
+        owners = [a for a in store.store.get_artifacts() if a.uri == path]
+        states_when_deleted[path] = [(a.state, a.custom_properties[retention.MARKED_PROPERTY].double_value)
+                                     for a in owners]
+        return delete(path)
+
+    monkeypatch.setattr(retention, "_delete", watched)
     found = store.collect(keep_runs=1)
+    artifact_paths = [uri for uri, owners in states_when_deleted.items() if owners]
+    assert len(artifact_paths) == 2 * len(runs[0])
+    # Every artifact was marked, with the time, before its files went.
+    assert all(state == MARKED and when > 0 for uri in artifact_paths for state, when in states_when_deleted[uri])
     assert found.removed_runs == ["20260101-000000-000000-1-k", "20260102-000000-000000-1-k"]
     for made in runs[:2]:
         for artifact_id in made.values():
@@ -145,7 +75,7 @@ def test_a_served_version_keeps_its_run_and_what_made_it_but_not_its_warm_start_
                                "20260104-000000-000000-1-k": retention.NEWEST}
     assert all(store.state(a) == LIVE for a in list(served.values()) + list(newest.values()))
     # The warm-start model is an input of the served run: kept, without what made it.
-    assert store.state(first["Trainer", "model"]) == LIVE
+    assert store.state(first["Trainer", "model"]) == LIVE and os.path.isdir(store.uri(first["Trainer", "model"]))
     assert store.state(first["ImportExampleGen", "examples"]) == DELETED
     assert store.state(first["Pusher", "pushed_model"]) == DELETED
 
@@ -176,3 +106,46 @@ def test_nothing_outside_the_pipeline_root_is_touched(store, tmp_path):
 def test_keep_runs_must_be_at_least_one(store):
     with pytest.raises(ValueError, match="at least 1"):
         store.collect(keep_runs=0)
+
+
+def _bless(store, artifact_id, model_id):
+    artifact = store.artifact(artifact_id)
+    artifact.custom_properties["blessed"].int_value = 1
+    artifact.custom_properties["current_model_id"].int_value = model_id
+    artifact.custom_properties["current_model_uri"].string_value = store.uri(model_id)
+    store.store.put_artifacts([artifact])
+
+
+def test_the_next_warm_start_is_the_newest_model_that_reached_serving_not_the_newest_blessed(store):
+    served = store.train("20260101-000000-000000-1-k")
+    blessing_type = pusher.ServedModelBlessing.TYPE_NAME
+    made = store._in_run("20260101-000000-000000-1-k", "Pusher", {"model": served["Trainer", "model"]},
+                         {blessing_type: None})
+    _bless(store, made["Pusher", blessing_type], served["Trainer", "model"])
+    # A newer model the Evaluator blessed but that never reached serving (its check failed).
+    evaluated = store.train("20260102-000000-000000-1-k")
+    made = store._in_run("20260102-000000-000000-1-k", "Evaluator", {"model": evaluated["Trainer", "model"]},
+                         {"blessing": None})
+    _bless(store, made["Evaluator", "blessing"], evaluated["Trainer", "model"])
+    store.train("20260103-000000-000000-1-k")
+    found = store.collect(keep_runs=1)
+    assert found.kept_runs["20260101-000000-000000-1-k"] == "made the next run's warm start and baseline"
+    assert "20260102-000000-000000-1-k" in found.removed_runs
+    assert store.state(served["Trainer", "model"]) == LIVE
+
+
+def test_what_a_resolver_returned_is_kept_without_its_history(store):
+    old = store.train("20260101-000000-000000-1-k")
+    store.train("20260102-000000-000000-1-k")
+    # The newest run's resolver found the old model (an INTERNAL_OUTPUT event).
+    run_context = store.store.get_context_by_type_and_name(run_report.PIPELINE_RUN_CONTEXT,
+                                                           "20260102-000000-000000-1-k")
+    [execution] = store.store.put_executions([mlmd.Execution(
+        type_id=store._type("execution", "Resolver"), last_known_state=mlmd.Execution.COMPLETE)])
+    event = mlmd.Event(type=mlmd.Event.INTERNAL_OUTPUT)
+    event.path.steps.add().key = "model"
+    store.store.put_execution(store.store.get_executions_by_id([execution])[0],
+                              [(store.artifact(old["Trainer", "model"]), event)], [run_context])
+    store.collect(keep_runs=1)
+    assert store.state(old["Trainer", "model"]) == LIVE
+    assert store.state(old["ImportExampleGen", "examples"]) == DELETED
