@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import glob
 import logging
 import os
 import time
@@ -287,8 +288,14 @@ def collect(
     found.paths = [p for p in found.paths if tf.io.gfile.exists(p)]
     found.bytes = sum(_bytes(p) for p in found.paths)
     pages = [os.path.join(run_config.output_root, "reports", f"{run_id}.html") for run_id in found.removed_runs]
-    logs = _old_logs(os.path.join(run_config.output_root, "logs"), store, found.kept_runs)
-    extra = [p for p in pages + logs if os.path.exists(p)]
+    # Files no MLMD run owns: command logs, and the pages of runs stopped before the
+    # pipeline started (a rejected data file), older than the oldest of the newest runs.
+    recorded_runs = {c.name for c in store.get_contexts_by_type(run_report.PIPELINE_RUN_CONTEXT)}
+    root = run_config.output_root
+    old = _older_than_newest_runs(store, found.kept_runs, [os.path.join(root, "logs", "*.log"),
+                                                           os.path.join(root, "reports", "*.html")])
+    unowned = [p for p in old if not (p.endswith(".html") and os.path.basename(p)[:-5] in recorded_runs)]
+    extra = [p for p in sorted(set(pages + unowned)) if os.path.exists(p)]
     found.bytes += sum(os.path.getsize(p) for p in extra)
     found.paths += extra
     if dry_run:
@@ -322,12 +329,12 @@ def _mark_removed(store: metadata_store.MetadataStore, run_ids: Iterable[str]) -
         store.put_contexts(contexts)
 
 
-def _old_logs(logs_dir: str, store: metadata_store.MetadataStore, kept: Dict[str, str]) -> List[str]:
-    """The command logs written before the oldest of the newest runs started."""
+def _older_than_newest_runs(store: metadata_store.MetadataStore, kept: Dict[str, str],
+                            patterns: Iterable[str]) -> List[str]:
+    """The files matching `patterns` last written before the oldest of the newest runs started."""
     newest = [run_id for run_id, why in kept.items() if why == NEWEST]
-    if not newest or not os.path.isdir(logs_dir):
-        return []
     contexts = [store.get_context_by_type_and_name(run_report.PIPELINE_RUN_CONTEXT, r) for r in newest]
-    oldest = min(c.create_time_since_epoch for c in contexts if c is not None) / 1000
-    paths = [os.path.join(logs_dir, name) for name in os.listdir(logs_dir) if name.endswith(".log")]
-    return sorted(p for p in paths if os.path.getmtime(p) < oldest)
+    times = [c.create_time_since_epoch / 1000 for c in contexts if c is not None]
+    if not times:
+        return []
+    return sorted(path for pattern in patterns for path in glob.glob(pattern) if os.path.getmtime(path) < min(times))

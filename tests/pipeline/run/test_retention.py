@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from ml_metadata import metadata_store
@@ -149,3 +150,26 @@ def test_what_a_resolver_returned_is_kept_without_its_history(store):
     store.collect(keep_runs=1)
     assert store.state(old["Trainer", "model"]) == LIVE
     assert store.state(old["ImportExampleGen", "examples"]) == DELETED
+
+
+def test_removed_runs_pages_and_old_logs_go_and_the_rest_stays(store):
+    store.train("20260101-000000-000000-1-k")
+    store.train("20260102-000000-000000-1-k")
+    root = store.config.output_root
+    os.makedirs(os.path.join(root, "reports"))
+    os.makedirs(os.path.join(root, "logs"))
+
+    def write(name, age):
+        path = os.path.join(root, name)
+        with open(path, "w") as handle:
+            handle.write("x")
+        os.utime(path, (time.time() - age, time.time() - age))
+        return path
+
+    removed_page = write("reports/20260101-000000-000000-1-k.html", 0)
+    kept_page = write("reports/20260102-000000-000000-1-k.html", 1000)
+    rejected_page = write("reports/20251231-000000-000000-1-rejected.html", 1000)
+    old_log, new_log = write("logs/run-old.log", 1000), write("logs/run-new.log", -10)
+    store.collect(keep_runs=1)
+    assert not os.path.exists(removed_page) and not os.path.exists(rejected_page) and not os.path.exists(old_log)
+    assert os.path.exists(kept_page) and os.path.exists(new_log)
