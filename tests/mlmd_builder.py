@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import tensorflow as tf
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2 as mlmd
 
@@ -21,10 +22,11 @@ class MetadataBuilder:
     """An in-memory MLMD with the pipeline's shape: runs and nodes as contexts, an
     execution per node of a run, artifacts whose URIs are folders under the pipeline root."""
 
-    def __init__(self, store: metadata_store.MetadataStore, run_config: config.RunConfig):
+    def __init__(self, store: metadata_store.MetadataStore, run_config: config.RunConfig, root: str = ""):
         self.store = store
         self.config = run_config
-        self.root = self.config.pipeline_root
+        # Where artifacts are written: the pipeline root, or any file system TensorFlow has.
+        self.root = root or self.config.pipeline_root
         self.types = {}
         self.nodes = {}
 
@@ -76,8 +78,8 @@ class MetadataBuilder:
             events.append((self.artifact(artifact_id), self._event(mlmd.Event.INPUT, key)))
         for key in outputs:
             uri = os.path.join(self.root, node, key, str(execution))
-            os.makedirs(uri)
-            with open(os.path.join(uri, "data"), "w") as handle:
+            tf.io.gfile.makedirs(uri)
+            with tf.io.gfile.GFile(os.path.join(uri, "data"), "w") as handle:
                 handle.write("x" * 100)
             [artifact_id] = self.store.put_artifacts([mlmd.Artifact(
                 type_id=self._type("artifact", key), uri=uri, state=LIVE)])

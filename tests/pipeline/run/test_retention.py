@@ -173,3 +173,24 @@ def test_removed_runs_pages_and_old_logs_go_and_the_rest_stays(store):
     store.collect(keep_runs=1)
     assert not os.path.exists(removed_page) and not os.path.exists(rejected_page) and not os.path.exists(old_log)
     assert os.path.exists(kept_page) and os.path.exists(new_log)
+
+
+def test_artifacts_on_another_file_system_are_planned_and_deleted_through_tf_io_gfile(tmp_path):
+    """`gs://` here is TensorFlow's in-memory `ram://` file system: the same calls."""
+    import tensorflow as tf
+
+    connection = mlmd.ConnectionConfig()
+    connection.fake_database.SetInParent()
+    run_config = config.RunConfig(output_root=str(tmp_path / "out"), serving_dir=str(tmp_path / "serving"))
+    root = "ram://bucket/pipeline_root"
+    store = MetadataBuilder(metadata_store.MetadataStore(connection), run_config, root=root)
+    old = store.train("20260101-000000-000000-1-k")
+    new = store.train("20260102-000000-000000-1-k")
+    found = retention.plan(store.store, config.Settings().pipeline_name, root, run_config.model_serving_dir, 1)
+    found.paths = [path for path in found.paths if tf.io.gfile.exists(path)]  # as `collect` does
+    assert sorted(found.paths) == sorted(store.uri(a) for a in old.values())
+    assert sum(retention._bytes(path) for path in found.paths) == 100 * len(old)
+    for path in found.paths:
+        assert retention._delete(path)
+    assert not any(tf.io.gfile.exists(store.uri(a)) for a in old.values())
+    assert all(tf.io.gfile.exists(store.uri(a)) for a in new.values())
