@@ -21,6 +21,22 @@ import pytest
 
 from tests.helpers import REPO_ROOT, RUN_TIMEOUT_SECONDS, SLICE_SPANS, Workspace, cli_command
 
+# The longest modules, started first (each module runs on one worker): then they run
+# beside the others instead of after them. The rest keep their random order, but a test
+# marked `after_module` runs after the rest of its module.
+LONGEST_MODULES = ("tests/test_soak.py",)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "after_module: runs after the other tests of its module (it changes what "
+                                       "they read)")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
+    items.sort(key=lambda item: (item.nodeid.split("::")[0] not in LONGEST_MODULES,
+                                 item.get_closest_marker("after_module") is not None))
+
 
 @pytest.fixture(scope="session")
 def repo() -> Path:

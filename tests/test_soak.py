@@ -108,6 +108,7 @@ def test_no_execution_read_an_artifact_after_it_was_deleted(soak):
     assert not [uri for uri in deleted if os.path.exists(uri)]
 
 
+@pytest.mark.after_module
 def test_a_killed_gc_leaves_nothing_a_run_can_read_and_the_next_gc_finishes(soak, taxi_pipeline):
     """Killed midway, `gc` leaves old runs' artifacts marked; a run of the previous week's
     window (its cache would match that week's executions) reads none of them; `gc` then
