@@ -250,8 +250,16 @@ def goals(weeks: List[Week]) -> List[str]:
     first, last = clean(5), ([w for w in weeks if w.kind == "clean"] or [None])[-1]
     if first and last:
         ratio = last.seconds / first.seconds
-        lines.append(f"- Wall time: week {last.week} {last.seconds:.0f} s against week {first.week} "
-                     f"{first.seconds:.0f} s: {ratio:.2f}x (goal: within 10%).")
+        lines.append(f"- Wall time: week {last.week} ({last.outcome}) {last.seconds:.0f} s against week {first.week} "
+                     f"({first.outcome}) {first.seconds:.0f} s: {ratio:.2f}x (goal: within 10%).")
+        # Like with like: a push costs the serving check and the push; a refusal, no training.
+        pushed = [w for w in weeks if w.kind == "clean" and w.exit == 0]
+        early = sorted(w.seconds for w in pushed if 5 <= w.week < 15)
+        late = sorted(w.seconds for w in pushed if w.week > len(weeks) - 10)
+        if early and late:
+            median_early, median_late = early[len(early) // 2], late[len(late) // 2]
+            lines.append(f"- Wall time of clean weeks that pushed, median: weeks 5-14 {median_early:.0f} s, the last "
+                         f"ten weeks {median_late:.0f} s: {median_late / median_early:.2f}x.")
     twelve, end = clean(12), weeks[-1]
     if twelve:
         lines.append(f"- Output root: week {end.week} {end.output_bytes / 2**20:.1f} MB against week {twelve.week} "
@@ -305,17 +313,23 @@ def main() -> int:
     parser.add_argument("--work", default=None, help="keep the output here (default: a temporary folder)")
     parser.add_argument("--json", default=None, help="write every week's figures here")
     parser.add_argument("--markdown", default=None, help="write the table and the goals here, and a plot beside it")
+    parser.add_argument("--render", default=None, metavar="JSON",
+                        help="write --markdown and its plot from the figures of an earlier soak; run nothing")
     args = parser.parse_args()
-    print(HEADER, flush=True)
-    if args.work:
+    if args.render:
+        with open(args.render) as handle:
+            weeks = [Week(**week) for week in json.load(handle)]
+    elif args.work:
+        print(HEADER, flush=True)
         os.makedirs(args.work, exist_ok=True)
         weeks = soak(args, args.work)
     else:
+        print(HEADER, flush=True)
         with tempfile.TemporaryDirectory() as work:
             weeks = soak(args, work)
     summary = goals(weeks)
     print("\n".join(summary))
-    if args.json:
+    if args.json and not args.render:
         with open(args.json, "w") as handle:
             json.dump([dataclasses.asdict(w) for w in weeks], handle, indent=1)
     if args.markdown:
