@@ -11,7 +11,9 @@ bad weeks the new span is damaged (an unknown payment type in one row in twenty,
 `fare` feature missing from every row): the call must refuse it (exit 4); the span is then
 re-delivered repaired, as an upstream fix would, and the next weeks train on it. In `--kills`
 weeks drawn at random, the call is killed (SIGKILL to its process group) at a random
-point, and the next call, as the schedule's next, must recover: one push for that data.
+point within the shortest of the last three clean weeks' times (a call that finishes
+first is a clean week, and the kill moves to the next week), and the next call, as the
+schedule's next, must recover: one push for that data.
 
 Per week it records the outcome, exit status, wall time, output-root bytes, MLMD file
 bytes and row counts and serving versions; in some weeks, and the last, the time of the
@@ -170,7 +172,7 @@ def soak(args: argparse.Namespace, work: str) -> List[Week]:
                "--keep-versions", str(args.keep_versions),
                "--data-root", data, "--output-root", out, "--serving-dir", serving]
     weeks: List[Week] = []
-    typical = 60.0  # the last clean week's wall time: a kill lands within it
+    recent: List[float] = []  # the last clean weeks' wall times: a kill lands within the shortest
     logs = os.path.join(work, "calls")
     os.makedirs(logs, exist_ok=True)
     for span in range(1, args.window):
@@ -186,16 +188,21 @@ def soak(args: argparse.Namespace, work: str) -> List[Week]:
         kind = "bad" if week in bad else "killed" if week in kills else "clean"
         killed_after = None
         seconds = 0.0
+        finished = False
         if kind == "killed":
             # A random point of a run: from the first nodes to the push.
-            killed_after = rng.uniform(5, max(10.0, 0.95 * typical))
+            killed_after = rng.uniform(5, max(10.0, 0.9 * min(recent[-3:] or [60.0])))
             code, seconds, printed = _call(command, os.path.join(logs, f"week-{week}-killed.log"), killed_after)
             if code != -9:
-                killed_after = None  # it finished first
-        if kind != "killed" or code == -9:
+                killed_after = None  # it finished first: the kill moves to the next week
+                kind = "clean"
+                kills.add(next((w for w in range(week + 1, args.weeks + 1) if w not in bad and w not in kills),
+                               week))
+                finished = True
+        if not finished:
             code, more, printed = _call(command, os.path.join(logs, f"week-{week}.log"), None)
             seconds += more
-            code = _decided(code, printed)
+        code = _decided(code, printed)
         after = _versions(serving)
         if week in bad:
             # Upstream re-delivers the span repaired: the next weeks' windows hold it.
@@ -218,8 +225,8 @@ def soak(args: argparse.Namespace, work: str) -> List[Week]:
                 result.broken = [-1]
                 print(measured.stderr[-2000:], file=sys.stderr)
         weeks.append(result)
-        if kind == "clean":
-            typical = seconds
+        if kind == "clean" and killed_after is None and code in (0, 3):
+            recent.append(seconds)
         print(_row(result), flush=True)
     return weeks
 

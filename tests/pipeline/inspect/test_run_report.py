@@ -1,0 +1,45 @@
+"""Reading one run back from MLMD costs the same in the first week and after a year."""
+
+from __future__ import annotations
+
+from ml_metadata import metadata_store
+from ml_metadata.proto import metadata_store_pb2 as mlmd
+
+from pipeline import config
+from pipeline.inspect import run_report
+from tests.mlmd_builder import PIPELINE, MetadataBuilder
+
+
+class CountingStore:
+    """A metadata store that counts the executions its reads return."""
+
+    def __init__(self, store):
+        self.store = store
+        self.executions_read = 0
+
+    def __getattr__(self, name):
+        method = getattr(self.store, name)
+        if not name.startswith("get_executions"):
+            return method
+
+        def counted(*args, **kwargs):
+            found = method(*args, **kwargs)
+            self.executions_read += len(found)
+            return found
+
+        return counted
+
+
+def test_a_run_is_read_without_reading_the_other_runs_executions(tmp_path):
+    connection = mlmd.ConnectionConfig()
+    connection.fake_database.SetInParent()
+    builder = MetadataBuilder(metadata_store.MetadataStore(connection),
+                              config.RunConfig(output_root=str(tmp_path / "out"), serving_dir=str(tmp_path / "s")))
+    for week in range(1, 31):
+        builder.train(f"2026{week:04d}-000000-000000-1-k")
+    counting = CountingStore(builder.store)
+    records = run_report.run_records(counting, PIPELINE, "20260007-000000-000000-1-k")
+    assert [node.node_id for node in records.nodes] == ["ImportExampleGen", "Trainer"]
+    assert set(records.outputs) == {"ImportExampleGen", "Trainer"}
+    # Its own two executions, not the thirty runs' sixty.
+    assert counting.executions_read <= 2
