@@ -196,18 +196,21 @@ def run_records(store: metadata_store.MetadataStore, pipeline_name: str, run_id:
     if run_context is None:
         raise LookupError(f"no run {run_id!r} in the metadata store")
     run_executions = store.get_executions_by_context(run_context.id)
-    in_run = {execution.id for execution in run_executions}
     nodes: List[NodeRun] = []
     by_node: Dict[str, Dict[str, metadata_store_pb2.Artifact]] = {}
     started: Dict[str, int] = {}
-    for context_id, node_id in _node_ids(store, pipeline_name).items():
-        for execution in store.get_executions_by_context(context_id):
-            if execution.id not in in_run:
-                continue
-            seconds = (execution.last_update_time_since_epoch - execution.create_time_since_epoch) / 1000
-            started[node_id] = execution.create_time_since_epoch
-            nodes.append(NodeRun(node_id, _STATES.get(execution.last_known_state, "failed"), seconds))
-            by_node[node_id] = outputs(store, execution.id)
+    node_ids = _node_ids(store, pipeline_name)
+    # Each execution's node from its own contexts: reading each node's executions instead
+    # would read every run's, and grow with the history.
+    for execution in run_executions:
+        node_id = next((node_ids[c.id] for c in store.get_contexts_by_execution(execution.id) if c.id in node_ids),
+                       None)
+        if node_id is None:
+            continue
+        seconds = (execution.last_update_time_since_epoch - execution.create_time_since_epoch) / 1000
+        started[node_id] = execution.create_time_since_epoch
+        nodes.append(NodeRun(node_id, _STATES.get(execution.last_known_state, "failed"), seconds))
+        by_node[node_id] = outputs(store, execution.id)
     # In the order they ran.
     nodes.sort(key=lambda n: (started[n.node_id], n.node_id))
     last_update = max((e.last_update_time_since_epoch for e in run_executions), default=0)
