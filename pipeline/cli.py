@@ -21,7 +21,7 @@
                              `--beam portable` (run, retrain and predict take `--beam`)
 
 Exit status (`pipeline.config.ExitCode`): 0 pushed or nothing to do, 3 trained but not
-blessed, 4 data rejected, 5 another run or retrain holds the output root's lock, 6
+blessed, 4 data rejected, 5 another run, retrain or gc holds the output root's lock, 6
 blessed but failed the serving check, 1 any other error.
 """
 
