@@ -276,6 +276,11 @@ def goals(weeks: List[Week]) -> List[str]:
         lines.append(f"- MLMD queries in week {end.week}: history {end.queries.get('history', 0):.2f} s, lineage "
                      f"{end.queries.get('lineage', 0):.2f} s (the slowest version), page "
                      f"{end.queries.get('page', 0):.2f} s (goal: each under 1 s).")
+    landed = [w.week for w in weeks if w.killed_after]
+    missed = [w.week for w in weeks if w.kind == "killed" and not w.killed_after]
+    lines.append(f"- Kills that landed mid-run: {len(landed)} (weeks {', '.join(map(str, landed)) or 'none'}; "
+                 "goal: at least 5)" + (f"; the kill drawn for week(s) {', '.join(map(str, missed))} came after "
+                                       "the call had finished" if missed else "") + ".")
     wrong = [w.week for w in weeks if not _right(w)]
     lines.append(f"- Decisions: {len(weeks) - len(wrong)} of {len(weeks)} right"
                  + (f"; wrong in weeks {wrong}" if wrong else "") + ".")
