@@ -37,11 +37,12 @@ from typing import Dict, Iterable, List, Optional, Set, Tuple
 import tensorflow as tf
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
+from tfx.components.evaluator import constants as evaluator_constants
 from tfx.types import standard_component_specs
 
-from components.custom import pusher
+from components.custom import pusher, serving_check
 from pipeline import config
-from pipeline.inspect import run_report
+from pipeline.inspect import report_page, run_report
 from pipeline.run import run_state
 
 Artifact = metadata_store_pb2.Artifact
@@ -51,6 +52,7 @@ REMOVED_PROPERTY = run_report.REMOVED_PROPERTY
 # TFX's scratch folder of each execution, under its node's folder.
 SCRATCH = (".system", "executor_execution")
 NEWEST = "among the newest runs"
+MODEL_ID = evaluator_constants.ARTIFACT_PROPERTY_CURRENT_MODEL_ID_KEY
 # When `gc` marked an artifact MARKED_FOR_DELETION (seconds since the epoch, a double:
 # MySQL's MLMD holds 32-bit integers).
 MARKED_PROPERTY = "gc_marked_at"
@@ -62,6 +64,7 @@ class Plan:
 
     kept_runs: Dict[str, str]  # run id -> why
     removed_runs: List[str]
+    runs: Dict[str, metadata_store_pb2.Context]  # every run of this root, by id
     artifacts: List[Artifact]  # to delete
     kept_artifacts: int
     paths: List[str]  # files and folders to delete: the artifacts' and the rest
@@ -98,11 +101,13 @@ class _Graph:
         self.runs = {c.name: c for c in store.get_contexts_by_type(run_report.PIPELINE_RUN_CONTEXT)}
         self.run_executions: Dict[str, List[int]] = {}
         self.run_of: Dict[int, str] = {}
+        self.states: Dict[int, int] = {}
         for name, context in self.runs.items():
-            ids = [e.id for e in store.get_executions_by_context(context.id)]
-            self.run_executions[name] = ids
-            for execution_id in ids:
-                self.run_of.setdefault(execution_id, name)
+            executions = store.get_executions_by_context(context.id)
+            self.run_executions[name] = [e.id for e in executions]
+            for execution in executions:
+                self.run_of.setdefault(execution.id, name)
+                self.states[execution.id] = execution.last_known_state
         self.node_of: Dict[int, str] = {}
         for context_id, node_id in run_report._node_ids(store, pipeline_name).items():
             for execution in store.get_executions_by_context(context_id):
@@ -116,11 +121,6 @@ class _Graph:
                 self.producers.setdefault(event.artifact_id, []).append(event.execution_id)
         self.artifacts = {a.id: a for a in store.get_artifacts()}
         self.types = {t.name: t.id for t in store.get_artifact_types()}
-        self.states = {e.id: e.last_known_state for e in store.get_executions_by_id(list(self.run_of))} \
-            if self.run_of else {}
-
-    def type_id(self, name: str) -> Optional[int]:
-        return self.types.get(name)
 
     def run_artifacts(self, run_id: str) -> Tuple[Set[int], Set[int]]:
         """What the run's executions read or wrote, and of those the warm-start and
@@ -177,14 +177,14 @@ def _served_runs(graph: _Graph, model_dir: str) -> Dict[str, str]:
 def _next_run_model(graph: _Graph) -> Optional[str]:
     """The run whose model the next run warm-starts from and evaluates against: the newest
     LIVE served blessing that says blessed, as LatestBlessedModelStrategy picks it."""
-    served_type = graph.type_id(pusher.ServedModelBlessing.TYPE_NAME)
-    served = [a for a in graph.artifacts.values()
-              if a.type_id == served_type and a.state == Artifact.LIVE and run_report.int_property(a, "blessed") == 1
-              and run_report.int_property(a, "current_model_id") is not None
-              and run_report.string_property(a, "current_model_uri")]
+    served_type = graph.types.get(pusher.ServedModelBlessing.TYPE_NAME)
+    served = [run_report.int_property(a, MODEL_ID) for a in graph.artifacts.values()
+              if a.type_id == served_type and a.state == Artifact.LIVE
+              and run_report.int_property(a, serving_check.BLESSED_PROPERTY) == 1]
+    served = [model_id for model_id in served if model_id is not None]
     if not served:
         return None
-    model_id = max(run_report.int_property(a, "current_model_id") for a in served)
+    model_id = max(served)
     producers = graph.producers.get(model_id, ())
     return graph.run_of.get(min(producers)) if producers else None
 
@@ -240,7 +240,8 @@ def plan(
                 keys[node_dir] = [key for key in _listdir(node_dir) if not key.startswith(".")]
             paths += [os.path.join(node_dir, key, str(execution_id)) for key in keys[node_dir]]
     paths = sorted({p for p in paths if p.startswith(root) and not _overlaps(p, protected)})
-    return Plan(kept_runs=kept, removed_runs=removed, artifacts=doomed, kept_artifacts=len(keep), paths=paths)
+    return Plan(kept_runs=kept, removed_runs=removed, runs=graph.runs, artifacts=doomed, kept_artifacts=len(keep),
+                paths=paths)
 
 
 def _listdir(path: str) -> List[str]:
@@ -287,14 +288,13 @@ def collect(
                  keep_runs, recorded, shared=run_config.metadata_mysql is not None)
     found.paths = [p for p in found.paths if tf.io.gfile.exists(p)]
     found.bytes = sum(_bytes(p) for p in found.paths)
-    pages = [os.path.join(run_config.output_root, "reports", f"{run_id}.html") for run_id in found.removed_runs]
+    root = run_config.output_root
+    pages = [report_page.report_path(root, run_id) for run_id in found.removed_runs]
     # Files no MLMD run owns: command logs, and the pages of runs stopped before the
     # pipeline started (a rejected data file), older than the oldest of the newest runs.
-    recorded_runs = {c.name for c in store.get_contexts_by_type(run_report.PIPELINE_RUN_CONTEXT)}
-    root = run_config.output_root
-    old = _older_than_newest_runs(store, found.kept_runs, [os.path.join(root, "logs", "*.log"),
-                                                           os.path.join(root, "reports", "*.html")])
-    unowned = [p for p in old if not (p.endswith(".html") and os.path.basename(p)[:-5] in recorded_runs)]
+    owned = {report_page.report_path(root, run_id) for run_id in found.runs}
+    old = _older_than_newest_runs(found, [os.path.join(root, "logs", "*.log"), report_page.report_path(root, "*")])
+    unowned = [p for p in old if p not in owned]
     extra = [p for p in sorted(set(pages + unowned)) if os.path.exists(p)]
     found.bytes += sum(os.path.getsize(p) for p in extra)
     found.paths += extra
@@ -314,27 +314,23 @@ def collect(
         artifact.state = Artifact.DELETED
     if found.artifacts:
         store.put_artifacts(found.artifacts)
-    _mark_removed(store, found.removed_runs)
+    _mark_removed(store, [found.runs[run_id] for run_id in found.removed_runs])
     logging.info("gc: removed %d paths (%d bytes)", len(found.deleted), found.bytes)
     return found
 
 
-def _mark_removed(store: metadata_store.MetadataStore, run_ids: Iterable[str]) -> None:
+def _mark_removed(store: metadata_store.MetadataStore, contexts: List[metadata_store_pb2.Context]) -> None:
     now = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-    contexts = [store.get_context_by_type_and_name(run_report.PIPELINE_RUN_CONTEXT, r) for r in run_ids]
-    contexts = [c for c in contexts if c is not None and REMOVED_PROPERTY not in c.custom_properties]
     for context in contexts:
         context.custom_properties[REMOVED_PROPERTY].string_value = now
     if contexts:
         store.put_contexts(contexts)
 
 
-def _older_than_newest_runs(store: metadata_store.MetadataStore, kept: Dict[str, str],
-                            patterns: Iterable[str]) -> List[str]:
+def _older_than_newest_runs(found: Plan, patterns: Iterable[str]) -> List[str]:
     """The files matching `patterns` last written before the oldest of the newest runs started."""
-    newest = [run_id for run_id, why in kept.items() if why == NEWEST]
-    contexts = [store.get_context_by_type_and_name(run_report.PIPELINE_RUN_CONTEXT, r) for r in newest]
-    times = [c.create_time_since_epoch / 1000 for c in contexts if c is not None]
+    times = [found.runs[run_id].create_time_since_epoch / 1000 for run_id, why in found.kept_runs.items()
+             if why == NEWEST]
     if not times:
         return []
     return sorted(path for pattern in patterns for path in glob.glob(pattern) if os.path.getmtime(path) < min(times))
