@@ -21,6 +21,9 @@ from tests.mlmd_builder import DELETED, LIVE, MetadataBuilder
 pytestmark = pytest.mark.slow
 
 USER, PASSWORD, DATABASE = "mlmd", "mlmd-secret", "taxi_mlmd"
+# gc's test builds its store by hand, in a database of its own: MySQL compares type names
+# without case, so its "examples" type would be TFX's "Examples" in a shared database.
+GC_DATABASE = "taxi_mlmd_gc"
 START_TIMEOUT_SECONDS = 60
 
 
@@ -85,9 +88,9 @@ def mysql(tmp_path_factory):
         yield server.port
 
 
-def _store(port: int) -> metadata_store.MetadataStore:
+def _store(port: int, database: str = DATABASE) -> metadata_store.MetadataStore:
     connection = metadata_store_pb2.ConnectionConfig()
-    connection.mysql.host, connection.mysql.port, connection.mysql.database = "127.0.0.1", port, DATABASE
+    connection.mysql.host, connection.mysql.port, connection.mysql.database = "127.0.0.1", port, database
     connection.mysql.user, connection.mysql.password = USER, PASSWORD
     return metadata_store.MetadataStore(connection)
 
@@ -153,9 +156,9 @@ def test_a_server_that_goes_away_mid_run_is_named_and_nothing_is_pushed(
 def test_gc_on_a_shared_store_counts_and_removes_only_its_own_roots_runs(mysql, tmp_path, monkeypatch):
     monkeypatch.setenv("TAXI_MLMD_USER", USER)
     monkeypatch.setenv("TAXI_MLMD_PASSWORD", PASSWORD)
-    address = config.MySqlAddress.parse(f"127.0.0.1:{mysql}/{DATABASE}")
+    address = config.MySqlAddress.parse(f"127.0.0.1:{mysql}/{GC_DATABASE}")
     here, there = (
-        MetadataBuilder(_store(mysql), config.RunConfig(
+        MetadataBuilder(_store(mysql, GC_DATABASE), config.RunConfig(
             output_root=str(tmp_path / name / "out"), serving_dir=str(tmp_path / name / "serving"),
             metadata_mysql=address))
         for name in ("here", "there"))
