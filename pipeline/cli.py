@@ -13,6 +13,8 @@
     taxi-pipeline history    the recent runs: when, spans, outcome, metrics, pushed version
     taxi-pipeline lineage    where a served model version came from: data, executions, evaluation
     taxi-pipeline predict    batch scoring of tf.Example TFRecords with a pushed model (Beam)
+    taxi-pipeline monitor    logged serving traffic against the training data of the version
+                             that served it (TFDV skew and schema checks); exit 4 on a finding
     taxi-pipeline serving    list | rollback [VERSION] | pin VERSION | unpin: which version
                              TF Serving serves (its models.config), never deleting one
     taxi-pipeline gc         remove what no kept run, served version or next run needs:
@@ -46,7 +48,7 @@ from pipeline.run import logs, speedups
 SUBCOMMANDS = (
     run_commands.add_run, run_commands.add_retrain, cloud_commands.add_compile, cloud_commands.add_schedule,
     inspect_commands.add_report, inspect_commands.add_history, inspect_commands.add_lineage,
-    ops_commands.add_predict, cloud_commands.add_beam_services, ops_commands.add_serving,
+    ops_commands.add_predict, ops_commands.add_monitor, cloud_commands.add_beam_services, ops_commands.add_serving,
     data_commands.add_make_data, run_commands.add_gc,
 )
 

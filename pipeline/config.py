@@ -30,6 +30,12 @@ SERVING_DIR = "serving_model"
 KEEP_VERSIONS = 3
 # Newest runs `retrain` and `gc` keep whole (pipeline.run.retention).
 KEEP_RUNS = 10
+# `monitor`: the formats of logged requests it reads (pipeline.ops.request_logs), "auto"
+# to tell each file's from its first record, and the largest fraction of malformed
+# records the traffic is still judged with.
+REQUEST_FORMATS = ("examples", "prediction-logs", "json")
+AUTO_FORMAT = "auto"
+MONITOR_MAX_MALFORMED = 0.01
 # Spans in the rolling window of `retrain` and of the compiled (scheduled) pipeline.
 WINDOW_SIZE = 4
 # How a local run is orchestrated: LocalDagRunner (the default) or BeamDagRunner.

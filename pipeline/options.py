@@ -22,6 +22,12 @@ def add_latency_budget(command: argparse.ArgumentParser) -> None:
                               "is not pushed (exit 6)")
 
 
+def add_notify(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--notify", default=None, metavar="URL",
+                         help="POST a JSON summary to this Slack-compatible webhook when the command ends, "
+                              "whatever the outcome (a failure to notify never changes the exit status)")
+
+
 def _mysql_address(text: str) -> config.MySqlAddress:
     try:
         return config.MySqlAddress.parse(text)

@@ -72,6 +72,13 @@ def history(metadata: MetadataConfig, pipeline_name: str, limit: int) -> str:
     return "\n".join(lines)
 
 
+def run_of(store: metadata_store.MetadataStore, execution: metadata_store_pb2.Execution) -> str:
+    """The id of the run `execution` belongs to ("?" if none is recorded)."""
+    run_type = store.get_context_type(run_report.PIPELINE_RUN_CONTEXT)
+    runs = [c.name for c in store.get_contexts_by_execution(execution.id) if c.type_id == run_type.id]
+    return runs[0] if runs else "?"
+
+
 @dataclasses.dataclass
 class _Store:
     store: metadata_store.MetadataStore
@@ -85,9 +92,7 @@ class _Store:
         return min(made or executions, key=lambda e: e.id) if (made or executions) else None
 
     def run_of(self, execution: metadata_store_pb2.Execution) -> str:
-        run_type = self.store.get_context_type(run_report.PIPELINE_RUN_CONTEXT)
-        runs = [c.name for c in self.store.get_contexts_by_execution(execution.id) if c.type_id == run_type.id]
-        return runs[0] if runs else "?"
+        return run_of(self.store, execution)
 
     def describe(self, execution: Optional[metadata_store_pb2.Execution]) -> str:
         if execution is None:
@@ -95,7 +100,7 @@ class _Store:
         return f"execution {execution.id} of run {self.run_of(execution)}, {_time(execution.create_time_since_epoch)}"
 
 
-def _pushed_model(store: metadata_store.MetadataStore, model_dir: str, version: int):
+def pushed_model(store: metadata_store.MetadataStore, model_dir: str, version: int):
     """The PushedModel artifact of `version` of this model (the first, if a re-run
     recorded the same push again): pushed to `model_dir`, or else to a folder of the same
     model name (a serving folder that was moved or copied since)."""
@@ -118,7 +123,7 @@ def lineage(metadata: MetadataConfig, model_dir: str, version: int) -> str:
     """Where version `version` in `model_dir` came from (`LookupError` if MLMD has no
     push of it)."""
     store = _Store(run_report.connect(metadata))
-    pushed = _pushed_model(store.store, model_dir, version)
+    pushed = pushed_model(store.store, model_dir, version)
     if pushed is None:
         raise LookupError(f"no push of version {version} to {model_dir} is recorded in {metadata}")
     push = store.producer(pushed.id)

@@ -34,7 +34,7 @@ def report_path(output_root: str, run_id: str) -> str:
     return os.path.join(output_root, REPORTS_DIR, f"{run_id}.html")
 
 
-def _png(figure: Figure) -> str:
+def png(figure: Figure) -> str:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
@@ -51,10 +51,10 @@ def _timings_plot(report: RunReport) -> Optional[str]:
               color=[colors.get(node.state, "#9a9a9a") for node in nodes])
     axes.invert_yaxis()
     axes.set_xlabel("seconds (grey: reused from cache, red: failed)")
-    return _png(figure)
+    return png(figure)
 
 
-def _feature_plot(name: str, newest: Optional[details_lib.FeatureStats],
+def feature_plot(name: str, newest: Optional[details_lib.FeatureStats],
                   previous: Optional[details_lib.FeatureStats], labels: List[str]) -> str:
     figure = Figure(figsize=(3.4, 2.1))
     axes = figure.subplots()
@@ -82,10 +82,11 @@ def _feature_plot(name: str, newest: Optional[details_lib.FeatureStats],
     axes.set_title(name, fontsize=9)
     axes.tick_params(labelsize=7)
     axes.legend(fontsize=7)
-    return _png(figure)
+    return png(figure)
 
 
-def _drift_plot(measures: List[details_lib.DriftMeasure]) -> Optional[str]:
+def distance_plot(measures: List[details_lib.DriftMeasure],
+                  label: str = "drift distance / its threshold (over 1: rejected)") -> Optional[str]:
     if not measures:
         return None
     figure = Figure(figsize=(6.5, 0.28 * len(measures) + 0.9))
@@ -94,8 +95,8 @@ def _drift_plot(measures: List[details_lib.DriftMeasure]) -> Optional[str]:
     axes.barh([m.feature for m in measures], ratios, color=["#cf222e" if m.over else "#2da44e" for m in measures])
     axes.axvline(1.0, color="black", linewidth=1)
     axes.invert_yaxis()
-    axes.set_xlabel("drift distance / its threshold (over 1: rejected)")
-    return _png(figure)
+    axes.set_xlabel(label)
+    return png(figure)
 
 
 def _training_plot(history: List[Dict[str, float]], best_epoch: int) -> Optional[str]:
@@ -118,7 +119,7 @@ def _training_plot(history: List[Dict[str, float]], best_epoch: int) -> Optional
         auc.set_ylabel("eval AUC")
         auc.legend(loc="lower right", fontsize=8)
     axes.legend(loc="upper right", fontsize=8)
-    return _png(figure)
+    return png(figure)
 
 
 def _slices_plot(slices: List[details_lib.SliceMetrics], has_baseline: bool) -> Optional[str]:
@@ -139,7 +140,7 @@ def _slices_plot(slices: List[details_lib.SliceMetrics], has_baseline: bool) -> 
     axes.set_xlim(0.5, 1.0)
     axes.set_xlabel(f"AUC (slices of {MIN_PLOTTED_SLICE} examples or more)")
     axes.legend(fontsize=8)
-    return _png(figure)
+    return png(figure)
 
 
 def decision(details: details_lib.RunDetails) -> str:
@@ -162,7 +163,7 @@ def decision(details: details_lib.RunDetails) -> str:
     return f"Model trained but not blessed: the previous version keeps serving (exit {code})."
 
 
-def _environment() -> jinja2.Environment:
+def environment() -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.PackageLoader("pipeline.inspect", "templates"),
         autoescape=jinja2.select_autoescape(["html", "j2"]),
@@ -181,10 +182,10 @@ def render(details: details_lib.RunDetails) -> str:
     previous = details.stats.get(details.previous_span, {})
     feature_rows = [
         {"name": name, "newest": newest.get(name), "previous": previous.get(name),
-         "plot": _feature_plot(name, newest.get(name), previous.get(name), labels)}
+         "plot": feature_plot(name, newest.get(name), previous.get(name), labels)}
         for name in names
     ]
-    return _environment().get_template(TEMPLATE).render(
+    return environment().get_template(TEMPLATE).render(
         report=report,
         details=details,
         decision=decision(details),
@@ -194,7 +195,7 @@ def render(details: details_lib.RunDetails) -> str:
         total_seconds=sum(node.seconds for node in report.nodes),
         feature_rows=feature_rows,
         span_labels=labels,
-        drift_plot=_drift_plot(details.drift),
+        drift_plot=distance_plot(details.drift),
         training_plot=_training_plot(details.history, details.best_epoch),
         slices_plot=_slices_plot(details.slices, details.has_baseline),
         slice_metrics=SLICE_METRICS,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 from pipeline import config, options
@@ -35,6 +36,51 @@ def predict_files(args: argparse.Namespace, ending: Ending) -> int:
     ))
     print(f"Scored {args.input} with {model} into {args.output} ({time.perf_counter() - started:.1f} s)")
     return 0
+
+
+def add_monitor(commands: argparse._SubParsersAction) -> None:
+    monitor = commands.add_parser(
+        "monitor", help="compare logged serving traffic with the training data of the version that served it"
+    )
+    monitor.add_argument("--requests", required=True, metavar="GLOB",
+                         help="logged requests: TFRecords of tf.Example or PredictionLog (GZIP or not), or JSON "
+                              "lines of TF Serving REST bodies or Vertex AI request-response log rows")
+    monitor.add_argument("--format", default=config.AUTO_FORMAT, choices=(config.AUTO_FORMAT,) + config.REQUEST_FORMATS,
+                         help="the files' format (default: told from each file's first record)")
+    monitor.add_argument("--model", default="serving",
+                         help="'serving' (the version TF Serving serves) or the version number that served them")
+    monitor.add_argument("--max-malformed", type=float, default=config.MONITOR_MAX_MALFORMED,
+                         metavar="FRACTION",
+                         help="above this fraction of malformed records the traffic is not judged (exit 1)")
+    options.add_metadata_options(monitor)
+    options.add_serving_location(monitor)
+    options.add_notify(monitor)
+    options.add_beam_options(monitor, "Beam's in-memory engine in this process")
+    monitor.add_argument("beam_args", nargs="*", metavar="BEAM_ARG", help="extra Beam options, after `--`")
+    monitor.set_defaults(handler=monitor_traffic, quiet=True)
+
+
+def monitor_traffic(args: argparse.Namespace, ending: Ending) -> int:
+    from pipeline.ops import alerts, monitor
+
+    defaults = config.RunConfig()
+    run_config = config.RunConfig(
+        output_root=args.output_root, metadata_mysql=args.metadata_mysql, serving_dir=args.serving_dir,
+        settings=dataclasses.replace(defaults.settings, model_name=args.model_name),
+    ).resolved()
+    try:
+        result = monitor.run(monitor.MonitorConfig(
+            requests_glob=args.requests, run_config=run_config, model=args.model, file_format=args.format,
+            max_malformed=args.max_malformed, beam_args=options.beam_command_line(args, config.local_beam_args()),
+        ))
+    except Exception as err:
+        if args.notify:
+            alerts.send(args.notify, monitor.alert_payload(None, str(err).splitlines()[0] if str(err) else repr(err)))
+        raise
+    print(monitor.summary(result))
+    if args.notify:
+        alerts.send(args.notify, monitor.alert_payload(result, ""))
+    return int(result.exit_code)
 
 
 def add_serving(commands: argparse._SubParsersAction) -> None:

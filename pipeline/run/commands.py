@@ -96,9 +96,7 @@ def _add_local_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--no-speedups", action="store_true",
                          help=f"run without the library speed-ups of pipeline/run/speedups.py (also {speedups.ENV}=0)")
     options.add_latency_budget(command)
-    command.add_argument("--notify", default=None, metavar="URL",
-                         help="POST a JSON summary to this Slack-compatible webhook when the command ends, "
-                              "whatever the outcome (a failure to notify never changes the exit status)")
+    options.add_notify(command)
     options.add_beam_options(command, "Beam's in-memory engine in this process")
     command.add_argument("beam_args", nargs="*", metavar="BEAM_ARG", help="extra Beam options, after `--`")
     command.set_defaults(handler=run)

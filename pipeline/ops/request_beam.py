@@ -1,0 +1,98 @@
+"""What Beam's workers run for `taxi-pipeline monitor`: request files read into record
+batches decoded by the curated schema, and malformed records counted and named. Imports
+what the work needs, never TFX's API (see `components.custom.beam_fns`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Iterator, List, Tuple
+
+import apache_beam as beam
+from tensorflow_metadata.proto.v0 import schema_pb2
+from tfx_bsl.coders import example_coder
+
+from pipeline.ops import request_logs
+
+MALFORMED = "malformed"
+# Requests decoded into one record batch.
+DECODE_BATCH = 1000
+
+
+class ReadRequests(beam.DoFn):
+    """One logged file's requests as record batches of the schema's columns (every batch
+    has the same, so TFDV can combine them); each malformed record as a tagged output
+    naming it. A record the schema's decoder refuses (a value of the wrong type) is
+    malformed too."""
+
+    def __init__(self, schema: schema_pb2.Schema):
+        self._schema = schema
+
+    def setup(self) -> None:
+        self._decoder = example_coder.ExamplesToRecordBatchDecoder(self._schema.SerializeToString())
+
+    def _decode(self, path: str, batch: List[Tuple[str, bytes]]) -> Iterator[object]:
+        try:
+            yield self._decoder.DecodeBatch([record for _, record in batch])
+            return
+        except Exception:  # noqa: BLE001 - tfx_bsl's C++ decoder raises bare RuntimeError/ValueError types
+            pass
+        good = []
+        for where, record in batch:
+            try:
+                self._decoder.DecodeBatch([record])
+                good.append(record)
+            except Exception as err:  # noqa: BLE001 - as above: its one record is named, the rest go on
+                reason = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
+                yield beam.pvalue.TaggedOutput(MALFORMED, str(request_logs.Malformed(path, where, reason)))
+        if good:
+            yield self._decoder.DecodeBatch(good)
+
+    def process(self, item: Tuple[str, str]) -> Iterator[object]:
+        path, file_format = item
+        batch: List[Tuple[str, bytes]] = []
+        for found in request_logs.read(path, file_format):
+            if isinstance(found, request_logs.Malformed):
+                yield beam.pvalue.TaggedOutput(MALFORMED, str(found))
+                continue
+            batch.append(found)
+            if len(batch) == DECODE_BATCH:
+                yield from self._decode(path, batch)
+                batch = []
+        if batch:
+            yield from self._decode(path, batch)
+
+
+class _CountAndShow(beam.CombineFn):
+    """(how many, the first `shown` of them by file and place)."""
+
+    def __init__(self, shown: int):
+        self._shown = shown
+
+    def create_accumulator(self):
+        return 0, []
+
+    def add_input(self, accumulator, text: str):
+        count, kept = accumulator
+        return count + 1, (kept + [text])[: self._shown] if len(kept) < self._shown else kept
+
+    def merge_accumulators(self, accumulators):
+        count, kept = 0, []
+        for more, texts in accumulators:
+            count += more
+            kept.extend(texts)
+        return count, sorted(kept)[: self._shown]
+
+    def extract_output(self, accumulator) -> str:
+        count, kept = accumulator
+        return json.dumps({"count": count, "shown": sorted(kept)})
+
+
+class SummarizeMalformed(beam.PTransform):
+    """Malformed records' descriptions -> one JSON line: their count and the first `shown`."""
+
+    def __init__(self, shown: int):
+        super().__init__()
+        self._shown = shown
+
+    def expand(self, malformed: beam.PCollection) -> beam.PCollection:
+        return malformed | beam.CombineGlobally(_CountAndShow(self._shown))
