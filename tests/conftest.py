@@ -19,6 +19,7 @@ from typing import Callable, Dict, List, Sequence
 
 import pytest
 
+from tests import pages
 from tests.helpers import REPO_ROOT, RUN_TIMEOUT_SECONDS, SLICE_SPANS, Workspace, cli_command
 
 # The longest modules, started first (each module runs on one worker): then they run
@@ -188,3 +189,9 @@ def project_copy(tmp_path) -> Callable[..., subprocess.CompletedProcess]:
 # What the failure tests (tests/test_failures*.py) check of a failed command.
 
 
+
+
+@pytest.fixture
+def webhook():
+    """(URL, the JSON bodies received): a webhook on 127.0.0.1 for this test."""
+    yield from pages.serve_webhook()

@@ -1,14 +1,9 @@
 """What an on-call engineer uses after a run: its page in a browser, history, lineage,
 rollback and pins of what TF Serving serves, and run-end alerts."""
 
-import html.parser
-import http.server
-import json
 import os
 import re
 import shutil
-import subprocess
-import threading
 
 import numpy as np
 import pytest
@@ -16,49 +11,11 @@ from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
 from components.support import serving_config
+from tests.pages import Page, browser
 
 pytestmark = pytest.mark.slow
 
-BROWSER_TIMEOUT_SECONDS = 120
 SECTIONS = ("decision", "data", "timings", "checks", "features", "training", "evaluation", "serving")
-
-
-def _chromium() -> str:
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert path, "the page is tested in Debian's chromium: `make test` installs it (apt-get install chromium)"
-    return path
-
-
-def _browser(*args: str) -> subprocess.CompletedProcess:
-    command = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-               "--no-first-run", "--disable-dev-shm-usage", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=BROWSER_TIMEOUT_SECONDS)
-
-
-class _Page(html.parser.HTMLParser):
-    """The rendered DOM's parts the tests read: text by element id, images, table rows."""
-
-    def __init__(self):
-        super().__init__()
-        self.text_by_id, self.images, self.rows, self._open = {}, [], {}, []
-
-    def handle_starttag(self, tag, attrs):
-        attrs = dict(attrs)
-        if tag == "img":
-            self.images.append(attrs.get("src", ""))
-        if tag == "tr" and self._open:
-            table = next((i for i in reversed(self._open) if i), None)
-            if table:
-                self.rows[table] = self.rows.get(table, 0) + 1
-        self._open.append(attrs.get("id"))
-
-    def handle_endtag(self, tag):
-        if self._open:
-            self._open.pop()
-
-    def handle_data(self, data):
-        for element_id in filter(None, self._open):
-            self.text_by_id[element_id] = self.text_by_id.get(element_id, "") + data
 
 
 def _page_path(result) -> str:
@@ -76,9 +33,9 @@ def test_each_run_writes_a_page_a_browser_renders_with_its_key_parts(finished_ru
     # Self-contained: nothing is fetched when it is opened.
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", text)
 
-    dom = _browser("--dump-dom", f"file://{path}")
+    dom = browser("--dump-dom", f"file://{path}")
     assert dom.returncode == 0, dom.stderr
-    page = _Page()
+    page = Page()
     page.feed(dom.stdout)
     version = ws.versions()[0]
     decision = " ".join(page.text_by_id["decision"].split())
@@ -94,7 +51,7 @@ def test_each_run_writes_a_page_a_browser_renders_with_its_key_parts(finished_ru
     assert len(page.images) > 20 and all(src.startswith("data:image/png;base64,") for src in page.images)
 
     screenshot = tmp_path / "page.png"
-    shot = _browser("--window-size=1200,2400", f"--screenshot={screenshot}", f"file://{path}")
+    shot = browser("--window-size=1200,2400", f"--screenshot={screenshot}", f"file://{path}")
     assert shot.returncode == 0, shot.stderr
     from matplotlib import image
 
@@ -145,32 +102,6 @@ def test_history_and_lineage_name_the_run_the_data_and_the_evaluation(copy_of_fi
 
     unknown = taxi_pipeline("lineage", "12345", "--output-root", str(ws.out), "--serving-dir", str(ws.serving))
     assert unknown.returncode == 1 and "no push of version 12345" in unknown.stderr
-
-
-class _Webhook(http.server.BaseHTTPRequestHandler):
-    received: list = []
-
-    def do_POST(self):  # noqa: N802 (http.server's name)
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        type(self).received.append(json.loads(body))
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def webhook():
-    """A webhook on 127.0.0.1 that keeps what it receives; stops with the test."""
-    _Webhook.received = []
-    server = http.server.HTTPServer(("127.0.0.1", 0), _Webhook)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/hook", _Webhook.received
-    server.shutdown()
-    server.server_close()
 
 
 def _models_config(serving_dir) -> model_server_config_pb2.ModelConfig:

@@ -24,7 +24,7 @@ from tfx.types import standard_component_specs
 from components.custom import ingest, serving_check
 from components.custom import pusher as staged_pusher
 from pipeline.config import MetadataConfig
-from pipeline.inspect import run_report
+from pipeline.inspect import monitor_records, run_report
 from pipeline.outcome import Outcome, RunReport
 from pipeline.pipeline import NodeId
 
@@ -52,10 +52,11 @@ def status(report: RunReport) -> str:
 
 
 def history(metadata: MetadataConfig, pipeline_name: str, limit: int) -> str:
-    """The newest `limit` runs, one line each: when, spans, outcome, AUC, version."""
+    """The newest `limit` runs, one line each: when, spans, outcome, AUC, version; and
+    `monitor` runs: when, the version monitored, requests, findings."""
     store = run_report.connect(metadata)
     contexts = {c.name: c for c in store.get_contexts_by_type(run_report.PIPELINE_RUN_CONTEXT)}
-    lines = []
+    lines = []  # (milliseconds, line)
     for run_id in sorted(contexts, reverse=True)[:limit]:
         records = run_report.run_records(store, pipeline_name, run_id)
         report = run_report.report_of(records, run_id)
@@ -65,11 +66,14 @@ def history(metadata: MetadataConfig, pipeline_name: str, limit: int) -> str:
         version = f"version {os.path.basename(report.pushed_version_dir)}" if report.pushed_version_dir else ""
         removed = contexts[run_id].custom_properties.get(run_report.REMOVED_PROPERTY)
         gone = f"(files removed by gc {removed.string_value[:10]})" if removed is not None else ""
-        lines.append("  ".join(part for part in (when, run_id, f"spans {spans or '-'}", status(report), auc, version,
-                                                 gone) if part))
+        lines.append((records.last_update, "  ".join(
+            part for part in (when, run_id, f"spans {spans or '-'}", status(report), auc, version, gone) if part)))
+    for found in monitor_records.read_all(store)[:limit]:
+        lines.append((found.recorded, "  ".join((_time(found.recorded), found.monitor_id,
+                                                 monitor_records.describe(found)))))
     if not lines:
         return f"No runs recorded in {metadata}."
-    return "\n".join(lines)
+    return "\n".join(line for _, line in sorted(lines, key=lambda pair: pair[0], reverse=True)[:limit])
 
 
 def run_of(store: metadata_store.MetadataStore, execution: metadata_store_pb2.Execution) -> str:

@@ -73,3 +73,10 @@ def read_all(store: metadata_store.MetadataStore) -> List[MonitorRecord]:
                 recorded=execution.create_time_since_epoch,
             ))
     return sorted(found, key=lambda r: r.recorded, reverse=True)
+
+
+def describe(found: MonitorRecord) -> str:
+    """A monitor run on one line, for `history`."""
+    malformed = f" ({found.malformed} malformed)" if found.malformed else ""
+    verdict = f"{len(found.findings)} finding(s): " + "; ".join(found.findings)[:200] if found.findings else "clean"
+    return f"monitor of version {found.version}  {found.requests} requests{malformed}  {verdict}"

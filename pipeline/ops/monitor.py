@@ -129,7 +129,7 @@ def training_data(run_config: config.RunConfig, version: int) -> TrainingData:
     if examples is None or not run_report.live(examples):
         raise LookupError(f"the training data of version {version} (run {run_id}) is no longer in "
                           f"{run_config.pipeline_root}: monitor a newer version with --model")
-    splits = [s for s in json.loads(run_report.string_property(examples, "split_names") or "[]") if s != EVAL_SPLIT]
+    splits = [s for s in json.loads(examples.properties["split_names"].string_value or "[]") if s != EVAL_SPLIT]
     files = sorted(f for split in splits for f in tf.io.gfile.glob(os.path.join(examples.uri, f"Split-{split}", "*")))
     if not files:
         raise LookupError(f"the training splits {splits} of version {version} hold no files under {examples.uri}")
@@ -142,6 +142,15 @@ def _formats(paths: Sequence[str], named: str) -> Dict[str, str]:
     return {path: request_logs.detect(path) if named == config.AUTO_FORMAT else named for path in paths}
 
 
+def serving_schema(schema):
+    """`schema` without the features its SERVING environment leaves out (the label): what
+    requests are decoded by, so a logged label is not read as traffic."""
+    kept = [f for f in schema.feature if monitor_records.SERVING_ENVIRONMENT not in f.not_in_environment]
+    del schema.feature[:]
+    schema.feature.extend(kept)
+    return schema
+
+
 def compute_statistics(items: Dict[str, Sequence[Tuple[str, str]]], output_dir: str, beam_args: Sequence[str]
                        ) -> Dict[str, Tuple[int, List[str]]]:
     """TFDV statistics of each named group of (file, format)s, in one Beam pipeline:
@@ -152,7 +161,7 @@ def compute_statistics(items: Dict[str, Sequence[Tuple[str, str]]], output_dir: 
 
     from pipeline.ops import request_beam
 
-    schema = tfdv.load_schema_text(config.schema_file())
+    schema = serving_schema(tfdv.load_schema_text(config.schema_file()))
     with beam.Pipeline(options=PipelineOptions(list(beam_args))) as pipeline:
         for name, files in items.items():
             read = (

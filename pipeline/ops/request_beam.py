@@ -5,6 +5,7 @@ what the work needs, never TFX's API (see `components.custom.beam_fns`)."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Iterator, List, Tuple
 
 import apache_beam as beam
@@ -62,6 +63,11 @@ class ReadRequests(beam.DoFn):
             yield from self._decode(path, batch)
 
 
+def _natural(text: str) -> list:
+    """Sorts "line 9" before "line 10"."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
 class _CountAndShow(beam.CombineFn):
     """(how many, the first `shown` of them by file and place)."""
 
@@ -73,18 +79,18 @@ class _CountAndShow(beam.CombineFn):
 
     def add_input(self, accumulator, text: str):
         count, kept = accumulator
-        return count + 1, (kept + [text])[: self._shown] if len(kept) < self._shown else kept
+        return count + 1, sorted(kept + [text], key=_natural)[: self._shown]
 
     def merge_accumulators(self, accumulators):
         count, kept = 0, []
         for more, texts in accumulators:
             count += more
             kept.extend(texts)
-        return count, sorted(kept)[: self._shown]
+        return count, sorted(kept, key=_natural)[: self._shown]
 
     def extract_output(self, accumulator) -> str:
         count, kept = accumulator
-        return json.dumps({"count": count, "shown": sorted(kept)})
+        return json.dumps({"count": count, "shown": sorted(kept, key=_natural)})
 
 
 class SummarizeMalformed(beam.PTransform):

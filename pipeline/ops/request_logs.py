@@ -26,6 +26,7 @@ import binascii
 import dataclasses
 import gzip
 import json
+import re
 from typing import Iterator, List, Optional, Tuple, Union
 
 import tensorflow as tf
@@ -132,14 +133,24 @@ def _valid_example(record: bytes) -> Optional[str]:
 
 def _tfrecords(path: str) -> Iterator[Tuple[int, Union[bytes, str]]]:
     """(index, record) for each whole record, then (index, why) if the file is damaged there."""
+    dataset = tf.data.TFRecordDataset(path, compression_type=_compression(path))
     index = 0
     try:
-        for batch in tf.data.TFRecordDataset(path, compression_type=_compression(path)).batch(1000):
+        for batch in dataset.batch(1000):
             for record in batch.numpy():
                 yield index, record
                 index += 1
+        return
+    except tf.errors.OpError:
+        pass
+    # Damaged: the whole records of the batch it stopped in, one by one, up to the damage.
+    try:
+        for record in dataset.skip(index):
+            yield index, record.numpy()
+            index += 1
     except tf.errors.OpError as err:
-        yield index, f"the file is damaged from here on ({err.message.splitlines()[0][:160]})"
+        message = re.sub(r"\{\{.*?\}\}\s*", "", err.message).splitlines()[0][:160]
+        yield index, f"the file is damaged from here on ({message})"
 
 
 def read_examples(path: str) -> Iterator[Item]:
