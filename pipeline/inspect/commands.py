@@ -21,6 +21,9 @@ def add_report(commands: argparse._SubParsersAction) -> None:
 def add_history(commands: argparse._SubParsersAction) -> None:
     history = commands.add_parser("history", help="the recent runs: when, spans, outcome, metrics, pushed version")
     history.add_argument("--limit", type=options.positive, default=20, help="runs shown, newest first")
+    history.add_argument("--page", action="store_true",
+                         help="also write <output root>/history.html: the served model's AUC on each new span, "
+                              "run after run, overall and by slice, beside the candidate's")
     options.add_metadata_options(history)
     history.set_defaults(handler=read_back, quiet=True)
 
@@ -52,6 +55,11 @@ def read_back(args: argparse.Namespace, ending: Ending) -> int:
 
     if args.command == "history":
         print(lineage.history(metadata, pipeline_name, args.limit))
+        if args.page:
+            from pipeline.inspect import quality
+
+            page = quality.write_page(metadata, pipeline_name, run_config.output_root, run_config.settings.evaluation)
+            print(f"Page: {page}")
     elif args.command == "lineage":
         print(lineage.lineage(metadata, run_config.model_serving_dir, args.version))
     else:

@@ -183,9 +183,10 @@ def _slice_order(name: str) -> Tuple[str, float, str]:
         return column, float("inf"), value
 
 
-def _evaluation(details: RunDetails, evaluation_uri: str) -> None:
+def evaluation_slices(evaluation_uri: str) -> List[SliceMetrics]:
+    """The Evaluator's metrics by slice, the overall first, the candidate's and the
+    baseline's (empty without a baseline)."""
     import tensorflow_model_analysis as tfma
-    from tensorflow_model_analysis.writers import eval_config_writer
 
     by_slice: Dict[str, SliceMetrics] = {}
     for metrics in tfma.load_metrics(evaluation_uri):
@@ -195,10 +196,17 @@ def _evaluation(details: RunDetails, evaluation_uri: str) -> None:
             if item.key.is_diff or not item.value.HasField("double_value"):
                 continue
             baseline = item.key.model_name == "baseline"
-            details.has_baseline |= baseline
             (entry.baseline if baseline else entry.candidate)[item.key.name] = item.value.double_value.value
     overall = by_slice.pop(OVERALL, None)
-    details.slices = ([overall] if overall else []) + [by_slice[name] for name in sorted(by_slice, key=_slice_order)]
+    return ([overall] if overall else []) + [by_slice[name] for name in sorted(by_slice, key=_slice_order)]
+
+
+def _evaluation(details: RunDetails, evaluation_uri: str) -> None:
+    import tensorflow_model_analysis as tfma
+    from tensorflow_model_analysis.writers import eval_config_writer
+
+    details.slices = evaluation_slices(evaluation_uri)
+    details.has_baseline = any(s.baseline for s in details.slices)
     eval_config = eval_config_writer.load_eval_run(evaluation_uri)[0]
     for spec in eval_config.metrics_specs if eval_config else []:
         for metric in spec.metrics:

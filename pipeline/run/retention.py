@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import glob
+import json
 import logging
 import os
 import time
@@ -43,6 +44,7 @@ from tfx.types import standard_component_specs
 from components.custom import pusher, serving_check
 from pipeline import config
 from pipeline.inspect import report_page, run_report
+from pipeline.pipeline import NodeId
 from pipeline.run import run_state
 
 Artifact = metadata_store_pb2.Artifact
@@ -300,6 +302,7 @@ def collect(
     found.paths += extra
     if dry_run:
         return found
+    _keep_evaluations(store, run_config.settings.pipeline_name, found)
     marked_at = time.time()
     for artifact in found.artifacts:
         if artifact.state != Artifact.MARKED_FOR_DELETION:
@@ -317,6 +320,26 @@ def collect(
     _mark_removed(store, [found.runs[run_id] for run_id in found.removed_runs])
     logging.info("gc: removed %d paths (%d bytes)", len(found.deleted), found.bytes)
     return found
+
+
+def _keep_evaluations(store: metadata_store.MetadataStore, pipeline_name: str, found: Plan) -> None:
+    """Each removed run's evaluation figures, on its run context before its files go: the
+    served model's quality over time (`pipeline.inspect.quality`) outlives them."""
+    from pipeline.inspect import quality
+
+    contexts = []
+    for run_id in found.removed_runs:
+        context = found.runs[run_id]
+        records = run_report.run_records(store, pipeline_name, run_id)
+        evaluation = records.output(NodeId.EVALUATOR, standard_component_specs.EVALUATION_KEY)
+        if quality.EVAL_SUMMARY_PROPERTY in context.custom_properties or not run_report.live(evaluation):
+            continue
+        if tf.io.gfile.exists(evaluation.uri):
+            context.custom_properties[quality.EVAL_SUMMARY_PROPERTY].string_value = json.dumps(
+                quality.summary(evaluation.uri))
+            contexts.append(context)
+    if contexts:
+        store.put_contexts(contexts)
 
 
 def _mark_removed(store: metadata_store.MetadataStore, contexts: List[metadata_store_pb2.Context]) -> None:
