@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -14,6 +15,7 @@ import sys
 import pytest
 
 from tests.helpers import REPO_ROOT
+from tests.pages import Page, browser
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -96,6 +98,29 @@ retention.collect(config.RunConfig(output_root=out, serving_dir=serving).resolve
 def _states(work):
     with sqlite3.connect(work / "out" / "metadata.sqlite") as db:
         return db.execute("SELECT id, uri, state FROM Artifact").fetchall()
+
+
+def test_the_quality_page_shows_every_evaluated_week_those_gc_removed_too(soak, taxi_pipeline):
+    work, weeks, _ = soak
+    done = taxi_pipeline("history", "--page", "--limit", "1", "--output-root", str(work / "out"))
+    assert done.returncode == 0, done.stderr
+    page = done.stdout.splitlines()[-1].removeprefix("Page: ")
+    assert page == str(work / "out" / "history.html")
+    dom = browser("--dump-dom", f"file://{page}")
+    assert dom.returncode == 0, dom.stderr
+    rendered = Page()
+    rendered.feed(dom.stdout)
+    table = rendered.text_by_id["overall"]
+    # Every week that evaluated a candidate (not the bad one), each on its new span.
+    for week in weeks:
+        if week["exit"] in (0, 3):
+            assert f"span {week['span']}" in table, (week, table)
+    assert f"span {next(w['span'] for w in weeks if w['kind'] == 'bad')}" not in table
+    assert "(files removed by gc)" in table  # figures gc kept in MLMD, not read from deleted files
+    served = [float(x) for x in re.findall(r"\b(0\.\d{4})\b", table)]
+    assert len(served) >= 2 * (sum(w["exit"] in (0, 3) for w in weeks) - 1)  # served and candidate AUCs
+    assert all(0.5 < auc <= 1.0 for auc in served)
+    assert len(rendered.images) >= 2 and all(src.startswith("data:image/png;base64,") for src in rendered.images)
 
 
 def test_no_execution_read_an_artifact_after_it_was_deleted(soak):

@@ -1,0 +1,123 @@
+"""Logged requests read back as tf.Examples: each format detected, each malformed record
+named by file and place."""
+
+import base64
+import gzip
+import json
+
+import pytest
+import tensorflow as tf
+from tensorflow_serving.apis import classification_pb2, predict_pb2, prediction_log_pb2
+
+from pipeline.ops import request_logs
+
+
+def _example(fare=12.5, company="Flash Cab", hour=7) -> tf.train.Example:
+    example = tf.train.Example()
+    example.features.feature["fare"].float_list.value.append(fare)
+    example.features.feature["company"].bytes_list.value.append(company.encode())
+    example.features.feature["trip_start_hour"].int64_list.value.append(hour)
+    return example
+
+
+def _tfrecords(path, records, compression=""):
+    with tf.io.TFRecordWriter(str(path), options=compression or None) as writer:
+        for record in records:
+            writer.write(record)
+    return str(path)
+
+
+def _read(path, file_format=None):
+    return list(request_logs.read(path, file_format or request_logs.detect(path)))
+
+
+@pytest.mark.parametrize("compression", ["", "GZIP"])
+def test_examples_are_read_gzip_or_not_whatever_the_file_name(tmp_path, compression):
+    records = [_example(fare=float(i)).SerializeToString() for i in range(3)]
+    path = _tfrecords(tmp_path / "requests.log", records, compression)
+    assert request_logs.detect(path) == request_logs.EXAMPLES
+    assert _read(path) == [(f"record {i}", record) for i, record in enumerate(records)]
+
+
+def test_prediction_logs_give_the_examples_of_predict_and_classify_requests(tmp_path):
+    first, second, third = (_example(fare=float(i)).SerializeToString() for i in range(3))
+    predict = predict_pb2.PredictRequest()
+    predict.inputs["examples"].CopyFrom(tf.make_tensor_proto([first, second]))
+    classify = classification_pb2.ClassificationRequest()
+    classify.input.example_list.examples.add().CopyFrom(tf.train.Example.FromString(third))
+    logs = [prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=predict)),
+            prediction_log_pb2.PredictionLog(classify_log=prediction_log_pb2.ClassifyLog(request=classify)),
+            prediction_log_pb2.PredictionLog()]
+    path = _tfrecords(tmp_path / "predictions", [log.SerializeToString() for log in logs], "GZIP")
+    assert request_logs.detect(path) == request_logs.PREDICTION_LOGS
+    found = _read(path)
+    assert found[:3] == [("record 0", first), ("record 0", second), ("record 1", third)]
+    assert str(found[3]) == f"{path}, record 2: a PredictionLog without tf.Examples in its request"
+
+
+def test_json_bodies_and_log_rows_of_every_shape_give_the_same_examples(tmp_path):
+    example = _example(fare=9.0, company="Sun Taxi", hour=23)
+    encoded = base64.b64encode(example.SerializeToString()).decode()
+    raw = {"fare": 9.0, "company": "Sun Taxi", "trip_start_hour": 23}
+    lines = [
+        {"instances": [{"b64": encoded}]},  # serving_default
+        {"instances": [{"examples": {"b64": encoded}}]},  # the same, the input named
+        {"instances": [raw]},  # the raw-feature signature
+        {"request_payload": [json.dumps(raw)], "response_payload": ["{}"]},  # Vertex AI's log row
+        {"raw_data": json.dumps({"instances": [raw]})},  # AI Platform's
+    ]
+    path = tmp_path / "rows.json.gz"
+    path.write_bytes(gzip.compress("\n".join(json.dumps(line) for line in lines).encode()))
+    assert request_logs.detect(str(path)) == request_logs.JSON_LINES
+    found = _read(str(path))
+    assert [where for where, _ in found] == [f"line {n}" for n in range(1, 6)]
+    assert all(tf.train.Example.FromString(record) == example for _, record in found)
+
+
+def test_malformed_records_are_named_and_the_rest_are_read(tmp_path):
+    good = _example().SerializeToString()
+    path = tmp_path / "rest.jsonl"
+    path.write_text("\n".join([
+        json.dumps({"instances": [{"b64": base64.b64encode(good).decode()}]}),
+        "not json at all",
+        json.dumps({"instances": [{"b64": "%%%"}]}),
+        json.dumps({"instances": [{"fare": "twelve"}]}),
+        json.dumps({"instances": [{"tip": 3.0}]}),
+        json.dumps({"predictions": []}),
+        "",
+        json.dumps({"instances": [{"trip_start_hour": 7.5}]}),
+    ]))
+    found = _read(str(path))
+    assert found[0] == ("line 1", good)
+    problems = [str(item) for item in found[1:]]
+    assert problems == [
+        f"{path}, line 2: Expecting value: line 1 column 1 (char 0)",
+        f"{path}, line 3: its b64 value is not base64",
+        f"{path}, line 4: feature 'fare' has a value of the wrong type: 'twelve'",
+        f"{path}, line 5: unknown feature 'tip'",
+        f"{path}, line 6: no 'instances', 'request_payload' or 'raw_data'",
+        f"{path}, line 8: feature 'trip_start_hour' has a value of the wrong type: 7.5",
+    ]
+
+
+def test_a_damaged_tfrecord_file_keeps_its_whole_records_and_names_where_it_breaks(tmp_path):
+    records = [_example(fare=float(i)).SerializeToString() for i in range(5)]
+    path = tmp_path / "cut.tfrecord"
+    whole = open(_tfrecords(path, records), "rb").read()
+    path.write_bytes(whole[:-10])
+    found = _read(str(path), request_logs.EXAMPLES)
+    assert found[:4] == [(f"record {i}", record) for i, record in enumerate(records[:4])]
+    assert str(found[4]).startswith(f"{path}, record 4: the file is damaged from here on (")
+    not_example = _tfrecords(tmp_path / "other", [b"\xff\x00garbage", _example().SerializeToString()])
+    assert [str(item) if isinstance(item, request_logs.Malformed) else item[0]
+            for item in _read(not_example, request_logs.EXAMPLES)] == [
+        f"{not_example}, record 0: not a tf.Example", "record 1"]
+
+
+def test_a_file_of_no_known_format_is_refused_naming_the_flag(tmp_path):
+    unknown = _tfrecords(tmp_path / "unknown", [tf.train.Example().SerializeToString()])
+    with pytest.raises(ValueError, match="name its format with --format"):
+        request_logs.detect(unknown)
+    empty = _tfrecords(tmp_path / "empty", [])
+    with pytest.raises(ValueError, match="holds no records"):
+        request_logs.detect(empty)
