@@ -5,6 +5,7 @@ own options are defined with its body (`pipeline/*/commands.py`)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from pipeline import beam_args, config
 
@@ -26,6 +27,17 @@ def add_notify(command: argparse.ArgumentParser) -> None:
     command.add_argument("--notify", default=None, metavar="URL",
                          help="POST a JSON summary to this Slack-compatible webhook when the command ends, "
                               "whatever the outcome (a failure to notify never changes the exit status)")
+
+
+def located(args: argparse.Namespace) -> config.RunConfig:
+    """The output root, metadata store and serving folder a command's options name, resolved."""
+    defaults = config.RunConfig()
+    return config.RunConfig(
+        output_root=args.output_root,
+        metadata_mysql=args.metadata_mysql,
+        serving_dir=getattr(args, "serving_dir", defaults.serving_dir),
+        settings=dataclasses.replace(defaults.settings, model_name=getattr(args, "model_name", config.MODEL_NAME)),
+    ).resolved()
 
 
 def _mysql_address(text: str) -> config.MySqlAddress:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from typing import Optional
 
 from pipeline import config, failures, options
@@ -40,13 +39,7 @@ def add_lineage(commands: argparse._SubParsersAction) -> None:
 
 def read_back(args: argparse.Namespace, ending: Ending) -> int:
     """`report`, `history` and `lineage`."""
-    defaults = config.RunConfig()
-    run_config = config.RunConfig(
-        output_root=args.output_root,
-        metadata_mysql=args.metadata_mysql,
-        serving_dir=getattr(args, "serving_dir", defaults.serving_dir),
-        settings=dataclasses.replace(defaults.settings, model_name=getattr(args, "model_name", config.MODEL_NAME)),
-    ).resolved()
+    run_config = options.located(args)
     metadata, pipeline_name = run_config.metadata, run_config.settings.pipeline_name
     failures.check_store(metadata, run_config.output_root)
     if not metadata.exists():

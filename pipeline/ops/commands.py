@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import time
 
 from pipeline import config, options
@@ -63,11 +62,7 @@ def add_monitor(commands: argparse._SubParsersAction) -> None:
 def monitor_traffic(args: argparse.Namespace, ending: Ending) -> int:
     from pipeline.ops import alerts, monitor
 
-    defaults = config.RunConfig()
-    run_config = config.RunConfig(
-        output_root=args.output_root, metadata_mysql=args.metadata_mysql, serving_dir=args.serving_dir,
-        settings=dataclasses.replace(defaults.settings, model_name=args.model_name),
-    ).resolved()
+    run_config = options.located(args)
     try:
         result = monitor.run(monitor.MonitorConfig(
             requests_glob=args.requests, run_config=run_config, model=args.model, file_format=args.format,

@@ -5,7 +5,6 @@ reuse, report; `retrain` then applies the retention of `pipeline.run.retention`)
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import logging
 import os
@@ -57,11 +56,7 @@ def _add_retention_options(command: argparse.ArgumentParser) -> None:
 
 def collect(args: argparse.Namespace, ending: Ending) -> int:
     """`gc`: under the output root's lock, remove what nothing needs (`pipeline.run.retention`)."""
-    defaults = config.RunConfig()
-    resolved = config.RunConfig(
-        output_root=args.output_root, metadata_mysql=args.metadata_mysql, serving_dir=args.serving_dir,
-        settings=dataclasses.replace(defaults.settings, model_name=args.model_name),
-    ).resolved()
+    resolved = options.located(args)
     if not resolved.metadata.exists():
         raise ValueError(f"no metadata store at {resolved.metadata}: nothing to collect in {args.output_root}")
     try:
