@@ -15,7 +15,7 @@
     taxi-pipeline predict    batch scoring of tf.Example TFRecords with a pushed model (Beam)
     taxi-pipeline monitor    logged serving traffic against the training data of the version
                              that served it (TFDV skew and schema checks); exit 4 on a finding
-    taxi-pipeline serving    list | rollback [VERSION] | pin VERSION | unpin: which version
+    taxi-pipeline serving    list | card [VERSION] | rollback [VERSION] | pin VERSION | unpin: which version
                              TF Serving serves (its models.config), never deleting one
     taxi-pipeline gc         remove what no kept run, served version or next run needs:
                              old runs' artifacts, pages and logs (MLMD lineage)

@@ -249,8 +249,10 @@ def _training(
     return Training(transform, baseline, trainer, evaluator)
 
 
-def _pushing(training: Training, serving_model_dir: str, keep_versions: int, latency_budget_ms: float) -> list:
-    """ServingCheck (the blessed model, served as TF Serving serves it) → Pusher."""
+def _pushing(data: DataChecks, training: Training, serving_model_dir: str, keep_versions: int,
+             latency_budget_ms: float, code_version: str) -> list:
+    """ServingCheck (the blessed model, served as TF Serving serves it) → Pusher, which
+    writes each version's model card from the data checks' and the evaluation's outputs."""
     model = training.trainer.outputs["model"]
     checked = serving_check.ServingCheck(
         model=model,
@@ -262,6 +264,12 @@ def _pushing(training: Training, serving_model_dir: str, keep_versions: int, lat
         model_blessing=checked.outputs[serving_check.BLESSING_KEY],
         serving_model_dir=serving_model_dir,
         keep_versions=keep_versions,
+        examples=data.example_gen.outputs["examples"],
+        statistics=data.statistics_gen.outputs["statistics"],
+        evaluation=training.evaluator.outputs["evaluation"],
+        schema=data.schema.outputs["schema"],
+        data_verdict=data.data_gate.outputs[drift.VERDICT_KEY],
+        code_version=code_version,
     ).with_id(NodeId.PUSHER)
     return [checked, pusher]
 
@@ -326,7 +334,7 @@ def create_pipeline(
     with tfx.dsl.Cond(data.is_valid()):
         training = _training(data, window_splits(window_size), train, export_settings, evaluation, code_version,
                              warm_start)
-        pushing = _pushing(training, serving_model_dir, keep_versions, latency_budget_ms)
+        pushing = _pushing(data, training, serving_model_dir, keep_versions, latency_budget_ms, code_version)
     if parallel_beam_pipeline_args:
         for node in (data.statistics_gen, training.evaluator):
             node.with_beam_pipeline_args(list(parallel_beam_pipeline_args))

@@ -1,6 +1,7 @@
 """What an on-call engineer uses after a run: its page in a browser, history, lineage,
 rollback and pins of what TF Serving serves, and run-end alerts."""
 
+import json
 import os
 import re
 import shutil
@@ -11,6 +12,7 @@ from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
 from components.support import serving_config
+from tests.helpers import SLICE_SPANS
 from tests.pages import Page, browser
 
 pytestmark = pytest.mark.slow
@@ -58,6 +60,46 @@ def test_each_run_writes_a_page_a_browser_renders_with_its_key_parts(finished_ru
     pixels = image.imread(str(screenshot))
     assert pixels.shape[:2] == (2400, 1200)
     assert np.std(pixels[..., :3]) > 0.05  # drawn, not a blank page
+
+
+def test_every_pushed_version_carries_its_model_card(copy_of_finished_run, last_run, taxi_pipeline):
+    import tensorflow as tf
+
+    from components.model import features
+
+    ws = copy_of_finished_run
+    record = last_run(ws.out)
+    (version,) = ws.versions()
+    folder = ws.model_dir / version / "assets.extra"
+    card = json.loads((folder / "model_card.json").read_text())
+    assert card["model"]["version"] == int(version) and card["model"]["name"] == "big_tip"
+    assert card["training_data"]["spans"] == list(SLICE_SPANS)
+    assert sum(card["training_data"]["rows"].values()) > 1000
+    assert card["training_data"]["first_trip"] < card["training_data"]["last_trip"]
+    assert card["evaluation"]["overall"]["candidate"]["auc"] == pytest.approx(record["eval_metrics"]["auc"], abs=1e-5)
+    assert "AUC >= 0.8" in card["evaluation"]["thresholds"]
+    assert card["serving_check"] == record["serving_check"] and " ms" in card["serving_check"]
+    assert [row["feature"] for row in card["data_contract"]] == [f.name for f in features.FEATURES]
+    assert any("too few to judge" in line for line in card["limitations"])
+    # The version still loads and answers as TF Serving would load it.
+    loaded = tf.saved_model.load(str(ws.model_dir / version))
+    assert "serving_default" in loaded.signatures
+
+    dom = browser("--dump-dom", f"file://{folder / 'model_card.html'}")
+    assert dom.returncode == 0, dom.stderr
+    page = Page()
+    page.feed(dom.stdout)
+    assert all(section in page.text_by_id for section in ("model", "data", "evaluation", "serving", "contract",
+                                                          "limitations"))
+    assert version in page.text_by_id["model"] and "payment_type" in page.text_by_id["contract"]
+
+    (folder / "model_card.html").unlink()
+    shown = taxi_pipeline("serving", "card", "--serving-dir", str(ws.serving))
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[0] == f"Model card of version {version}: {folder / 'model_card.html'}"
+    assert (folder / "model_card.html").read_text().startswith("<!DOCTYPE html>")  # written again from the JSON
+    missing = taxi_pipeline("serving", "card", "12", "--serving-dir", str(ws.serving))
+    assert missing.returncode == 1 and "no version 12 in" in missing.stderr
 
 
 def test_a_past_runs_page_is_rendered_again_from_the_metadata_store(copy_of_finished_run, taxi_pipeline, last_run):

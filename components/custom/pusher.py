@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import time
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import tensorflow as tf
 from tfx import types
@@ -46,11 +47,15 @@ from tfx.types import artifact_utils, standard_artifacts, standard_component_spe
 from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
 from tfx.utils import io_utils, proto_utils
 
+from components.custom import ingest, model_card, serving_check
+from components.model import features
 from components.support import serving_config, spans
 from components.support.serving_config import versions
 
 KEEP_VERSIONS_KEY = "keep_versions"
 SERVED_KEY = "served_blessing"
+DATA_VERDICT_KEY = "data_verdict"
+CODE_VERSION_KEY = "code_version"
 STAGING_PREFIX = ".staging-"
 LOCK_FILE = ".push.lock"
 # The PushedModel artifact's properties, as TFX's own Pusher names them.
@@ -96,10 +101,12 @@ def push_lock(base_directory: str) -> Iterator[None]:
         os.close(fd)
 
 
-def push(model_path: str, base_directory: str, version: Optional[int] = None) -> int:
+def push(model_path: str, base_directory: str, version: Optional[int] = None,
+         staged: Optional[Callable[[str, int], None]] = None) -> int:
     """Copies the SavedModel to `<base>/<version>` through a staging folder; returns the
     version: `version` (default: now, in seconds) or one more than the newest, if larger.
-    Call it under `push_lock`."""
+    `staged(folder, version)` adds to the staged copy before it is renamed into place (the
+    model card). Call it under `push_lock`."""
     tf.io.gfile.makedirs(base_directory)
     existing = versions(base_directory)
     version = max([version or int(time.time())] + [v + 1 for v in existing[-1:]])
@@ -108,6 +115,8 @@ def push(model_path: str, base_directory: str, version: Optional[int] = None) ->
         tf.io.gfile.rmtree(staging)
     try:
         io_utils.copy_dir(model_path, staging)
+        if staged is not None:
+            staged(staging, version)
     except Exception:
         # A full or read-only disk: the partial copy would hold the space until the next
         # push prunes it (nothing serves from it).
@@ -156,10 +165,19 @@ class StagedPusherSpec(ComponentSpec):
     PARAMETERS = {
         standard_component_specs.PUSH_DESTINATION_KEY: ExecutionParameter(type=pusher_pb2.PushDestination),
         KEEP_VERSIONS_KEY: ExecutionParameter(type=int),
+        CODE_VERSION_KEY: ExecutionParameter(type=str, optional=True),
     }
     INPUTS = {
         standard_component_specs.MODEL_KEY: ChannelParameter(type=standard_artifacts.Model),
         standard_component_specs.MODEL_BLESSING_KEY: ChannelParameter(type=standard_artifacts.ModelBlessing),
+        # What the model card tells (`components.custom.model_card`).
+        standard_component_specs.EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples, optional=True),
+        standard_component_specs.STATISTICS_KEY: ChannelParameter(
+            type=standard_artifacts.ExampleStatistics, optional=True),
+        standard_component_specs.EVALUATION_KEY: ChannelParameter(
+            type=standard_artifacts.ModelEvaluation, optional=True),
+        standard_component_specs.SCHEMA_KEY: ChannelParameter(type=standard_artifacts.Schema, optional=True),
+        DATA_VERDICT_KEY: ChannelParameter(type=standard_artifacts.ExampleAnomalies, optional=True),
     }
     OUTPUTS = {
         standard_component_specs.PUSHED_MODEL_KEY: ChannelParameter(type=standard_artifacts.PushedModel),
@@ -175,6 +193,33 @@ def _mark_served(served: types.Artifact, blessing: types.Artifact, model: types.
             model_id, blessing.get_int_custom_property(model_id) if blessing.has_custom_property(model_id) else model.id
         )
         served.set_string_custom_property(evaluator_constants.ARTIFACT_PROPERTY_CURRENT_MODEL_URI_KEY, model.uri)
+
+
+def _one(input_dict: Dict[str, List[types.Artifact]], key: str) -> Optional[types.Artifact]:
+    found = input_dict.get(key) or []
+    return found[0] if found else None
+
+
+def _card(input_dict: Dict[str, List[types.Artifact]], exec_properties: Dict[str, Any], model_name: str,
+          model_path: str, blessing: types.Artifact) -> Dict[str, Any]:
+    """The model card of this push, from the inputs the run gave (its version set at the push)."""
+    examples = _one(input_dict, standard_component_specs.EXAMPLES_KEY)
+    statistics = _one(input_dict, standard_component_specs.STATISTICS_KEY)
+    evaluation = _one(input_dict, standard_component_specs.EVALUATION_KEY)
+    schema = _one(input_dict, standard_component_specs.SCHEMA_KEY)
+    verdict = _one(input_dict, DATA_VERDICT_KEY)
+    source_files = examples.get_string_custom_property(ingest.SOURCE_FILES_PROPERTY) if examples else ""
+    return model_card.build(
+        model_name=model_name, version=0, model_path=model_path,
+        code_version=exec_properties.get(CODE_VERSION_KEY) or "",
+        source_files=json.loads(source_files or "{}"),
+        split_names=artifact_utils.decode_split_names(examples.split_names) if examples else [],
+        statistics_uri=statistics.uri if statistics else "", evaluation_uri=evaluation.uri if evaluation else "",
+        verdict_uri=verdict.uri if verdict else "",
+        serving_check=blessing.get_string_custom_property(serving_check.REASON_PROPERTY)
+        if blessing.has_custom_property(serving_check.REASON_PROPERTY) else "",
+        schema_dir=schema.uri if schema else os.path.join(os.path.dirname(features.__file__), "schema"),
+    )
 
 
 class Executor(tfx_pusher_executor.Executor):
@@ -204,11 +249,17 @@ class Executor(tfx_pusher_executor.Executor):
         keep = int(exec_properties[KEEP_VERSIONS_KEY])
 
         serving_dir, model_name = os.path.split(base.rstrip("/"))
+        card = _card(input_dict, exec_properties, model_name, model_path, blessing)
+
+        def with_card(folder: str, version: int) -> None:
+            card["model"]["version"] = version
+            model_card.write(folder, card)
+
         with push_lock(base):
             before = serving_config.state(serving_dir, model_name).serving
             version = already_pushed(model_path, base)
             if version is None:
-                version = push(model_path, base)
+                version = push(model_path, base, staged=with_card)
                 logging.info("pushed %s to %s/%d", model_path, base, version)
             else:
                 logging.info("model %s is already version %d in %s; not pushed again", model_path, version, base)
@@ -235,12 +286,23 @@ class StagedPusher(base_component.BaseComponent):
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(Executor)
 
     def __init__(self, model: types.BaseChannel, model_blessing: types.BaseChannel, serving_model_dir: str,
-                 keep_versions: int):
+                 keep_versions: int, examples: Optional[types.BaseChannel] = None,
+                 statistics: Optional[types.BaseChannel] = None, evaluation: Optional[types.BaseChannel] = None,
+                 schema: Optional[types.BaseChannel] = None, data_verdict: Optional[types.BaseChannel] = None,
+                 code_version: str = ""):
+        """`examples`, `statistics`, `evaluation`, `schema`, `data_verdict` and
+        `code_version` are what the model card of each pushed version tells."""
         if keep_versions < 1:
             raise ValueError(f"{KEEP_VERSIONS_KEY} must be at least 1, got {keep_versions}")
         super().__init__(spec=StagedPusherSpec(
             model=model,
             model_blessing=model_blessing,
+            examples=examples,
+            statistics=statistics,
+            evaluation=evaluation,
+            schema=schema,
+            data_verdict=data_verdict,
+            code_version=code_version,
             push_destination=pusher_pb2.PushDestination(
                 filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=serving_model_dir)
             ),

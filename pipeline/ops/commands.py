@@ -80,10 +80,11 @@ def monitor_traffic(args: argparse.Namespace, ending: Ending) -> int:
 
 def add_serving(commands: argparse._SubParsersAction) -> None:
     serving = commands.add_parser(
-        "serving", help="list the pushed versions, roll back, pin or unpin what TF Serving serves"
+        "serving", help="list the pushed versions and their model cards, roll back, pin or unpin what TF Serving serves"
     )
-    serving.add_argument("action", choices=("list", "rollback", "pin", "unpin"),
-                         help="list: versions and labels; rollback [VERSION]: serve VERSION (default: the one "
+    serving.add_argument("action", choices=("list", "card", "rollback", "pin", "unpin"),
+                         help="list: versions and labels; card [VERSION]: where a version's model card is "
+                              "(default: the serving version's); rollback [VERSION]: serve VERSION (default: the one "
                               "before what serves now) and keep serving it; pin VERSION: serve only it; unpin: "
                               "serve the newest again")
     serving.add_argument("version", nargs="?", type=int, default=None, help="a version folder's number")

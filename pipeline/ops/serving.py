@@ -9,12 +9,13 @@ ever deleted here.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 from typing import Dict, List, Optional
 
 import tensorflow as tf
 
-from components.custom import pusher
+from components.custom import model_card, pusher
 from components.support import serving_config
 
 
@@ -38,11 +39,33 @@ def describe(current: serving_config.ServingState, model_dir: str) -> str:
     return "\n".join([f"{model_dir}: {mode}", *lines])
 
 
+def card(model_dir: str, version: Optional[int]) -> str:
+    """Where version `version`'s model card is (default: the version that serves), its HTML
+    written again from its JSON when it is missing."""
+    current = serving_config.state(*os.path.split(model_dir.rstrip("/")))
+    version = current.serving if version is None else version
+    if version is None or version not in current.on_disk:
+        raise ValueError(f"no version {version} in {model_dir} ({', '.join(map(str, current.on_disk)) or 'none'})")
+    folder = os.path.join(model_dir, str(version), model_card.CARD_DIR)
+    page, data = os.path.join(folder, model_card.HTML_FILE), os.path.join(folder, model_card.JSON_FILE)
+    if not tf.io.gfile.exists(data):
+        raise ValueError(f"version {version} has no model card ({data}): it was pushed before the Pusher wrote "
+                         "them; `taxi-pipeline lineage` tells where it came from")
+    if not tf.io.gfile.exists(page):
+        with tf.io.gfile.GFile(data) as handle:
+            found = json.load(handle)
+        with tf.io.gfile.GFile(page, "w") as handle:
+            handle.write(model_card.render_html(found))
+    return f"Model card of version {version}: {page}\n  (for programs: {data})"
+
+
 def command(serving_dir: str, model_name: str, action: str, version: Optional[int]) -> str:
-    """Carries out `action` (list, rollback, pin, unpin) and says what serves now."""
+    """Carries out `action` (list, card, rollback, pin, unpin) and says what serves now."""
     model_dir = os.path.join(serving_dir, model_name)
     if action == "list":
         return describe(serving_config.state(serving_dir, model_name), model_dir)
+    if action == "card":
+        return card(model_dir, version)
     if action == "pin" and version is None:
         raise ValueError("serving pin needs the VERSION to serve")
     if action == "unpin" and version is not None:

@@ -125,3 +125,23 @@ def test_prune_waits_for_a_push_in_progress_and_never_deletes_its_staging_folder
     pushing.join(10)
     assert pruned == [] and pusher.versions(str(base)) == [100, 101]
     assert (base / "101" / "saved_model.pb").read_bytes() == b"graph"
+
+
+def test_what_the_push_adds_to_its_staged_copy_lands_with_the_version_or_not_at_all(tmp_path):
+    base = str(tmp_path / "serving")
+
+    def card(folder, version):
+        os.makedirs(os.path.join(folder, "assets.extra"))
+        with open(os.path.join(folder, "assets.extra", "model_card.json"), "w") as handle:
+            handle.write(str(version))
+
+    assert pusher.push(_model(tmp_path, "a", b"fa"), base, version=300, staged=card) == 300
+    with open(os.path.join(base, "300", "assets.extra", "model_card.json")) as handle:
+        assert handle.read() == "300"
+
+    def broken(folder, version):
+        raise OSError("no space left on device")
+
+    with pytest.raises(OSError, match="no space"):
+        pusher.push(_model(tmp_path, "b", b"fb"), base, version=400, staged=broken)
+    assert sorted(os.listdir(base)) == ["300"]  # no version without its card, no staging folder left
