@@ -24,6 +24,7 @@ import hashlib
 import html
 import json
 import os
+import re
 from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
@@ -128,7 +129,8 @@ def evaluation(evaluation_uri: str) -> Dict[str, Any]:
                     thresholds.append(f"{metric.class_name} - the served model's >= "
                                       f"{threshold.change_threshold.absolute.value:g}")
     overall = slices.pop(OVERALL, {"candidate": {}, "baseline": {}})
-    return {"overall": overall, "slices": dict(sorted(slices.items())), "thresholds": thresholds}
+    return {"overall": overall, "slices": dict(sorted(slices.items(), key=lambda item: _natural(item[0]))),
+            "thresholds": thresholds}
 
 
 def drift_near_thresholds(verdict_uri: str) -> List[str]:
@@ -198,29 +200,41 @@ def build(*, model_name: str, version: int, model_path: str, code_version: str, 
     return card
 
 
+def _cell(value: Any) -> str:
+    return html.escape(f"{value:.4f}" if isinstance(value, float) else str(value))
+
+
 def _table(header: List[str], rows: List[List[Any]]) -> str:
-    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in row) + "</tr>" for row in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+    head = "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>" if header else ""
+    body = "".join("<tr>" + "".join(f"<td>{_cell(cell)}</td>" for cell in row) + "</tr>" for row in rows)
+    return f"<table>{head}{body}</table>"
+
+
+def _natural(text: str) -> list:
+    """Sorts "trip_start_hour=9" before "trip_start_hour=10"."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
 def render_html(card: Dict[str, Any]) -> str:
     """The card as one self-contained HTML page."""
     model, data, evaluated = card["model"], card["training_data"], card["evaluation"]
     metrics = sorted(set(evaluated["overall"].get("candidate", {})) | set(evaluated["overall"].get("baseline", {})))
-    overall = [[m, evaluated["overall"].get("candidate", {}).get(m, "–"),
-                evaluated["overall"].get("baseline", {}).get(m, "–")] for m in metrics]
+    def shown(side: str, metric: str) -> Any:
+        value = evaluated["overall"].get(side, {}).get(metric, "–")
+        return int(value) if metric == "example_count" and isinstance(value, float) else value
+
+    overall = [[m, shown("candidate", m), shown("baseline", m)] for m in metrics]
     slices = [[name, int(e["candidate"].get("example_count", 0)), e["candidate"].get("auc", "–"),
                e["baseline"].get("auc", "–")] for name, e in evaluated["slices"].items()]
     contract = [[r["feature"], r["kind"], r["dtype"], "yes" if r["required"] else "no", r["domain"]]
                 for r in card["data_contract"]]
     rows = ", ".join(f"{split} {count}" for split, count in data.get("rows", {}).items())
     sections = [
-        ("model", "Model", _table(["", ""], [
+        ("model", "Model", _table([], [
             ["name", model["name"]], ["version", model["version"]], ["pushed", model["pushed_at"]],
             ["label", f"{model['label']}: {model['label_meaning']}"], ["stack", model["stack"]],
             ["code version", model["code_version"]], ["saved_model.pb sha256", model["saved_model_sha256"]]])),
-        ("data", "Training data", _table(["", ""], [
+        ("data", "Training data", _table([], [
             ["spans", ", ".join(map(str, data.get("spans", [])))], ["files", len(data.get("files", []))],
             ["rows", rows], ["trips", f"{data.get('first_trip')} to {data.get('last_trip')}"]])),
         ("evaluation", "Evaluation", _table(["metric", "this model", "the served model, same data"], overall)
