@@ -90,6 +90,10 @@ def test_a_clean_copy_of_the_data_pushes_a_model(first_job, bucket, webhook):
     assert first_job.tasks["LatestBlessedModelResolver-model-resolver"].outputs == {"model": []}
     (version,) = bucket.versions()
     assert (bucket.root / "serving" / MODEL / version / "saved_model.pb").is_file()
+    # Its model card, from the job's own examples, evaluation and serving check.
+    card = json.loads((bucket.root / "serving" / MODEL / version / "assets.extra" / "model_card.json").read_text())
+    assert card["model"]["version"] == int(version) and len(card["training_data"]["spans"]) == WINDOW
+    assert card["evaluation"]["overall"]["candidate"]["auc"] > 0.5 and " ms" in card["serving_check"]
     assert (bucket.root / "serving" / "models.config").is_file()
     # The exit handler ran last and said which version the job pushed.
     (alert,) = [body for body in webhook[1] if first_job.job_id in body["text"]]
