@@ -119,7 +119,7 @@ def test_runs_from_two_output_roots_share_one_mysql_store(mysql, slice_workspace
     page = taxi_pipeline("history", "--page", "--output-root", str(other), "--metadata-mysql", address, env=account)
     assert page.returncode == 0, page.stderr
     text = (other / "history.html").read_text()
-    assert run in text and "1 runs evaluated a candidate" in " ".join(text.split())
+    assert run in text and "1 run evaluated a candidate" in " ".join(text.split())
     lineage = taxi_pipeline("lineage", ws.versions()[0], "--output-root", str(other), "--metadata-mysql", address,
                             "--serving-dir", str(ws.serving), env=account)
     assert lineage.returncode == 0 and f"of run {run}" in lineage.stdout, lineage.stderr
