@@ -6,8 +6,9 @@ version that served it, by TFDV.
    split but `eval`) are the data it was trained on.
 2. One Beam pipeline computes TFDV statistics of the requests (`request_logs` reads each
    file, any size: it streams) and, once per training examples artifact (then kept
-   beside the monitor's outputs), of the training data, by the same code: both sides are
-   decoded by the curated schema and summarised with the same options.
+   beside the monitor's outputs, keyed by the schema too), of the training data, by the
+   same code: both sides are decoded by the curated schema and summarised with the same
+   options.
 3. The requests' statistics are validated against the curated schema in its SERVING
    environment (the label not required), and compared with the training statistics by
    the schema's `skew_comparator`s (Jensen-Shannon divergence for numeric features,
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
 import json
 import logging
 import os
@@ -230,7 +232,10 @@ def run(monitor: MonitorConfig) -> MonitorResult:
     cache_dir = os.path.join(root, TRAINING_CACHE)
     os.makedirs(output_dir)
     os.makedirs(cache_dir, exist_ok=True)
-    cached = os.path.join(cache_dir, f"examples-{training.examples_id}-{STATS}")
+    # Keyed by the examples and by the schema the records are decoded by.
+    with open(config.schema_file(), "rb") as handle:
+        schema_key = hashlib.sha256(handle.read()).hexdigest()[:12]
+    cached = os.path.join(cache_dir, f"examples-{training.examples_id}-schema-{schema_key}-{STATS}")
     groups = {"serving": sorted(files.items())}
     if not os.path.exists(cached):
         from pipeline.ops import request_logs
