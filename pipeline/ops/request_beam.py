@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Iterator, List, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import apache_beam as beam
 from tensorflow_metadata.proto.v0 import schema_pb2
@@ -31,20 +31,28 @@ class ReadRequests(beam.DoFn):
     def setup(self) -> None:
         self._decoder = example_coder.ExamplesToRecordBatchDecoder(self._schema.SerializeToString())
 
-    def _decode(self, path: str, batch: List[Tuple[str, bytes]]) -> Iterator[object]:
+    def _decoded(self, records: List[bytes]) -> Tuple[Optional[object], str]:
+        """(the record batch of `records`, "") or (None, why the decoder refused them). A
+        refusal leaves the decoder's builders half filled (its next batch fails on
+        mismatched columns), so a fresh decoder replaces it."""
         try:
-            yield self._decoder.DecodeBatch([record for _, record in batch])
+            return self._decoder.DecodeBatch(records), ""
+        except RuntimeError as err:  # tfx_bsl's decoder: INVALID_ARGUMENT (a wrong type), DATA_LOSS
+            self.setup()
+            return None, str(err).splitlines()[0][:160] or type(err).__name__
+
+    def _decode(self, path: str, batch: List[Tuple[str, bytes]]) -> Iterator[object]:
+        decoded, _ = self._decoded([record for _, record in batch])
+        if decoded is not None:
+            yield decoded
             return
-        except RuntimeError:  # tfx_bsl's decoder: INVALID_ARGUMENT (a wrong type), DATA_LOSS
-            pass
         good = []
         for where, record in batch:
-            try:
-                self._decoder.DecodeBatch([record])
-                good.append(record)
-            except RuntimeError as err:  # as above: its one record is named, the rest go on
-                reason = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
+            _, reason = self._decoded([record])
+            if reason:
                 yield beam.pvalue.TaggedOutput(MALFORMED, str(request_logs.Malformed(path, where, reason)))
+            else:
+                good.append(record)
         if good:
             yield self._decoder.DecodeBatch(good)
 

@@ -121,3 +121,24 @@ def test_a_file_of_no_known_format_is_refused_naming_the_flag(tmp_path):
     empty = _tfrecords(tmp_path / "empty", [])
     with pytest.raises(ValueError, match="holds no records"):
         request_logs.detect(empty)
+
+
+def test_a_record_the_schema_cannot_decode_is_named_and_the_others_are_decoded(tmp_path):
+    import apache_beam as beam
+    import tensorflow_data_validation as tfdv
+
+    from pipeline import config
+    from pipeline.ops import monitor, request_beam
+
+    wrong = tf.train.Example()
+    wrong.features.feature["trip_start_hour"].float_list.value.append(7.5)
+    path = _tfrecords(tmp_path / "mixed", [_example().SerializeToString(), wrong.SerializeToString(),
+                                           _example(fare=3.0).SerializeToString()])
+    reader = request_beam.ReadRequests(monitor.serving_schema(tfdv.load_schema_text(config.schema_file())))
+    reader.setup()
+    found = list(reader.process((path, request_logs.EXAMPLES)))
+    named = [item.value for item in found if isinstance(item, beam.pvalue.TaggedOutput)]
+    batches = [item for item in found if not isinstance(item, beam.pvalue.TaggedOutput)]
+    assert len(named) == 1 and named[0].startswith(f"{path}, record 1: INVALID_ARGUMENT: Feature had wrong type")
+    assert sum(batch.num_rows for batch in batches) == 2
+    assert "big_tip" not in batches[0].schema.names  # the label is not read as traffic
