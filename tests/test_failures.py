@@ -124,10 +124,12 @@ def test_a_schema_missing_or_unparseable_stops_the_run_before_it_starts(copy_of_
     ws = copy_of_finished_run
     before = ws.good_state()
     schema = project_copy.path / "components" / "model" / "schema" / "schema.pbtxt"
-    schema.write_text(schema.read_text().replace("feature {", "feature {{", 1))
+    text = schema.read_text()
+    edited = text[:text.index("feature {")].count("\n") + 1  # the line the edit breaks
+    schema.write_text(text.replace("feature {", "feature {{", 1))
     broken = project_copy("run", *ws.locations())
     line = assert_one_clear_line(broken, 1, f"the schema {schema} does not parse: ")
-    assert "6:10 : 'feature {{': Expected identifier" in line and "fix that line (or undo the edit)" in line
+    assert f"{edited}:10 : 'feature {{{{': Expected identifier" in line and "fix that line (or undo the edit)" in line
     schema.unlink()
     missing = project_copy("run", *ws.locations())
     assert_one_clear_line(missing, 1, f"the schema {schema} cannot be read (No such file or directory): restore it")
