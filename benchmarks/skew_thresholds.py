@@ -75,8 +75,8 @@ def main() -> None:
         for size in SAMPLE_SIZES:
             groups[f"served{k}n{size}"] = [(_sample(found[served], size, os.path.join(work, f"{k}-{size}.tfr")),
                                             request_logs.EXAMPLES)]
-    monitor.compute_statistics(groups, work, ())
     schema = _measuring_schema()
+    monitor.compute_statistics(groups, schema, work, ())
     stats = {name: tfdv.load_stats_binary(os.path.join(work, f"{name}-{monitor.STATS}")) for name in groups}
     largest, by_size = {}, {size: {} for size in SAMPLE_SIZES}
     rows = []

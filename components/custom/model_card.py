@@ -24,14 +24,15 @@ import hashlib
 import html
 import json
 import os
-import re
 from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
 
 from components import SCHEMA_FILE, compat
+from components.custom import drift
 from components.model import features
+from components.support import evaluation as evaluation_output
 
 CARD_DIR = "assets.extra"
 JSON_FILE, HTML_FILE = "model_card.json", "model_card.html"
@@ -39,7 +40,6 @@ JSON_FILE, HTML_FILE = "model_card.json", "model_card.html"
 MIN_SLICE_EXAMPLES = 30
 # A feature whose drift reached this fraction of its threshold is named as drifting.
 NEAR_THRESHOLD = 0.5
-OVERALL = "Overall"
 TIMESTAMP_FEATURE = "trip_start_timestamp"
 
 
@@ -82,7 +82,7 @@ def training_data(source_files: Dict[str, List[str]], split_names: List[str], st
     spans = sorted({int(path.split("/", 1)[0].split("-", 1)[1]) for path in files if path.startswith("span-")})
     rows, low, high = {}, None, None
     for split in split_names:
-        path = os.path.join(statistics_uri, f"Split-{split}", "FeatureStats.pb")
+        path = os.path.join(statistics_uri, f"Split-{split}", drift.STATS_FILE)
         if not tf.io.gfile.exists(path):
             continue
         stats: statistics_pb2.DatasetFeatureStatisticsList = load_stats_binary(path)
@@ -102,40 +102,19 @@ def training_data(source_files: Dict[str, List[str]], split_names: List[str], st
 
 
 def evaluation(evaluation_uri: str) -> Dict[str, Any]:
-    """The metrics by slice (candidate and baseline) and the AUC thresholds the Evaluator applied."""
-    import tensorflow_model_analysis as tfma
-    from tensorflow_model_analysis.writers import eval_config_writer
-
-    slices: Dict[str, Dict[str, Dict[str, float]]] = {}
-    for metrics in tfma.load_metrics(evaluation_uri):
-        parts = [f"{c.column}={c.bytes_value.decode() if c.HasField('bytes_value') else c.int64_value}"
-                 for c in metrics.slice_key.single_slice_keys]
-        name = ", ".join(parts) or OVERALL
-        entry = slices.setdefault(name, {"candidate": {}, "baseline": {}})
-        for item in metrics.metric_keys_and_values:
-            if item.key.is_diff or not item.value.HasField("double_value"):
-                continue
-            side = "baseline" if item.key.model_name == "baseline" else "candidate"
-            entry[side][item.key.name] = round(item.value.double_value.value, 6)
-    thresholds = []
-    loaded = eval_config_writer.load_eval_run(evaluation_uri)[0]
-    for spec in loaded.metrics_specs if loaded else []:
-        for metric in spec.metrics:
-            for per_slice in metric.per_slice_thresholds:
-                threshold = per_slice.threshold
-                if threshold.value_threshold.HasField("lower_bound"):
-                    thresholds.append(f"{metric.class_name} >= {threshold.value_threshold.lower_bound.value:g}")
-                if threshold.change_threshold.HasField("absolute"):
-                    thresholds.append(f"{metric.class_name} - the served model's >= "
-                                      f"{threshold.change_threshold.absolute.value:g}")
-    overall = slices.pop(OVERALL, {"candidate": {}, "baseline": {}})
-    return {"overall": overall, "slices": dict(sorted(slices.items(), key=lambda item: _natural(item[0]))),
-            "thresholds": thresholds}
+    """The metrics by slice (candidate and baseline) and the thresholds the Evaluator applied."""
+    found = {entry.slice: {"candidate": {k: round(v, 6) for k, v in entry.candidate.items()},
+                           "baseline": {k: round(v, 6) for k, v in entry.baseline.items()}}
+             for entry in evaluation_output.slices(evaluation_uri)}
+    thresholds = [f"{t.metric} - the served model's >= {t.value:g}" if t.change else f"{t.metric} >= {t.value:g}"
+                  for t in evaluation_output.thresholds(evaluation_uri)]
+    overall = found.pop(evaluation_output.OVERALL, {"candidate": {}, "baseline": {}})
+    return {"overall": overall, "slices": found, "thresholds": thresholds}
 
 
 def drift_near_thresholds(verdict_uri: str) -> List[str]:
     """Features whose drift from the previous span reached `NEAR_THRESHOLD` of their threshold."""
-    path = os.path.join(verdict_uri, "DriftAnomalies.pb")
+    path = os.path.join(verdict_uri, drift.ANOMALIES_FILE)
     if not tf.io.gfile.exists(path):
         return []
     with tf.io.gfile.GFile(path, "rb") as handle:
@@ -208,11 +187,6 @@ def _table(header: List[str], rows: List[List[Any]]) -> str:
     head = "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>" if header else ""
     body = "".join("<tr>" + "".join(f"<td>{_cell(cell)}</td>" for cell in row) + "</tr>" for row in rows)
     return f"<table>{head}{body}</table>"
-
-
-def _natural(text: str) -> list:
-    """Sorts "trip_start_hour=9" before "trip_start_hour=10"."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
 def render_html(card: Dict[str, Any]) -> str:

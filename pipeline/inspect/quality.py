@@ -19,8 +19,9 @@ from typing import Dict, List, Optional, Tuple
 from ml_metadata import metadata_store
 from tfx.types import standard_component_specs
 
+from components.support import evaluation as evaluation_output
 from pipeline import config
-from pipeline.inspect import report_page, run_details, run_report
+from pipeline.inspect import report_page, run_report
 from pipeline.outcome import Outcome
 from pipeline.pipeline import NodeId
 
@@ -42,7 +43,7 @@ def summary(evaluation_uri: str) -> dict:
     """An evaluation's AUC and example count by slice, the candidate's and the baseline's:
     what `gc` keeps in MLMD."""
     found: dict = {"candidate": {}, "baseline": {}}
-    for entry in run_details.evaluation_slices(evaluation_uri):
+    for entry in evaluation_output.slices(evaluation_uri):
         for side, metrics in (("candidate", entry.candidate), ("baseline", entry.baseline)):
             if METRIC in metrics:
                 found[side][entry.slice] = [metrics[METRIC], metrics.get("example_count", 0.0)]
@@ -59,7 +60,7 @@ class QualityPoint:
     served: Figures  # the baseline: the model serving when the run started
     removed: bool  # the run's files were removed by gc; the figures are its kept summary
 
-    def auc(self, side: str, slice_name: str = run_details.OVERALL) -> Optional[float]:
+    def auc(self, side: str, slice_name: str = evaluation_output.OVERALL) -> Optional[float]:
         found = getattr(self, side).get(slice_name)
         return found[0] if found else None
 
@@ -125,13 +126,13 @@ def render(found: List[QualityPoint], evaluation: config.EvaluationConfig) -> st
     newest = next((p for p in reversed(found) if p.candidate), None)
     slices = sorted(
         (name for name, (_, count) in (newest.candidate.items() if newest else [])
-         if name != run_details.OVERALL and count >= MIN_SLICE_EXAMPLES),
+         if name != evaluation_output.OVERALL and count >= MIN_SLICE_EXAMPLES),
         key=lambda name: -newest.candidate[name][1],
     )[:MAX_SLICE_PLOTS]
     slice_plots = [(name, _plot(found, name, evaluation.min_auc, name, size=(3.4, 2.4))) for name in slices]
     return report_page.environment().get_template(TEMPLATE).render(
-        points=found, overall=run_details.OVERALL, evaluation=evaluation,
-        overall_plot=_plot(found, run_details.OVERALL, evaluation.min_auc, "Overall (green bands: pushed)"),
+        points=found, overall=evaluation_output.OVERALL, evaluation=evaluation,
+        overall_plot=_plot(found, evaluation_output.OVERALL, evaluation.min_auc, "Overall (green bands: pushed)"),
         slice_plots=[(name, plot) for name, plot in slice_plots if plot], label=_label,
         min_examples=MIN_SLICE_EXAMPLES,
     )

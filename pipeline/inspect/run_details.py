@@ -21,12 +21,12 @@ from tfx.types import standard_component_specs
 from components.custom import drift, ingest, serving_check
 from components.custom import pusher as staged_pusher
 from components.model.trainer.run import TRAINING_SUMMARY_FILE
+from components.support import evaluation as evaluation_output
+from components.support.evaluation import SliceMetrics
 from pipeline.config import MetadataConfig
 from pipeline.inspect import run_report
 from pipeline.outcome import RunReport
 from pipeline.pipeline import NodeId
-
-OVERALL = "Overall"
 
 
 @dataclasses.dataclass
@@ -58,15 +58,6 @@ class DriftMeasure:
     @property
     def over(self) -> bool:
         return self.value > self.threshold
-
-
-@dataclasses.dataclass
-class SliceMetrics:
-    """The eval metrics of one slice, the candidate's and the baseline's."""
-
-    slice: str
-    candidate: Dict[str, float]
-    baseline: Dict[str, float]
 
 
 @dataclasses.dataclass
@@ -165,65 +156,20 @@ def _drift(records: run_report.RunRecords) -> List[DriftMeasure]:
     ]
 
 
-def _slice_name(slice_key) -> str:
-    parts = []
-    for key in slice_key.single_slice_keys:
-        kind = key.WhichOneof("kind")
-        value = getattr(key, kind) if kind else ""
-        parts.append(f"{key.column}={value.decode() if isinstance(value, bytes) else value}")
-    return ", ".join(parts) or OVERALL
-
-
-def _slice_order(name: str) -> Tuple[str, float, str]:
-    """`trip_start_hour=2` before `trip_start_hour=10`."""
-    column, _, value = name.partition("=")
-    try:
-        return column, float(value), ""
-    except ValueError:
-        return column, float("inf"), value
-
-
-def evaluation_slices(evaluation_uri: str) -> List[SliceMetrics]:
-    """The Evaluator's metrics by slice, the overall first, the candidate's and the
-    baseline's (empty without a baseline)."""
-    import tensorflow_model_analysis as tfma
-
-    by_slice: Dict[str, SliceMetrics] = {}
-    for metrics in tfma.load_metrics(evaluation_uri):
-        name = _slice_name(metrics.slice_key)
-        entry = by_slice.setdefault(name, SliceMetrics(name, {}, {}))
-        for item in metrics.metric_keys_and_values:
-            if item.key.is_diff or not item.value.HasField("double_value"):
-                continue
-            baseline = item.key.model_name == "baseline"
-            (entry.baseline if baseline else entry.candidate)[item.key.name] = item.value.double_value.value
-    overall = by_slice.pop(OVERALL, None)
-    return ([overall] if overall else []) + [by_slice[name] for name in sorted(by_slice, key=_slice_order)]
-
-
 def _evaluation(details: RunDetails, evaluation_uri: str) -> None:
     import tensorflow_model_analysis as tfma
-    from tensorflow_model_analysis.writers import eval_config_writer
 
-    details.slices = evaluation_slices(evaluation_uri)
+    details.slices = evaluation_output.slices(evaluation_uri)
     details.has_baseline = any(s.baseline for s in details.slices)
-    eval_config = eval_config_writer.load_eval_run(evaluation_uri)[0]
-    for spec in eval_config.metrics_specs if eval_config else []:
-        for metric in spec.metrics:
-            for per_slice in metric.per_slice_thresholds:
-                threshold = per_slice.threshold
-                if threshold.HasField("value_threshold") and threshold.value_threshold.HasField("lower_bound"):
-                    details.thresholds.append(
-                        f"{metric.class_name} >= {threshold.value_threshold.lower_bound.value:g}")
-                if threshold.HasField("change_threshold") and threshold.change_threshold.HasField("absolute"):
-                    details.thresholds.append(
-                        f"{metric.class_name} - baseline's >= {threshold.change_threshold.absolute.value:g}"
-                        " (when there is a baseline)")
+    for threshold in evaluation_output.thresholds(evaluation_uri):
+        details.thresholds.append(
+            f"{threshold.metric} - baseline's >= {threshold.value:g} (when there is a baseline)" if threshold.change
+            else f"{threshold.metric} >= {threshold.value:g}")
     validation = tfma.load_validation_result(evaluation_uri)
     for per_slice in validation.metric_validations_per_slice:
         for failure in per_slice.failures:
             details.validation_failures.append(
-                f"{failure.metric_key.name} on {_slice_name(per_slice.slice_key)}: {failure.message}")
+                f"{failure.metric_key.name} on {evaluation_output.slice_name(per_slice.slice_key)}: {failure.message}")
 
 
 def _optional_int(artifact, name: str) -> Optional[int]:

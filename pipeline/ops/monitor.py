@@ -147,14 +147,16 @@ def _formats(paths: Sequence[str], named: str) -> Dict[str, str]:
 def serving_schema(schema):
     """`schema` without the features its SERVING environment leaves out (the label): what
     requests are decoded by, so a logged label is not read as traffic."""
-    kept = [f for f in schema.feature if monitor_records.SERVING_ENVIRONMENT not in f.not_in_environment]
-    del schema.feature[:]
-    schema.feature.extend(kept)
-    return schema
+    decoding = type(schema)()
+    decoding.CopyFrom(schema)
+    del decoding.feature[:]
+    decoding.feature.extend(
+        f for f in schema.feature if monitor_records.SERVING_ENVIRONMENT not in f.not_in_environment)
+    return decoding
 
 
-def compute_statistics(items: Dict[str, Sequence[Tuple[str, str]]], output_dir: str, beam_args: Sequence[str]
-                       ) -> Dict[str, Tuple[int, List[str]]]:
+def compute_statistics(items: Dict[str, Sequence[Tuple[str, str]]], schema, output_dir: str,
+                       beam_args: Sequence[str]) -> Dict[str, Tuple[int, List[str]]]:
     """TFDV statistics of each named group of (file, format)s, in one Beam pipeline:
     `<output_dir>/<name>-FeatureStats.pb` each, and (malformed count, the first named)."""
     import apache_beam as beam
@@ -163,14 +165,14 @@ def compute_statistics(items: Dict[str, Sequence[Tuple[str, str]]], output_dir: 
 
     from pipeline.ops import request_beam
 
-    schema = serving_schema(tfdv.load_schema_text(config.schema_file()))
+    decoding = serving_schema(schema)
     with beam.Pipeline(options=PipelineOptions(list(beam_args))) as pipeline:
         for name, files in items.items():
             read = (
                 pipeline
                 | f"Files[{name}]" >> beam.Create(list(files))
                 | f"Spread[{name}]" >> beam.Reshuffle()
-                | f"Read[{name}]" >> beam.ParDo(request_beam.ReadRequests(schema)).with_outputs(
+                | f"Read[{name}]" >> beam.ParDo(request_beam.ReadRequests(decoding)).with_outputs(
                     request_beam.MALFORMED, main="batches")
             )
             _ = (
@@ -215,6 +217,8 @@ def run(monitor: MonitorConfig) -> MonitorResult:
     """Judges the traffic of `monitor.requests_glob`; writes its page and MLMD record."""
     import tensorflow as tf
     import tensorflow_data_validation as tfdv
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
 
     started = time.perf_counter()
     if not 0 <= monitor.max_malformed < 1:
@@ -232,9 +236,11 @@ def run(monitor: MonitorConfig) -> MonitorResult:
     cache_dir = os.path.join(root, TRAINING_CACHE)
     os.makedirs(output_dir)
     os.makedirs(cache_dir, exist_ok=True)
+    with open(config.schema_file(), encoding="utf-8") as handle:
+        schema_text = handle.read()
+    schema = text_format.Parse(schema_text, schema_pb2.Schema())
     # Keyed by the examples and by the schema the records are decoded by.
-    with open(config.schema_file(), "rb") as handle:
-        schema_key = hashlib.sha256(handle.read()).hexdigest()[:12]
+    schema_key = hashlib.sha256(schema_text.encode()).hexdigest()[:12]
     cached = os.path.join(cache_dir, f"examples-{training.examples_id}-schema-{schema_key}-{STATS}")
     groups = {"serving": sorted(files.items())}
     if not os.path.exists(cached):
@@ -243,7 +249,7 @@ def run(monitor: MonitorConfig) -> MonitorResult:
         groups["training"] = [(path, request_logs.EXAMPLES) for path in training.files]
     logging.info("monitor %s: %d request files against version %s (run %s, %s)", monitor_id, len(paths),
                  version, training.run_id, "training statistics cached" if len(groups) == 1 else "training data read")
-    found = compute_statistics(groups, output_dir, monitor.beam_args)
+    found = compute_statistics(groups, schema, output_dir, monitor.beam_args)
     if "training" in groups:
         os.replace(os.path.join(output_dir, f"training-{STATS}"), cached)
     serving_stats = tfdv.load_stats_binary(os.path.join(output_dir, f"serving-{STATS}"))
@@ -257,7 +263,6 @@ def run(monitor: MonitorConfig) -> MonitorResult:
             "the traffic was not judged")
     if not requests:
         raise ValueError(f"no requests in {monitor.requests_glob}: nothing to judge")
-    schema = tfdv.load_schema_text(config.schema_file())
     skew, anomalies = compare(serving_stats, training_stats, schema)
     result = MonitorResult(
         monitor_id, version, training, files, requests, malformed, shown, skew, anomalies,
