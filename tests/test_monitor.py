@@ -191,3 +191,16 @@ def test_garbage_records_are_named_and_too_many_stop_the_judgement(traffic, taxi
 
     nothing = _monitor(taxi_pipeline, ws, "--requests", str(tmp_path / "none-*.jsonl"))
     assert nothing.returncode == 1 and "no files match --requests" in nothing.stderr
+
+
+def test_an_output_root_without_the_store_is_named_and_nothing_is_written(traffic, taxi_pipeline, tmp_path):
+    ws, version, records = traffic
+    logged = _write_examples(tmp_path / "requests.tfrecord.gz", records[:100])
+    elsewhere = tmp_path / "elsewhere"
+    found = taxi_pipeline("monitor", "--requests", str(logged), "--output-root", str(elsewhere),
+                          "--serving-dir", str(ws.serving))
+    assert found.returncode == 1, found.stdout + found.stderr
+    last = found.stderr.strip().splitlines()[-1]
+    assert last == (f"error: no metadata store at {elsewhere / 'metadata.sqlite'}: give the --output-root (or "
+                    f"--metadata-mysql) of the pipeline that pushed version {version}")
+    assert not elsewhere.exists()

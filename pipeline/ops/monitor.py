@@ -32,7 +32,7 @@ import os
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from pipeline import config
+from pipeline import config, failures
 from pipeline.inspect import monitor_records
 from pipeline.inspect import run_details as details_lib
 
@@ -228,6 +228,10 @@ def run(monitor: MonitorConfig) -> MonitorResult:
         raise ValueError(f"no files match --requests {monitor.requests_glob}")
     run_config = monitor.run_config
     version = served_version(run_config, monitor.model)
+    failures.check_store(run_config.metadata, run_config.output_root)
+    if not run_config.metadata.exists():
+        raise ValueError(f"no metadata store at {run_config.metadata}: give the --output-root (or --metadata-mysql) "
+                         f"of the pipeline that pushed version {version}")
     training = training_data(run_config, version)
     files = _formats(paths, monitor.file_format)
     monitor_id = new_monitor_id()
