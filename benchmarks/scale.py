@@ -50,6 +50,8 @@ class Measured:
     # Seconds per component, in the order they ran; "before" = until the first began.
     components: Dict[str, float]
     tail: str
+    # Every line it printed.
+    lines: List[str] = dataclasses.field(default_factory=list)
 
 
 class PeakMemory:
@@ -107,7 +109,8 @@ def _timed(label: str, rows: int, command: Sequence[str], env: Optional[Dict[str
             print(f"  {line.strip()}", flush=True)
     process.wait()
     seconds = time.perf_counter() - started
-    measured = Measured(label, rows, seconds, memory.join(), process.returncode, components, "\n".join(lines[-6:]))
+    measured = Measured(label, rows, seconds, memory.join(), process.returncode, components, "\n".join(lines[-6:]),
+                        lines)
     print(f"  -> exit {measured.exit_code}, {seconds:.1f} s, peak {measured.peak_mb:.0f} MB", flush=True)
     return measured
 

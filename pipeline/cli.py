@@ -132,6 +132,7 @@ def _dispatch(args: argparse.Namespace, ending: Ending) -> int:
 
 def console_main() -> None:
     """The `taxi-pipeline` command: `main`, then the process exits with its status."""
+    speedups.ends_with_exit_process()
     code = main()
     speedups.exit_process(int(code), speedups.enabled())
 

@@ -6,6 +6,12 @@ loads the SavedModel as TF Serving does (the `serve` tag, a session, signatures 
 their SignatureDef tensor names), replays its warmup requests, times single-example
 requests, and prints its findings as one line of JSON. It imports TensorFlow and TF
 Serving's protos only: nothing of TFX or of the pipeline's process.
+
+    python -m components.support.serving_probe --wait
+
+is the same probe started ahead of its model: it imports TensorFlow, then reads one line
+from its standard input, `[MODEL_DIR, BUDGET_MS]` as JSON, and checks that model; it ends
+without a word when its input closes first (its parent ended or had no model to check).
 """
 
 import json
@@ -24,6 +30,8 @@ DEFAULT_BUDGET_MS = 50.0
 # Single-example requests timed; the first few warm the session and are not counted.
 TIMED_REQUESTS = 200
 WARM_UP_REQUESTS = 20
+# The argument of a probe started ahead of its model (see the module doc).
+WAIT_FLAG = "--wait"
 
 
 def check_model(model_dir: str, budget_ms: float, timed: int = TIMED_REQUESTS) -> Dict[str, object]:
@@ -93,7 +101,17 @@ def check_model(model_dir: str, budget_ms: float, timed: int = TIMED_REQUESTS) -
 
 
 def main(argv: List[str]) -> int:
-    """`python -m components.support.serving_probe MODEL_DIR BUDGET_MS`: the findings as JSON."""
+    """`python -m components.support.serving_probe MODEL_DIR BUDGET_MS`: the findings as
+    JSON; with `--wait` instead, the model and budget come later, on standard input."""
+    if argv == [WAIT_FLAG]:
+        import tensorflow  # noqa: F401  (what a check spends most of its time on)
+        from tensorflow_serving.apis import prediction_log_pb2  # noqa: F401
+
+        line = sys.stdin.readline()
+        if not line.strip():
+            return 0
+        model_dir, budget_ms = json.loads(line)
+        argv = [model_dir, str(budget_ms)]
     print(json.dumps(check_model(argv[0], float(argv[1]))))
     return 0
 

@@ -19,6 +19,8 @@ from pipeline.inspect import run_details as details_lib
 from pipeline.outcome import Outcome, RunReport
 
 REPORTS_DIR = "reports"
+# The id of the text of a page that stands in for a run's page being drawn.
+PLACEHOLDER_ID = "being-drawn"
 TEMPLATE = "run_report.html.j2"
 # The most frequent values of a categorical feature shown in its plot.
 TOP_VALUES = 8
@@ -204,10 +206,24 @@ def render(details: details_lib.RunDetails) -> str:
 
 def write(output_root: str, details: details_lib.RunDetails) -> str:
     """Writes the run's page (atomically) and returns its path."""
-    path = report_path(output_root, details.report.run_id)
+    return _replace(report_path(output_root, details.report.run_id), render(details))
+
+
+def write_placeholder(output_root: str, run_id: str) -> str:
+    """A page that stands in for the run's page while it is being drawn (see
+    `pipeline.run.speedups.after_exit`): it reloads itself every second until the run's
+    page replaces it, and says how to write it should it never come. Returns its path."""
+    text = ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"1\">"
+            f"<title>Run {run_id}</title></head>\n<body><p id=\"{PLACEHOLDER_ID}\">The page of run {run_id} is "
+            "being drawn; this page reloads by itself. If it still shows this after a minute, write it with "
+            f"<code>taxi-pipeline report {run_id} --output-root {output_root}</code>.</p></body></html>\n")
+    return _replace(report_path(output_root, run_id), text)
+
+
+def _replace(path: str, text: str) -> str:
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    staged = f"{path}.tmp"
+    staged = f"{path}.tmp-{os.getpid()}"
     with open(staged, "w", encoding="utf-8") as handle:
-        handle.write(render(details))
+        handle.write(text)
     os.replace(staged, path)
     return path

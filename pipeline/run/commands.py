@@ -128,7 +128,8 @@ def run(args: argparse.Namespace, ending: Ending) -> int:
     def run_pipeline(run_with: config.RunConfig, plan: run_state.RunPlan) -> RunReport:
         logs.import_tensorflow(log_path, args.verbose)
         with speedups.local_runner(speedups.enabled()) as local_runner:
-            return local_runner.run(run_with, plan, orchestrator=args.orchestrator, recover=not args.force)
+            return local_runner.run(run_with, plan, orchestrator=args.orchestrator, recover=not args.force,
+                                    page_later=speedups.can_detach())
 
     retained = ""
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import logging
 import os
 import time
@@ -20,11 +21,11 @@ from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 from tfx.orchestration.portable import runtime_parameter_utils
 
 from components import compat
-from components.custom import pusher
+from components.custom import pusher, serving_check
 from pipeline import config, outcome
 from pipeline import pipeline as pipeline_lib
 from pipeline.inspect import run_report
-from pipeline.run import preflight, run_state
+from pipeline.run import preflight, run_state, speedups
 
 # LocalDagRunner runs the nodes one after another in this process; BeamDagRunner makes
 # each node a step of one Beam pipeline (here on the DirectRunner, in this process too).
@@ -56,10 +57,13 @@ def new_run_id(fingerprint: str) -> str:
 
 
 def run(
-    run_config: config.RunConfig, plan: run_state.RunPlan, orchestrator: str = "local", recover: bool = True
+    run_config: config.RunConfig, plan: run_state.RunPlan, orchestrator: str = "local", recover: bool = True,
+    page_later: bool = False,
 ) -> outcome.RunReport:
     """Runs the pipeline once and records and returns what it did; with `recover`, a run
-    of the same inputs that finished unrecorded is recorded instead (see `_unrecorded`)."""
+    of the same inputs that finished unrecorded is recorded instead (see `_unrecorded`);
+    with `page_later`, its page is drawn after the process's exit status is known
+    (`speedups.after_exit`)."""
     started = time.perf_counter()
     # The output root's lock says no run of this root is running; a MySQL store is shared
     # with other roots whose runs may be, so it is left as it is.
@@ -77,7 +81,13 @@ def run(
         run_id = new_run_id(plan.fingerprint)
         ir = compile_ir(run_config, plan.folders, run_id, enable_cache=plan.cache)
         os.makedirs(run_config.output_root, exist_ok=True)  # MLMD's SQLite file is local
-        ORCHESTRATORS[orchestrator]().run_with_ir(ir)
+        # The serving check's probe imports TensorFlow on the core the nodes before it
+        # leave idle, instead of on the run's path.
+        serving_check.start_spare()
+        try:
+            ORCHESTRATORS[orchestrator]().run_with_ir(ir)
+        finally:
+            serving_check.stop_spare()
         report = run_report.read_run(run_config.metadata, run_config.settings.pipeline_name, run_id)
     report.window_size = run_config.settings.window_size
     report.stack = compat.describe()
@@ -86,15 +96,19 @@ def run(
     report.finished = report.finished or datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     report.seconds = time.perf_counter() - started
     if report.run_id:
-        report.page = write_page(run_config, report)
+        report.page = write_page(run_config, report, later=page_later)
     run_state.save(run_config.output_root, report)
     return report
 
 
-def write_page(run_config: config.RunConfig, report: outcome.RunReport, recorded: bool = True) -> str:
+def write_page(
+    run_config: config.RunConfig, report: outcome.RunReport, recorded: bool = True, later: bool = False
+) -> str:
     """The run's HTML page (`pipeline.inspect.report_page`), from its MLMD records, or with
     `recorded` False from `report` alone (a run stopped before the pipeline started); ""
-    if it could not be written, which never changes the run's outcome (the log says why)."""
+    if it could not be written, which never changes the run's outcome (the log says why).
+    With `later`, what it shows is read now, and it is drawn once the process's exit
+    status is known (a placeholder stands in for it until then)."""
     from pipeline.inspect import report_page, run_details
 
     try:
@@ -102,10 +116,22 @@ def write_page(run_config: config.RunConfig, report: outcome.RunReport, recorded
             details = run_details.read(run_config.metadata, run_config.settings.pipeline_name, report.run_id, report)
         else:
             details = run_details.RunDetails(report=report)
-        return report_page.write(run_config.output_root, details)
+        if not later:
+            return report_page.write(run_config.output_root, details)
+        speedups.after_exit(functools.partial(_draw_page, run_config.output_root, details))
+        return report_page.write_placeholder(run_config.output_root, report.run_id)
     except Exception:  # a page is a view of the run: it must not fail a run that pushed
         logging.exception("the run's page could not be written")
         return ""
+
+
+def _draw_page(output_root: str, details) -> None:
+    from pipeline.inspect import report_page
+
+    try:
+        report_page.write(output_root, details)
+    except Exception:  # as in write_page; the placeholder says how to write it again
+        logging.exception("the run's page could not be written")
 
 
 def _sized(run_config: config.RunConfig, rows: int) -> config.RunConfig:

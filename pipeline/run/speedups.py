@@ -16,6 +16,10 @@ Off with `TAXI_PIPELINE_SPEEDUPS=0` in the environment (or `taxi-pipeline run
   per pipeline are memoized: `userstate.get_dofn_specs` and `PipelineOptions.view_as`.
 - The process ends with `os._exit` once every output is written and closed, instead of
   tearing down an interpreter with TensorFlow and Beam loaded.
+- At a terminal, the run's page is drawn after the exit status is known, by a detached
+  child (`after_exit`): the prompt comes back while a placeholder page that reloads
+  itself stands in for it for a few seconds. Piped or redirected output (a scheduler, a
+  script, a test) gets the command's end only when the page is written, as before.
 """
 
 from __future__ import annotations
@@ -26,13 +30,22 @@ import gc
 import importlib
 import logging
 import os
+import signal
 import sys
+import warnings
 import weakref
 from types import ModuleType
 from typing import Callable, Iterator, List, Tuple
 
 ENV = "TAXI_PIPELINE_SPEEDUPS"
 LOCAL_RUNNER = "pipeline.run.local_runner"
+# The longest the detached child of `exit_process` may take before SIGALRM ends it.
+DETACHED_SECONDS = 300
+
+# Work for after the exit status is known (`after_exit`), done by `exit_process`, and
+# whether this process ends through it (`ends_with_exit_process`).
+_after_exit: List[Callable[[], object]] = []
+_ends_here = [False]
 
 
 def enabled() -> bool:
@@ -120,8 +133,55 @@ def local_runner(on: bool) -> Iterator[ModuleType]:
         yield module
 
 
+def ends_with_exit_process() -> None:
+    """Says this process ends through `exit_process` (the command line's entry point)."""
+    _ends_here[0] = True
+
+
+def can_detach() -> bool:
+    """Whether work may be left to `after_exit`'s detached child: the process ends
+    through `exit_process`, the speed-ups are on and a person waits at a terminal."""
+    return _ends_here[0] and enabled() and hasattr(os, "fork") and sys.stdout.isatty()
+
+
+def after_exit(work: Callable[[], object]) -> None:
+    """`work` runs once the exit status is known (`exit_process`): in a detached child
+    when `can_detach`, else before the process ends. It must catch its own errors."""
+    _after_exit.append(work)
+
+
+def _detached(work: List[Callable[[], object]]) -> bool:
+    """Forks a child that does `work` with no terminal, then ends; False if it could not."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork of a threaded process
+        try:
+            pid = os.fork()
+        except OSError:
+            return False
+    if pid:
+        return True
+    try:  # the child: its own session, no terminal, a bounded life
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        signal.alarm(DETACHED_SECONDS)
+        for job in work:
+            job()
+    finally:
+        logging.shutdown()
+        os._exit(0)
+
+
 def exit_process(code: int, on: bool) -> None:
-    """Ends the process with `code`: at once when `on`, every output being written and closed."""
+    """Ends the process with `code`: at once when `on`, every output being written and
+    closed; work left by `after_exit` is done first, or by a detached child (`can_detach`)."""
+    work, _after_exit[:] = list(_after_exit), []
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if work and not (can_detach() and _detached(work)):
+        for job in work:
+            job()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

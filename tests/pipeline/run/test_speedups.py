@@ -3,6 +3,9 @@ leaving, they compute what the originals compute, and one setting turns them off
 
 import gc
 import inspect
+import os
+import subprocess
+import sys
 
 import apache_beam as beam
 import pytest
@@ -89,3 +92,75 @@ def test_one_environment_setting_turns_them_off(monkeypatch, value, expected):
     else:
         monkeypatch.setenv(speedups.ENV, value)
     assert speedups.enabled() is expected
+
+
+_AFTER_EXIT = """
+import os, sys, time
+from pipeline.run import speedups
+speedups.ends_with_exit_process()
+def work():
+    time.sleep(1.5)
+    with open(sys.argv[1], "w") as handle:
+        handle.write(f"{os.getpid()} {os.getppid()} {os.isatty(1)}")
+speedups.after_exit(work)
+print("detach" if speedups.can_detach() else "foreground", flush=True)
+speedups.exit_process(3, True)
+"""
+
+
+def _at_terminal(command, env=None, timeout=60):
+    """`command` with a terminal as its standard output: its exit status, what it printed,
+    and the seconds until it exited."""
+    import pty
+    import time
+
+    controller, terminal = pty.openpty()
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=terminal, stderr=terminal, stdin=subprocess.DEVNULL, env=env)
+    os.close(terminal)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(controller, 4096)
+        except OSError:  # the terminal closed: every process holding it ended or let it go
+            break
+        if not chunk:
+            break
+        output += chunk
+    code = process.wait(timeout=timeout)
+    os.close(controller)
+    return code, output.decode(), time.perf_counter() - started
+
+
+def test_work_after_the_exit_is_left_to_a_detached_child_at_a_terminal_and_done_first_otherwise(tmp_path):
+    import time
+
+    at_terminal = tmp_path / "terminal"
+    code, output, _ = _at_terminal([sys.executable, "-c", _AFTER_EXIT, str(at_terminal)])
+    assert code == 3 and output.strip() == "detach" and not at_terminal.exists()
+    deadline = time.monotonic() + 30
+    while not at_terminal.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    child, parent, tty = at_terminal.read_text().split()
+    assert tty == "False"  # the child let the terminal go
+    assert int(parent) != os.getpid()  # it was re-parented: the command had ended
+
+    piped = tmp_path / "piped"
+    done = subprocess.run([sys.executable, "-c", _AFTER_EXIT, str(piped)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3 and done.stdout.strip() == "foreground"
+    assert piped.exists()  # written before the command ended
+
+    off = tmp_path / "off"  # the speed-ups off: done first, at a terminal too
+    code, output, _ = _at_terminal([sys.executable, "-c", _AFTER_EXIT, str(off)], env={**os.environ, speedups.ENV: "0"})
+    assert code == 3 and output.strip() == "foreground" and off.exists()
+
+
+def test_a_placeholder_stands_in_for_a_page_being_drawn_and_reloads(tmp_path):
+    from pipeline.inspect import report_page
+
+    path = report_page.write_placeholder(str(tmp_path), "20261125-000000-000000-1-abc")
+    text = open(path).read()
+    assert path == report_page.report_path(str(tmp_path), "20261125-000000-000000-1-abc")
+    assert 'http-equiv="refresh"' in text and f'id="{report_page.PLACEHOLDER_ID}"' in text
+    assert f"taxi-pipeline report 20261125-000000-000000-1-abc --output-root {tmp_path}" in text
+    assert os.listdir(tmp_path / report_page.REPORTS_DIR) == [os.path.basename(path)]  # nothing staged is left

@@ -296,3 +296,46 @@ def test_the_serving_check_fails_answers_that_are_not_probabilities(exported, tm
     findings = serving_check.run_in_fresh_process(broken, budget_ms=serving_check.DEFAULT_BUDGET_MS)
     assert not findings["ok"], findings
     assert "not one finite probability in [0, 1] per example" in findings["reason"]
+
+
+def test_a_spare_probe_started_ahead_checks_the_model_it_is_handed_as_a_new_one_does(exported):
+    """`start_spare` then the check: the spare process answers (and is used up); a second
+    check in the same process starts a new probe. Both find the same model sound."""
+    from components.custom import serving_check
+
+    export_dir, written = exported
+    serving_check.start_spare()
+    spare = serving_check._spare
+    try:
+        first = serving_check.run_in_fresh_process(export_dir, budget_ms=serving_check.DEFAULT_BUDGET_MS)
+    finally:
+        serving_check.stop_spare()
+    assert spare.returncode == 0 and serving_check._spare is None
+    second = serving_check.run_in_fresh_process(export_dir, budget_ms=serving_check.DEFAULT_BUDGET_MS)
+    for findings in (first, second):
+        assert findings["ok"] and findings["requests"] == written, findings
+
+
+def test_a_spare_probe_ended_from_outside_gives_way_to_a_new_one_and_an_unused_spare_is_ended(exported):
+    from components.custom import serving_check
+
+    serving_check.start_spare()
+    killed = serving_check._spare
+    killed.kill()
+    killed.wait()
+    findings = serving_check.run_in_fresh_process(exported[0], budget_ms=serving_check.DEFAULT_BUDGET_MS)
+    assert findings["ok"], findings
+
+    serving_check.start_spare()
+    unused = serving_check._spare
+    serving_check.stop_spare()
+    assert unused.returncode is not None and serving_check._spare is None
+
+
+def test_a_spare_probe_whose_input_closes_ends_without_a_word():
+    """The spare of a run that never reached the check (its parent gone) ends by itself."""
+    done = subprocess.run(
+        [sys.executable, "-m", "components.support.serving_probe", "--wait"],
+        input="", capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0 and done.stdout == "", (done.stdout, done.stderr[-500:])
