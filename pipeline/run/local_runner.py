@@ -82,8 +82,11 @@ def run(
         ir = compile_ir(run_config, plan.folders, run_id, enable_cache=plan.cache)
         os.makedirs(run_config.output_root, exist_ok=True)  # MLMD's SQLite file is local
         # The serving check's probe imports TensorFlow on the core the nodes before it
-        # leave idle, instead of on the run's path.
-        serving_check.start_spare()
+        # leave idle, instead of on the run's path: 3-4 s of a short run. Not for a long
+        # one, where those seconds are noise and its 0.5 GB would stand beside the
+        # Beam workers' memory for the whole run.
+        if rows < config.MULTI_PROCESS_ROWS:
+            serving_check.start_spare()
         try:
             ORCHESTRATORS[orchestrator]().run_with_ir(ir)
         finally:
