@@ -2,6 +2,7 @@
 in alternating pairs, with where every second of this pipeline's run goes.
 
     python benchmarks/against_tfx_example.py [--pairs 3] [--data-root data] [--work DIR]
+                                             [--baseline-source DIR]
 
 Each pair: `taxi-pipeline run` in a fresh output root and serving folder, at a terminal
 (a pseudo-terminal: the run's page is drawn after the prompt comes back, and the pair
@@ -10,6 +11,10 @@ goes on only once it is), then TFX's
 the CSV that ships beside it (the rows data/ was made from), in a fresh HOME. Each is a
 process of its own, timed from start to exit, as a user runs it. After the pairs, one
 unchanged re-run of the last output root.
+
+With `--baseline-source` (a checkout of another commit, e.g. `git worktree add /tmp/base
+REV`), each round also runs that commit's pipeline the same way (its source through
+`PYTHONPATH`, the same installed libraries), and the budget shows both.
 
 Printed: each pair's two times and their ratio, the median ratio, and this pipeline's
 budget: start-up (until the first node began), each node's seconds (its progress lines),
@@ -28,11 +33,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from scale import EXAMPLE_DIR, Measured, _timed
 
 from components import compat
+from pipeline.config import MODEL_NAME
 
 PROGRESS = re.compile(r"^\[\s*([\d.]+) s\] (\S+)\s+(cached|[\d.]+ s)$")
 
@@ -41,13 +47,13 @@ def _bin(name: str) -> str:
     return os.path.join(os.path.dirname(sys.executable), name)
 
 
-def at_terminal(label: str, command: List[str]) -> Measured:
+def at_terminal(label: str, command: List[str], env: Optional[Dict[str, str]] = None) -> Measured:
     """`command` with a terminal as its output, as a person runs it, timed until it exits
     (the prompt comes back); its peak memory is not measured."""
     print(f"{label}: {' '.join(command)}", flush=True)
     controller, terminal = pty.openpty()
     started = time.perf_counter()
-    process = subprocess.Popen(command, stdout=terminal, stderr=terminal, stdin=subprocess.DEVNULL)
+    process = subprocess.Popen(command, stdout=terminal, stderr=terminal, stdin=subprocess.DEVNULL, env=env)
     os.close(terminal)
     output = b""
     while True:
@@ -66,17 +72,17 @@ def at_terminal(label: str, command: List[str]) -> Measured:
     return Measured(label, 0, seconds, float("nan"), code, {}, "\n".join(lines[-6:]), lines)
 
 
-def run_pipeline(data_root: str, root: str) -> Tuple[Measured, float]:
+def run_pipeline(data_root: str, root: str, source: Optional[str] = None) -> Tuple[Measured, float]:
     """A cold run at a terminal, and the seconds until its page was drawn (a placeholder
     stands in for it at first); the next command starts only then."""
     from pipeline.inspect import report_page
 
     shutil.rmtree(root, ignore_errors=True)
     started = time.perf_counter()
-    measured = at_terminal("taxi-pipeline", [
+    measured = at_terminal(f"taxi-pipeline{' (baseline)' if source else ''}", [
         _bin("taxi-pipeline"), "run", "--data-root", data_root, "--output-root", os.path.join(root, "out"),
         "--serving-dir", os.path.join(root, "serving"),
-    ])
+    ], env=dict(os.environ, PYTHONPATH=source) if source else None)
     page = next((line[len("Report: "):] for line in measured.lines if line.startswith("Report: ")), None)
     while page and report_page.PLACEHOLDER_ID in open(page, encoding="utf-8").read(4096):
         time.sleep(0.05)
@@ -117,44 +123,72 @@ def budget(measured: Measured) -> Dict[str, float]:
     return parts
 
 
+def _budget_table(runs: Dict[str, List[Measured]], pages: Dict[str, List[float]]) -> List[str]:
+    """Medians of each step over the rounds, a column per source."""
+    budgets = {name: [budget(m) for m in measured] for name, measured in runs.items()}
+    steps: List[str] = []
+    for per_source in budgets.values():
+        for step in per_source[0]:
+            if step not in steps:
+                steps.append(step)
+    names = list(runs)
+    lines = ["| step | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for step in steps:
+        cells = []
+        for name in names:
+            values = [b[step] for b in budgets[name] if step in b]
+            cells.append(f"{statistics.median(values):.1f}" if values else "")
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    lines.append("| whole run, until the prompt | " + " | ".join(
+        f"{statistics.median(m.seconds for m in runs[name]):.1f}" for name in names) + " |")
+    lines.append("| until the page is drawn | " + " | ".join(
+        f"{statistics.median(pages[name]):.1f}" for name in names) + " |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--data-root", default="data")
     parser.add_argument("--work", default=None, help="scratch folder (default: a temporary one)")
+    parser.add_argument("--baseline-source", default=None, help="a checkout of another commit to run in each round")
     args = parser.parse_args()
     print(f"Stack {compat.describe()}; {os.cpu_count()} cores", flush=True)
     work = args.work or tempfile.mkdtemp(prefix="against-tfx-")
     data_root = os.path.abspath(args.data_root)
-    ours: List[Measured] = []
+    sources = {"this": None}
+    if args.baseline_source:
+        sources["baseline"] = os.path.abspath(args.baseline_source)
+    runs: Dict[str, List[Measured]] = {name: [] for name in sources}
+    pages: Dict[str, List[float]] = {name: [] for name in sources}
     ratios: List[float] = []
-    pages: List[float] = []
     for pair in range(args.pairs):
-        mine, page_seconds = run_pipeline(data_root, os.path.join(work, "pipeline"))
-        pages.append(page_seconds)
+        for name, source in sources.items():
+            measured, page_seconds = run_pipeline(data_root, os.path.join(work, f"pipeline-{name}"), source)
+            if measured.exit_code:
+                sys.exit(f"round {pair + 1}, {name}: exit {measured.exit_code}:\n{measured.tail}")
+            runs[name].append(measured)
+            pages[name].append(page_seconds)
         theirs = run_tfx_example(os.path.join(work, "tfx-example"))
-        if mine.exit_code or theirs.exit_code:
-            sys.exit(f"pair {pair + 1}: exit {mine.exit_code} / {theirs.exit_code}:\n{mine.tail}\n{theirs.tail}")
-        ours.append(mine)
+        if theirs.exit_code:
+            sys.exit(f"round {pair + 1}, TFX's example: exit {theirs.exit_code}:\n{theirs.tail}")
+        mine = runs["this"][-1]
         ratios.append(mine.seconds / theirs.seconds)
-        print(f"pair {pair + 1}: this pipeline {mine.seconds:.1f} s (its page drawn at {page_seconds:.1f} s), "
-              f"TFX's example {theirs.seconds:.1f} s, ratio {ratios[-1]:.3f}", flush=True)
+        others = "".join(f", {name} {runs[name][-1].seconds:.1f} s" for name in sources if name != "this")
+        print(f"pair {pair + 1}: this pipeline {mine.seconds:.1f} s (its page drawn at {pages['this'][-1]:.1f} s)"
+              f"{others}, TFX's example {theirs.seconds:.1f} s, ratio {ratios[-1]:.3f}", flush=True)
+    out, serving = os.path.join(work, "pipeline-this", "out"), os.path.join(work, "pipeline-this", "serving")
+    before = sorted(os.listdir(os.path.join(serving, MODEL_NAME)))
     started = time.perf_counter()
-    rerun = subprocess.run([_bin("taxi-pipeline"), "run", "--data-root", data_root,
-                            "--output-root", os.path.join(work, "pipeline", "out"),
-                            "--serving-dir", os.path.join(work, "pipeline", "serving")],
-                           capture_output=True, text=True)
+    rerun = subprocess.run([_bin("taxi-pipeline"), "run", "--data-root", data_root, "--output-root", out,
+                            "--serving-dir", serving], capture_output=True, text=True)
     rerun_seconds = time.perf_counter() - started
-    versions = sorted(os.listdir(os.path.join(work, "pipeline", "serving", "big_tip")))
-    print(f"unchanged re-run: exit {rerun.returncode}, {rerun_seconds:.2f} s, serving versions {versions}")
+    after = sorted(os.listdir(os.path.join(serving, MODEL_NAME)))
+    print(f"unchanged re-run: exit {rerun.returncode}, {rerun_seconds:.2f} s, "
+          f"versions pushed by it: {len(set(after) - set(before))}")
     print(f"median ratio over {len(ratios)} pairs: {statistics.median(ratios):.3f}")
-    budgets = [budget(m) for m in ours]
-    print("\nThis pipeline's cold run, medians over the pairs:\n\n| step | seconds |\n|---|---|")
-    for step in budgets[0]:
-        values = [b[step] for b in budgets if step in b]
-        print(f"| {step} | {statistics.median(values):.1f} |")
-    print(f"| whole run, until the prompt | {statistics.median(m.seconds for m in ours):.1f} |")
-    print(f"| until the page is drawn | {statistics.median(pages):.1f} |")
+    print("\nCold runs, medians over the rounds (seconds):\n")
+    print("\n".join(_budget_table(runs, pages)))
     if not args.work:
         shutil.rmtree(work, ignore_errors=True)
 
