@@ -1,7 +1,7 @@
 """Time and peak memory of `taxi-pipeline run` as the rows grow, against TFX's own taxi
 example at one size; writes docs/scale.md and docs/scale.png (`make bench-scale`).
 
-    python benchmarks/scale.py [--rows 100000 1000000 5000000] [--tfx-example-rows 1000000]
+    python benchmarks/scale.py [--rows 100000 1000000 5000000 10000000] [--tfx-example-rows 1000000]
                                [--work DIR] [--doc docs/scale.md]
 
 For each size: `taxi-pipeline make-data --rows N --spans 8 --seed 0` into DIR, then one
@@ -237,7 +237,7 @@ def _table(measured: Sequence[Measured]) -> List[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000, 5_000_000])
+    parser.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000, 5_000_000, 10_000_000])
     parser.add_argument("--tfx-example-rows", type=int, default=1_000_000, help="0: skip TFX's example")
     parser.add_argument("--work", default=os.path.join(os.path.expanduser("~"), ".cache", "taxi-tfx-pipeline",
                                                        "bench-scale"))
@@ -278,6 +278,11 @@ def write_doc(path: str, image: str, measured: Sequence[Measured], error_lines: 
     if 1_000_000 in by_rows and 5_000_000 in by_rows:
         lines.append(f"- peak RSS(5M) / peak RSS(1M) = "
                      f"{by_rows[5_000_000].peak_mb / by_rows[1_000_000].peak_mb:.2f}")
+    for rows, limit in ((5_000_000, 600), (10_000_000, 1500)):
+        if rows in by_rows:
+            m = by_rows[rows]
+            lines.append(f"- {rows:,} rows: {m.seconds:.0f} s (goal at most {limit} s), peak "
+                         f"{m.peak_mb / 1024:.2f} GB (goal at most 4 GB), exit {m.exit_code}")
     for example in examples:
         ours = by_rows.get(example.rows)
         lines.append(f"- TFX's `taxi_pipeline_native_keras.py` on the same {example.rows:,} rows as CSV: "

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import tempfile
+import time
 from typing import Iterator, Optional, Sequence, Tuple
 
 import numpy as np
@@ -23,6 +24,8 @@ from components.model.trainer import data, export, loop, model, settings, warm_s
 TRAINING_SUMMARY_FILE = "training_summary.json"
 # Under the Trainer's folder: `<key>/` per training in progress (see `checkpoint_dir`).
 CHECKPOINTS_FOLDER = "checkpoints"
+# Under a training's checkpoint folder: the transformed caches of the path beyond memory.
+TRANSFORMED_CACHE_FOLDER = "transformed"
 
 
 def _serialized_examples(file_patterns: Sequence[str]) -> Iterator[bytes]:
@@ -74,14 +77,12 @@ def epoch_batches(rows: data.Batch, batch_size: int, seed: int) -> loop.EpochBat
     return batches
 
 
-def streamed_epoch_batches(
-    file_patterns: Sequence[str], transform: data.Transform, batch_size: int, seed: int
-) -> loop.EpochBatches:
-    """`epoch_batches` for data beyond `data.IN_MEMORY_ROWS`: each epoch streams the files
-    in an order drawn from `seed` and the epoch's index alone."""
+def cached_epoch_batches(cache_dir: str, batch_size: int, seed: int) -> loop.EpochBatches:
+    """`epoch_batches` for data beyond `data.IN_MEMORY_ROWS`: each epoch reads the
+    transformed cache in an order drawn from `seed` and the epoch's index alone."""
 
     def batches(epoch: int) -> tf.data.Dataset:
-        return data.streamed(file_patterns, transform, batch_size, shuffle_seed=_epoch_seed(seed, epoch))
+        return data.from_cache(cache_dir, batch_size, shuffle_seed=_epoch_seed(seed, epoch))
 
     return batches
 
@@ -91,10 +92,13 @@ def _epoch_seed(seed: int, epoch: int) -> int:
 
 
 def _datasets(
-    fn_args: tfx.components.FnArgs, tf_transform_output: tft.TFTransformOutput, config: settings.TrainConfig
+    fn_args: tfx.components.FnArgs, tf_transform_output: tft.TFTransformOutput, config: settings.TrainConfig,
+    cache_dir: str,
 ) -> Tuple[loop.EpochBatches, tf.data.Dataset, settings.TrainConfig]:
     """Each epoch's training batches, the eval dataset, and `config` with the batch size
-    they were cut to; in memory or streamed by the number of training rows."""
+    they were cut to; in memory, or beyond `data.IN_MEMORY_ROWS` training rows through
+    transformed caches under `cache_dir` (kept until the model is exported, with the
+    checkpoints: a resumed Trainer does not transform again)."""
     transform = data.transform_fn(tf_transform_output)
     train_examples = data.count_records(fn_args.train_files)
     batch_size = data.effective_batch_size(config, train_examples)
@@ -103,10 +107,15 @@ def _datasets(
                      train_examples, batch_size, config.batch_size, config.min_steps_per_epoch)
         config = dataclasses.replace(config, batch_size=batch_size)
     if train_examples > data.IN_MEMORY_ROWS:
-        logging.info("%d training examples > %d: streamed from the files each epoch",
-                     train_examples, data.IN_MEMORY_ROWS)
-        train_batches = streamed_epoch_batches(fn_args.train_files, transform, config.batch_size, config.seed)
-        return train_batches, data.streamed(fn_args.eval_files, transform, config.batch_size), config
+        train_cache, eval_cache = os.path.join(cache_dir, "train"), os.path.join(cache_dir, "eval")
+        started = time.perf_counter()
+        written = [data.write_cache(fn_args.train_files, transform, train_cache),
+                   data.write_cache(fn_args.eval_files, transform, eval_cache)]
+        logging.info("%d training examples > %d: transformed once into a cache on disk, %s (%.1f s), read each epoch",
+                     train_examples, data.IN_MEMORY_ROWS, "written" if any(written) else "kept from before",
+                     time.perf_counter() - started)
+        train_batches = cached_epoch_batches(train_cache, config.batch_size, config.seed)
+        return train_batches, data.from_cache(eval_cache, config.batch_size), config
     logging.info("%d training examples: transformed once, held in memory", train_examples)
     train_rows = data.transformed_rows(fn_args.train_files, transform)
     train_batches = epoch_batches(train_rows, config.batch_size, config.seed)
@@ -164,7 +173,9 @@ def _train_and_export(
     write_extras: bool,
 ) -> None:
     tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
-    train_batches, eval_dataset, config = _datasets(fn_args, tf_transform_output, config)
+    train_batches, eval_dataset, config = _datasets(
+        fn_args, tf_transform_output, config, os.path.join(resume_dir, TRANSFORMED_CACHE_FOLDER)
+    )
 
     keras.utils.set_random_seed(config.seed)
     with strategy.scope():

@@ -1,5 +1,7 @@
 """The input pipeline: signature, raw examples through the Transform layer, batching."""
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -93,26 +95,48 @@ def _rows_of(dataset):
     return sorted(pairs)
 
 
-def test_streamed_batches_hold_the_rows_the_in_memory_path_holds(examples_file, transform_output):
-    transform = data.transform_fn(transform_output)
-    in_memory = data.make_dataset([examples_file], transform, 8)
-    streamed = data.streamed([examples_file], transform, 8)
-    assert _rows_of(streamed) == _rows_of(in_memory)
-    assert [int(labels.shape[0]) for _, labels in streamed] == [8] * 5  # 40 rows, in file order
+def _cache(tmp_path, files, transform_output, name="cache"):
+    cache_dir = str(tmp_path / name)
+    assert data.write_cache(files, data.transform_fn(transform_output), cache_dir)
+    return cache_dir
+
+
+def test_the_cache_holds_the_rows_the_in_memory_path_holds(tmp_path, examples_file, transform_output):
+    in_memory = data.make_dataset([examples_file], data.transform_fn(transform_output), 8)
+    cached = data.from_cache(_cache(tmp_path, [examples_file], transform_output), 8)
+    assert _rows_of(cached) == _rows_of(in_memory)
+    assert [int(labels.shape[0]) for _, labels in cached] == [8] * 5  # 40 rows, in file order
     in_order = [b["fare_xf"].numpy().tolist() for b, _ in in_memory]
-    assert [b["fare_xf"].numpy().tolist() for b, _ in streamed] == in_order
+    assert [b["fare_xf"].numpy().tolist() for b, _ in cached] == in_order
 
 
-def test_streamed_shuffles_are_reproducible_from_their_seed_and_differ_between_seeds(examples_file, transform_output):
-    transform = data.transform_fn(transform_output)
+def test_cached_shuffles_are_reproducible_from_their_seed_and_differ_between_seeds(
+    tmp_path, examples_file, transform_output
+):
+    cache_dir = _cache(tmp_path, [examples_file], transform_output)
 
     def order(seed):
-        return [v for b, _ in data.streamed([examples_file], transform, 8, shuffle_seed=seed)
+        return [v for b, _ in data.from_cache(cache_dir, 8, shuffle_seed=seed)
                 for v in b["fare_xf"].numpy().round(5).tolist()]
 
     assert order(1) == order(1)
     assert order(1) != order(2)
     assert sorted(order(1)) == sorted(order(2))
+    assert [int(labels.shape[0]) for _, labels in data.from_cache(cache_dir, 16, shuffle_seed=1)] == [16, 16, 8]
+
+
+def test_a_complete_cache_is_kept_and_one_cut_short_is_written_again(tmp_path, examples_file, transform_output):
+    transform = data.transform_fn(transform_output)
+    cache_dir = _cache(tmp_path, [examples_file], transform_output)
+    assert not data.write_cache([examples_file], transform, cache_dir)  # complete: kept as it is
+    os.remove(os.path.join(cache_dir, data._CACHE_COMPLETE))  # as a kill before the end leaves it
+    with pytest.raises(FileNotFoundError, match="no complete transformed cache"):
+        data.from_cache(cache_dir, 8)
+    with open(os.path.join(cache_dir, "left-by-the-kill"), "w"):
+        pass
+    assert data.write_cache([examples_file], transform, cache_dir)
+    assert not os.path.exists(os.path.join(cache_dir, "left-by-the-kill"))
+    assert sum(int(labels.shape[0]) for _, labels in data.from_cache(cache_dir, 8)) == 40
 
 
 def test_records_are_counted_without_parsing(examples_file, tmp_path):
@@ -122,10 +146,12 @@ def test_records_are_counted_without_parsing(examples_file, tmp_path):
     assert data.count_records([examples_file, str(tmp_path / "more.gz")]) == 41
 
 
-def test_streamed_batches_mix_the_files(tmp_path, rows, to_example, transform_output, monkeypatch):
+def test_cached_batches_mix_the_files(tmp_path, rows, to_example, transform_output, monkeypatch):
     """Files hold one span each: a shuffled epoch must not give one file's rows, then the
-    next's, even when the shuffle buffer is small against the files."""
-    monkeypatch.setattr(data, "SHUFFLE_BUFFER", 4)
+    next's, even when the files are larger than a chunk and the buffer is small."""
+    monkeypatch.setattr(data, "_TRANSFORM_BATCH", 4)
+    monkeypatch.setattr(data, "_MIXED_ROWS", 16)
+    monkeypatch.setattr(data, "CACHE_SHUFFLE_CHUNKS", 4)
     paths = []
     for name, label in (("a", 0), ("b", 1)):
         path = str(tmp_path / f"{name}.tfrecord.gz")
@@ -133,6 +159,8 @@ def test_streamed_batches_mix_the_files(tmp_path, rows, to_example, transform_ou
             for row in rows:
                 writer.write(to_example({**row, features.LABEL_KEY: [label]}))
         paths.append(path)
-    batches = list(data.streamed(paths, data.transform_fn(transform_output), 16, shuffle_seed=3))
+    batches = list(data.from_cache(_cache(tmp_path, paths, transform_output), 16, shuffle_seed=3))
+    assert sum(int(labels.shape[0]) for _, labels in batches) == 2 * len(rows)
     mixed = [set(labels.numpy().tolist()) == {0, 1} for _, labels in batches]
     assert sum(mixed) >= len(batches) // 2, mixed
+

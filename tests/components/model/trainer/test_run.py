@@ -196,15 +196,17 @@ def test_a_killed_trainer_is_resumed_by_the_next_execution_and_exports_the_same_
     assert os.listdir(checkpoints) == []
 
 
-def test_beyond_the_in_memory_limit_the_trainer_streams_and_trains_the_same_way(
+def test_beyond_the_in_memory_limit_the_trainer_trains_from_a_transformed_cache_it_deletes_after_export(
     tmp_path, examples_file, transform_output_dir, monkeypatch, caplog
 ):
     monkeypatch.setattr(run.data, "IN_MEMORY_ROWS", 10)
     fn_args = _fn_args(tmp_path, examples_file, transform_output_dir)
     with caplog.at_level(logging.INFO):
         run.run_fn(fn_args)
-    assert "40 training examples > 10: streamed from the files each epoch" in caplog.text
+    assert "40 training examples > 10: transformed once into a cache on disk, written" in caplog.text
     summary = _summary(fn_args)
     assert summary["epochs_run"] == 2 and summary["steps"] == 2 * 2
     assert np.isfinite(summary["train_loss"]) and np.isfinite(summary["eval_loss"])
     assert os.path.exists(os.path.join(fn_args.serving_model_dir, "saved_model.pb"))
+    # The caches lived with the checkpoints, and went with them once the model was exported.
+    assert os.listdir(os.path.join(fn_args.model_run_dir, run.CHECKPOINTS_FOLDER)) == []
