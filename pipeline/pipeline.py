@@ -9,7 +9,18 @@ from typing import Any, Optional, Sequence, Tuple
 
 from tensorflow_model_analysis import constants as tfma_constants
 from tensorflow_model_analysis.proto import config_pb2 as tfma_config
-from tfx import v1 as tfx
+from tfx.components.evaluator.component import Evaluator
+from tfx.components.example_validator.component import ExampleValidator
+from tfx.components.schema_gen.component import SchemaGen
+from tfx.components.statistics_gen.component import StatisticsGen
+from tfx.components.trainer.component import Trainer
+from tfx.components.transform.component import Transform
+from tfx.dsl.components.common.resolver import Resolver
+from tfx.dsl.experimental.conditionals.conditional import Cond
+from tfx.dsl.input_resolution.strategies.latest_blessed_model_strategy import LatestBlessedModelStrategy
+from tfx.orchestration import pipeline as tfx_pipeline
+from tfx.proto import example_gen_pb2, trainer_pb2, transform_pb2
+from tfx.types import Channel, standard_artifacts
 
 import components
 from components.custom import drift, ingest, serving_check, window
@@ -108,14 +119,14 @@ def _example_gen(
     if window_size is None:
         return ingest.ImportExampleGen(
             input_base=data_root,
-            input_config=tfx.proto.Input(
-                splits=[tfx.proto.Input.Split(name=window.ALL_SPANS_SPLIT, pattern=spans.ALL_SPANS_PATTERN)]
+            input_config=example_gen_pb2.Input(
+                splits=[example_gen_pb2.Input.Split(name=window.ALL_SPANS_SPLIT, pattern=spans.ALL_SPANS_PATTERN)]
             ),
-            output_config=tfx.proto.Output(
-                split_config=tfx.proto.SplitConfig(
+            output_config=example_gen_pb2.Output(
+                split_config=example_gen_pb2.SplitConfig(
                     splits=[
-                        tfx.proto.SplitConfig.Split(name=TRAIN_SPLIT, hash_buckets=evaluation.train_buckets),
-                        tfx.proto.SplitConfig.Split(name=EVAL_SPLIT, hash_buckets=evaluation.eval_buckets),
+                        example_gen_pb2.SplitConfig.Split(name=TRAIN_SPLIT, hash_buckets=evaluation.train_buckets),
+                        example_gen_pb2.SplitConfig.Split(name=EVAL_SPLIT, hash_buckets=evaluation.eval_buckets),
                     ]
                 )
             ),
@@ -126,7 +137,7 @@ def _example_gen(
         input_base=data_root,
         input_config=span_window.outputs[window.INPUT_CONFIG_KEY].future()[0].value,
         # Empty: keep the input splits (ExampleGen cannot inspect a runtime input_config).
-        output_config=tfx.proto.Output(),
+        output_config=example_gen_pb2.Output(),
     )
 
 
@@ -161,15 +172,15 @@ def _data_checks(
         data_root=data_root, window_size=window_size or 0, listing=span_listing
     ).with_id(window.NODE_ID)
     example_gen = _example_gen(data_root, span_window, window_size, evaluation)
-    statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
-    inferred_schema = tfx.components.SchemaGen(
+    statistics_gen = StatisticsGen(examples=example_gen.outputs["examples"])
+    inferred_schema = SchemaGen(
         statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True
     ).with_id("InferredSchemaGen")
     # The node keeps TFX's id: a store's history of schema imports stays one node's.
     schema = ingest.ImportSchema(
         schema_file=f"{schema_path.rstrip('/')}/{components.SCHEMA_FILE}", digest=schema_digest
     ).with_id("ImportSchemaGen")
-    example_validator = tfx.components.ExampleValidator(
+    example_validator = ExampleValidator(
         statistics=statistics_gen.outputs["statistics"], schema=schema.outputs["schema"]
     ).with_id(NodeId.EXAMPLE_VALIDATOR)
     data_gate = drift.DataGate(
@@ -201,7 +212,7 @@ def _training(
 ) -> Training:
     """Transform → Trainer (warm-started from the serving model) → Evaluator against it."""
     examples, schema = data.example_gen.outputs["examples"], data.schema.outputs["schema"]
-    transform = tfx.components.Transform(
+    transform = Transform(
         examples=examples,
         schema=schema,
         preprocessing_fn=PREPROCESSING_FN,
@@ -213,33 +224,33 @@ def _training(
         # The Trainer applies the Transform graph to raw examples itself (once,
         # then cached): writing a transformed copy of the data would cost more.
         materialize=False,
-        splits_config=tfx.proto.SplitsConfig(
+        splits_config=transform_pb2.SplitsConfig(
             analyze=list(splits.train), transform=list(splits.train) + [splits.eval]
         ),
         custom_config={"code_version": code_version},
     )
     # The baseline is the model that last reached serving (the Pusher's served
     # blessings), not merely the last one the Evaluator blessed: see components.custom.pusher.
-    baseline = tfx.dsl.Resolver(
-        strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
-        model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
-        model_blessing=tfx.dsl.Channel(type=staged_pusher.ServedModelBlessing),
+    baseline = Resolver(
+        strategy_class=LatestBlessedModelStrategy,
+        model=Channel(type=standard_artifacts.Model),
+        model_blessing=Channel(type=staged_pusher.ServedModelBlessing),
     ).with_id("LatestBlessedModelResolver")
-    trainer = tfx.components.Trainer(
+    trainer = Trainer(
         run_fn=RUN_FN,
         examples=examples,
         transform_graph=transform.outputs["transform_graph"],
         schema=schema,
         base_model=baseline.outputs["model"] if warm_start else None,
-        train_args=tfx.proto.TrainArgs(splits=list(splits.train)),
-        eval_args=tfx.proto.EvalArgs(splits=[splits.eval]),
+        train_args=trainer_pb2.TrainArgs(splits=list(splits.train)),
+        eval_args=trainer_pb2.EvalArgs(splits=[splits.eval]),
         custom_config={
             "train": dataclasses.asdict(train),
             "export": dataclasses.asdict(export_settings),
             "code_version": code_version,
         },
     ).with_id(NodeId.TRAINER)
-    evaluator = tfx.components.Evaluator(
+    evaluator = Evaluator(
         examples=examples,
         model=trainer.outputs["model"],
         baseline_model=baseline.outputs["model"],
@@ -295,7 +306,7 @@ def create_pipeline(
     parallel_beam_pipeline_args: Sequence[str] = (),
     metadata_connection_config: Optional[Any] = None,
     enable_cache: bool = True,
-) -> tfx.dsl.Pipeline:
+) -> tfx_pipeline.Pipeline:
     """The full DAG, from ImportExampleGen to Pusher.
 
     Args:
@@ -331,7 +342,7 @@ def create_pipeline(
       enable_cache: Reuse outputs of executions whose inputs did not change.
     """
     data = _data_checks(data_root, schema_path, schema_digest, window_size, span_listing, evaluation)
-    with tfx.dsl.Cond(data.is_valid()):
+    with Cond(data.is_valid()):
         training = _training(data, window_splits(window_size), train, export_settings, evaluation, code_version,
                              warm_start)
         pushing = _pushing(data, training, serving_model_dir, keep_versions, latency_budget_ms, code_version)
@@ -339,7 +350,7 @@ def create_pipeline(
         for node in (data.statistics_gen, training.evaluator):
             node.with_beam_pipeline_args(list(parallel_beam_pipeline_args))
 
-    return tfx.dsl.Pipeline(
+    return tfx_pipeline.Pipeline(
         pipeline_name=pipeline_name,
         pipeline_root=pipeline_root,
         components=[*data.nodes(), *training.nodes(), *pushing],

@@ -41,7 +41,8 @@ import apache_beam as beam
 import tensorflow as tf
 import tensorflow_data_validation as tfdv
 from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
-from tfx import v1 as tfx
+from tfx.dsl.component.experimental.annotations import BeamComponentParameter, InputArtifact, OutputArtifact, Parameter
+from tfx.dsl.component.experimental.decorators import component
 from tfx.types import standard_artifacts
 
 from components.custom import beam_fns, window
@@ -214,15 +215,15 @@ def split_statistics(
     return tfdv.load_stats_binary(os.path.join(statistics.uri, f"Split-{split}", STATS_FILE))
 
 
-@tfx.dsl.components.component(use_beam=True)
+@component(use_beam=True)
 def DataGate(  # a component is named like a class
-    statistics: tfx.dsl.components.InputArtifact[standard_artifacts.ExampleStatistics],
-    schema: tfx.dsl.components.InputArtifact[standard_artifacts.Schema],
-    anomalies: tfx.dsl.components.InputArtifact[standard_artifacts.ExampleAnomalies],
-    spans_used: tfx.dsl.components.InputArtifact[standard_artifacts.String],
-    verdict: tfx.dsl.components.OutputArtifact[standard_artifacts.ExampleAnomalies],
-    data_root: tfx.dsl.components.Parameter[str],
-    beam_pipeline: tfx.dsl.components.BeamComponentParameter[beam.Pipeline] = None,
+    statistics: InputArtifact[standard_artifacts.ExampleStatistics],
+    schema: InputArtifact[standard_artifacts.Schema],
+    anomalies: InputArtifact[standard_artifacts.ExampleAnomalies],
+    spans_used: InputArtifact[standard_artifacts.String],
+    verdict: OutputArtifact[standard_artifacts.ExampleAnomalies],
+    data_root: Parameter[str],
+    beam_pipeline: BeamComponentParameter[beam.Pipeline] = None,
 ) -> None:
     """One verdict on the data: ExampleValidator found no anomaly in any split, and the
     newest span did not drift past the schema's thresholds from the previous one.

@@ -23,10 +23,12 @@ import apache_beam as beam
 import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
-from tfx import v1 as tfx
 from tfx.components.example_gen import driver, input_processor, utils
+from tfx.components.example_gen.import_example_gen import component as import_component
 from tfx.components.example_gen.import_example_gen import executor as import_executor
 from tfx.components.util import examples_utils
+from tfx.dsl.component.experimental.annotations import OutputArtifact, Parameter
+from tfx.dsl.component.experimental.decorators import component
 from tfx.dsl.components.base import executor_spec
 from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_artifacts, standard_component_specs
@@ -134,7 +136,7 @@ class FileExecutor(import_executor.Executor):
         examples.set_string_custom_property(SOURCE_FILES_PROPERTY, json.dumps(sources))
 
 
-class ImportExampleGen(tfx.components.ImportExampleGen):
+class ImportExampleGen(import_component.ImportExampleGen):
     """TFX's ImportExampleGen, its cache keyed by the bytes of the files it ingests and
     its records passed through as bytes, a file at a time (`FileExecutor`)."""
 
@@ -142,11 +144,11 @@ class ImportExampleGen(tfx.components.ImportExampleGen):
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(FileExecutor)
 
 
-@tfx.dsl.components.component
+@component
 def ImportSchema(  # a component is named like a class
-    schema_file: tfx.dsl.components.Parameter[str],
-    digest: tfx.dsl.components.Parameter[str],
-    schema: tfx.dsl.components.OutputArtifact[standard_artifacts.Schema],
+    schema_file: Parameter[str],
+    digest: Parameter[str],
+    schema: OutputArtifact[standard_artifacts.Schema],
 ) -> None:
     """Copies the curated schema into the pipeline, checked to parse and to be the
     version the pipeline was built with (`digest`, also its cache key)."""

@@ -30,8 +30,9 @@ import subprocess
 import sys
 from typing import Dict, Optional
 
-from tfx import v1 as tfx
 from tfx.components.evaluator import constants as evaluator_constants
+from tfx.dsl.component.experimental.annotations import InputArtifact, OutputArtifact, Parameter
+from tfx.dsl.component.experimental.decorators import component
 from tfx.types import standard_artifacts
 
 from components.support import serving_probe
@@ -115,12 +116,12 @@ def _findings(process: subprocess.Popen, request: Optional[str]) -> Dict[str, ob
         return {"ok": False, "reason": f"the probe's answer was not its findings: {lines[-1][:200]}"}
 
 
-@tfx.dsl.components.component
+@component
 def ServingCheck(  # a component is named like a class
-    model: tfx.dsl.components.InputArtifact[standard_artifacts.Model],
-    model_blessing: tfx.dsl.components.InputArtifact[standard_artifacts.ModelBlessing],
-    blessing: tfx.dsl.components.OutputArtifact[standard_artifacts.ModelBlessing],
-    latency_budget_ms: tfx.dsl.components.Parameter[float] = DEFAULT_BUDGET_MS,
+    model: InputArtifact[standard_artifacts.Model],
+    model_blessing: InputArtifact[standard_artifacts.ModelBlessing],
+    blessing: OutputArtifact[standard_artifacts.ModelBlessing],
+    latency_budget_ms: Parameter[float] = DEFAULT_BUDGET_MS,
 ) -> None:
     """Blesses the Evaluator's blessed model for the Pusher when it serves as TF Serving
     would serve it (see the module doc)."""

@@ -26,7 +26,9 @@ on (`aiplatform.PipelineJob(..., enable_caching=True)` overrides per-task settin
 from typing import List, Tuple
 
 from google.protobuf import json_format
-from tfx import v1 as tfx
+from tfx.dsl.component.experimental.annotations import OutputArtifact, Parameter
+from tfx.dsl.component.experimental.decorators import component
+from tfx.proto import example_gen_pb2
 from tfx.types import standard_artifacts
 
 from components.support import spans
@@ -46,19 +48,21 @@ def current_window(data_root: str, window_size: int) -> List[Tuple[str, int, str
     return [(name, span, folders[span]) for name, span in spans.window(list(folders), window_size)]
 
 
-def window_input_config(chosen: List[Tuple[str, int, str]]) -> tfx.proto.Input:
+def window_input_config(chosen: List[Tuple[str, int, str]]) -> example_gen_pb2.Input:
     """One ExampleGen input split per span of the window."""
-    return tfx.proto.Input(
+    return example_gen_pb2.Input(
         splits=[
-            tfx.proto.Input.Split(name=name, pattern=spans.relative_pattern(folder_name))
+            example_gen_pb2.Input.Split(name=name, pattern=spans.relative_pattern(folder_name))
             for name, _, folder_name in chosen
         ]
     )
 
 
-def all_spans_input_config() -> tfx.proto.Input:
+def all_spans_input_config() -> example_gen_pb2.Input:
     """Every file of every span as one split."""
-    return tfx.proto.Input(splits=[tfx.proto.Input.Split(name=ALL_SPANS_SPLIT, pattern=spans.ALL_SPANS_PATTERN)])
+    return example_gen_pb2.Input(
+        splits=[example_gen_pb2.Input.Split(name=ALL_SPANS_SPLIT, pattern=spans.ALL_SPANS_PATTERN)]
+    )
 
 
 def parse_spans(value: str) -> List[int]:
@@ -66,14 +70,14 @@ def parse_spans(value: str) -> List[int]:
     return [int(span) for span in value.split(",") if span]
 
 
-@tfx.dsl.components.component
+@component
 def SpanWindow(  # a component is named like a class
-    data_root: tfx.dsl.components.Parameter[str],
-    window_size: tfx.dsl.components.Parameter[int],
-    listing: tfx.dsl.components.Parameter[str],
-    input_config: tfx.dsl.components.OutputArtifact[standard_artifacts.String],
-    spans_used: tfx.dsl.components.OutputArtifact[standard_artifacts.String],
-    job: tfx.dsl.components.Parameter[str] = "",
+    data_root: Parameter[str],
+    window_size: Parameter[int],
+    listing: Parameter[str],
+    input_config: OutputArtifact[standard_artifacts.String],
+    spans_used: OutputArtifact[standard_artifacts.String],
+    job: Parameter[str] = "",
 ) -> None:
     """Writes ImportExampleGen's `input_config` and the spans it covers.
 

@@ -15,9 +15,10 @@ import os
 import time
 from typing import Optional, Sequence
 
-from tfx import v1 as tfx
 from tfx.dsl.compiler import compiler, constants
+from tfx.orchestration import pipeline as tfx_pipeline
 from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
+from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 from tfx.orchestration.portable import runtime_parameter_utils
 
 from components import compat
@@ -29,12 +30,12 @@ from pipeline.run import preflight, run_state, speedups
 
 # LocalDagRunner runs the nodes one after another in this process; BeamDagRunner makes
 # each node a step of one Beam pipeline (here on the DirectRunner, in this process too).
-ORCHESTRATORS = dict(zip(config.ORCHESTRATORS, (tfx.orchestration.LocalDagRunner, BeamDagRunner)))
+ORCHESTRATORS = dict(zip(config.ORCHESTRATORS, (LocalDagRunner, BeamDagRunner)))
 
 
 def build_pipeline(
     run_config: config.RunConfig, span_listing: Sequence[str], enable_cache: bool = True
-) -> tfx.dsl.Pipeline:
+) -> tfx_pipeline.Pipeline:
     return pipeline_lib.create_pipeline(
         **run_config.pipeline_args(span_listing),
         metadata_connection_config=run_report.connection_config(run_config.metadata),

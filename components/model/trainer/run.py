@@ -15,7 +15,7 @@ from typing import Iterator, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
-from tfx import v1 as tfx
+from tfx.components.trainer.fn_args_utils import FnArgs
 from tfx.types import standard_component_specs
 
 from components.compat import keras
@@ -43,7 +43,7 @@ def trainer_folder(model_run_dir: str) -> Optional[str]:
     return folder
 
 
-def checkpoint_dir(fn_args: tfx.components.FnArgs, config: settings.TrainConfig) -> str:
+def checkpoint_dir(fn_args: FnArgs, config: settings.TrainConfig) -> str:
     """Where this training keeps the checkpoints it resumes from:
     `<Trainer folder>/checkpoints/<key>/`, found by every execution of the Trainer (each
     has a new `model_run` folder) that trains on the same inputs.
@@ -92,7 +92,7 @@ def _epoch_seed(seed: int, epoch: int) -> int:
 
 
 def _datasets(
-    fn_args: tfx.components.FnArgs, tf_transform_output: tft.TFTransformOutput, config: settings.TrainConfig,
+    fn_args: FnArgs, tf_transform_output: tft.TFTransformOutput, config: settings.TrainConfig,
     cache_dir: str,
 ) -> Tuple[loop.EpochBatches, tf.data.Dataset, settings.TrainConfig]:
     """Each epoch's training batches, the eval dataset, and `config` with the batch size
@@ -136,7 +136,7 @@ def _write_summary(
         )
 
 
-def run_fn(fn_args: tfx.components.FnArgs) -> None:
+def run_fn(fn_args: FnArgs) -> None:
     """TFX Trainer entry point, referred to as `components.model.trainer.run.run_fn`.
 
     `fn_args.train_files` / `eval_files` are raw examples; the Transform layer is
@@ -168,7 +168,7 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
 
 
 def _train_and_export(
-    fn_args: tfx.components.FnArgs, config: settings.TrainConfig, export_config: settings.ExportConfig,
+    fn_args: FnArgs, config: settings.TrainConfig, export_config: settings.ExportConfig,
     strategy: tf.distribute.Strategy, model_run_dir: str, serving_model_dir: str, resume_dir: str,
     write_extras: bool,
 ) -> None:
