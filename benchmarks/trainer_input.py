@@ -114,14 +114,13 @@ def measure(output_root: str, batch_size: int = 256) -> List[str]:
         prepared = time.perf_counter() - started
         size = sum(os.path.getsize(os.path.join(folder, name))
                    for folder, _, names in os.walk(cache_dir) for name in names) / 2**20
-        before = process.memory_info().rss
         started = time.perf_counter()
         assert _epoch(data.from_cache(cache_dir, batch_size, shuffle_seed=1)) == rows
         seconds = time.perf_counter() - started
-        held = (process.memory_info().rss - before) / 2**20
+    buffer_mb = min(rows, data.CACHE_SHUFFLE_CHUNKS * data._TRANSFORM_BATCH) * size / rows
     lines.append(f"| transformed cache on disk (beyond {data.IN_MEMORY_ROWS:,} rows) | {prepared:.1f} s (transform "
                  f"once, write {size:.0f} MB) | {seconds:.1f} s | {rows / seconds:,.0f} | shuffle buffer "
-                 f"({data.CACHE_SHUFFLE_CHUNKS:,} chunks), {held:+.0f} MB measured |")
+                 f"({data.CACHE_SHUFFLE_CHUNKS:,} chunks, {buffer_mb:.0f} MB) |")
 
     started = time.perf_counter()
     assert _epoch(_streamed(files, transform, batch_size, seed=1)) == rows

@@ -37,18 +37,23 @@ _TRANSFORM_BATCH = 1024
 # cache's writing is a fixed cost), at 950k the cache is 7.8 s faster (an epoch reads it
 # sequentially, where memory gathers rows at random); the two meet near 250k.
 IN_MEMORY_ROWS = 250_000
-# Files the cache is written from at once, `_TRANSFORM_BATCH` records from each in turn:
-# files hold rows of one span each, and chunks written one file after another would
-# give batches of one span after another.
-_INTERLEAVED_FILES = 32
+# Files the cache is written from at once, `_TRANSFORM_BATCH` records from each in turn
+# (about 0.3 MB of reader each): files may hold rows of one span each, and chunks written
+# one file after another would give batches of one span after another.
+_INTERLEAVED_FILES = 128
 # The cache's files: chunk i of `_TRANSFORM_BATCH` transformed rows goes to shard i mod this.
 CACHE_SHARDS = 16
-# Chunks in each epoch's shuffle buffer (about 260 KB each).
+# Shards a shuffled epoch reads at once, in an order drawn from its seed: each shard
+# holds every 16th chunk of the whole data, so an epoch goes over the data once per
+# group of shards, and the groups differ from epoch to epoch.
+_SHARDS_READ_AT_ONCE = 4
+# Chunks in each epoch's shuffle buffer (about 115 KB each, 112 bytes a row).
 CACHE_SHUFFLE_CHUNKS = 1024
 # Rows permuted together, from chunks drawn out of that buffer, before they are cut
 # into batches: a batch mixes rows of several chunks, and differs from epoch to epoch.
 _MIXED_ROWS = 8 * _TRANSFORM_BATCH
-# Written last into a cache folder: a folder without it is a cache a kill cut short.
+# Written last into a cache folder, deleted first: a folder without it is a cache a kill
+# cut short, while it was written or while it was deleted.
 _CACHE_COMPLETE = "COMPLETE"
 
 
@@ -125,8 +130,8 @@ def count_records(file_patterns: Sequence[str]) -> int:
 
 def write_cache(file_patterns: Sequence[str], transform: Transform, cache_dir: str) -> bool:
     """Writes every transformed row of the raw examples under `cache_dir`, once: in
-    chunks of `_TRANSFORM_BATCH` rows, read from `_INTERLEAVED_FILES` files in turn, over
-    `CACHE_SHARDS` files (about 260 bytes a row, uncompressed). A complete cache is kept
+    chunks of `_TRANSFORM_BATCH` rows, read from up to `_INTERLEAVED_FILES` files in turn,
+    over `CACHE_SHARDS` files (about 112 bytes a row, uncompressed). A complete cache is kept
     (a resumed Trainer reuses it); one a kill cut short is written again. True if written."""
     complete = os.path.join(cache_dir, _CACHE_COMPLETE)
     if tf.io.gfile.exists(complete):
@@ -150,19 +155,20 @@ def write_cache(file_patterns: Sequence[str], transform: Transform, cache_dir: s
 def from_cache(cache_dir: str, batch_size: int, shuffle_seed: Optional[int] = None) -> tf.data.Dataset:
     """Batches of `(features, label)` from a cache `write_cache` completed: in the order
     written, or, given a seed, an order drawn from it alone: the shards in a permutation,
-    read in turn, their chunks through a buffer of `CACHE_SHUFFLE_CHUNKS`, the rows of
-    `_MIXED_ROWS` at a time permuted. Memory: the buffer and a few batches."""
+    `_SHARDS_READ_AT_ONCE` at a time, their chunks through a buffer of
+    `CACHE_SHUFFLE_CHUNKS`, the rows of `_MIXED_ROWS` at a time permuted. Memory: the
+    buffer and a few batches."""
     if not tf.io.gfile.exists(os.path.join(cache_dir, _CACHE_COMPLETE)):
         raise FileNotFoundError(f"no complete transformed cache in {cache_dir}")
     if shuffle_seed is None:
         chunks = tf.data.Dataset.load(
-            cache_dir, reader_func=lambda shards: shards.interleave(lambda shard: shard, cycle_length=1)
+            cache_dir, reader_func=lambda shards: shards.interleave(lambda shard: shard, cycle_length=CACHE_SHARDS)
         )
         return chunks.map(_plain(lambda _, chunk: chunk)).rebatch(batch_size).prefetch(tf.data.AUTOTUNE)
 
     def read_shards(shards: tf.data.Dataset) -> tf.data.Dataset:
         return shards.shuffle(CACHE_SHARDS, seed=shuffle_seed).interleave(
-            lambda shard: shard, cycle_length=CACHE_SHARDS
+            lambda shard: shard, cycle_length=_SHARDS_READ_AT_ONCE
         )
 
     def permute(index: tf.Tensor, rows: Batch) -> Batch:
@@ -181,6 +187,16 @@ def from_cache(cache_dir: str, batch_size: int, shuffle_seed: Optional[int] = No
         .rebatch(batch_size)
         .prefetch(tf.data.AUTOTUNE)
     )
+
+
+def delete_cache(cache_dir: str) -> None:
+    """Deletes a cache, its `COMPLETE` marker first: a kill part-way leaves a folder
+    `write_cache` writes again, never part of a cache taken for whole."""
+    complete = os.path.join(cache_dir, _CACHE_COMPLETE)
+    if tf.io.gfile.exists(complete):
+        tf.io.gfile.remove(complete)
+    if tf.io.gfile.exists(cache_dir):
+        tf.io.gfile.rmtree(cache_dir)
 
 
 def transformed_rows(file_patterns: Sequence[str], transform: Transform) -> Batch:

@@ -66,6 +66,29 @@ def checkpoint_dir(fn_args: FnArgs, config: settings.TrainConfig) -> str:
     return os.path.join(trainer_folder(fn_args.model_run_dir) or fn_args.model_run_dir, CHECKPOINTS_FOLDER, key)
 
 
+def _delete_caches(resume_dir: str) -> None:
+    folder = os.path.join(resume_dir, TRANSFORMED_CACHE_FOLDER)
+    for split in ("train", "eval"):
+        data.delete_cache(os.path.join(folder, split))
+    if tf.io.gfile.exists(folder):
+        tf.io.gfile.rmtree(folder)
+
+
+def delete_other_caches(resume_dir: str) -> None:
+    """Deletes the transformed caches that trainings on other inputs left beside this
+    one's (`<checkpoints>/<other key>/transformed`, a GB or more at 10M rows): a training
+    that failed, or whose inputs changed, is never resumed by this key. Their
+    checkpoints stay (small); this training's workers (`<key>-<worker>`) are kept."""
+    parent, name = os.path.split(resume_dir.rstrip("/"))
+    key = name.split("-")[0]
+    if not tf.io.gfile.isdir(parent):
+        return
+    for other in tf.io.gfile.listdir(parent):
+        other = other.rstrip("/")
+        if other.split("-")[0] != key:
+            _delete_caches(os.path.join(parent, other))
+
+
 def epoch_batches(rows: data.Batch, batch_size: int, seed: int) -> loop.EpochBatches:
     """Each epoch's training batches: a permutation of `rows` drawn from `seed` and the
     epoch's index alone, so that a resumed Trainer trains on the batches an uninterrupted
@@ -173,6 +196,7 @@ def _train_and_export(
     write_extras: bool,
 ) -> None:
     tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
+    delete_other_caches(resume_dir)
     train_batches, eval_dataset, config = _datasets(
         fn_args, tf_transform_output, config, os.path.join(resume_dir, TRANSFORMED_CACHE_FOLDER)
     )
@@ -210,5 +234,6 @@ def _train_and_export(
             export_config.model_name,
             export_config.warmup_requests,
         )
-    # The checkpoints only serve to resume an unfinished execution.
+    # The checkpoints and caches only serve to resume an unfinished execution.
+    _delete_caches(resume_dir)
     loop.delete_checkpoints(resume_dir)

@@ -146,6 +146,23 @@ def test_records_are_counted_without_parsing(examples_file, tmp_path):
     assert data.count_records([examples_file, str(tmp_path / "more.gz")]) == 41
 
 
+def test_a_cache_killed_while_it_was_deleted_is_written_again(tmp_path, examples_file, transform_output, monkeypatch):
+    transform = data.transform_fn(transform_output)
+    cache_dir = _cache(tmp_path, [examples_file], transform_output)
+
+    def killed(path):
+        raise KeyboardInterrupt("killed while deleting")
+
+    monkeypatch.setattr(tf.io.gfile, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        data.delete_cache(cache_dir)
+    monkeypatch.undo()
+    assert os.listdir(cache_dir)  # the shards are still there, the marker is not
+    assert data.write_cache([examples_file], transform, cache_dir)
+    data.delete_cache(cache_dir)
+    assert not os.path.exists(cache_dir)
+
+
 def test_cached_batches_mix_the_files(tmp_path, rows, to_example, transform_output, monkeypatch):
     """Files hold one span each: a shuffled epoch must not give one file's rows, then the
     next's, even when the files are larger than a chunk and the buffer is small."""

@@ -201,6 +201,11 @@ def test_beyond_the_in_memory_limit_the_trainer_trains_from_a_transformed_cache_
 ):
     monkeypatch.setattr(run.data, "IN_MEMORY_ROWS", 10)
     fn_args = _fn_args(tmp_path, examples_file, transform_output_dir)
+    # What a training on other inputs left: its checkpoint, and its caches.
+    stale = tmp_path / "model_run" / run.CHECKPOINTS_FOLDER / "0123456789abcdef"
+    (stale / run.TRANSFORMED_CACHE_FOLDER / "train").mkdir(parents=True)
+    (stale / run.TRANSFORMED_CACHE_FOLDER / "train" / run.data._CACHE_COMPLETE).write_text("")
+    (stale / "ckpt-1.index").write_text("")
     with caplog.at_level(logging.INFO):
         run.run_fn(fn_args)
     assert "40 training examples > 10: transformed once into a cache on disk, written" in caplog.text
@@ -208,5 +213,7 @@ def test_beyond_the_in_memory_limit_the_trainer_trains_from_a_transformed_cache_
     assert summary["epochs_run"] == 2 and summary["steps"] == 2 * 2
     assert np.isfinite(summary["train_loss"]) and np.isfinite(summary["eval_loss"])
     assert os.path.exists(os.path.join(fn_args.serving_model_dir, "saved_model.pb"))
-    # The caches lived with the checkpoints, and went with them once the model was exported.
-    assert os.listdir(os.path.join(fn_args.model_run_dir, run.CHECKPOINTS_FOLDER)) == []
+    # The caches lived with the checkpoints, and went with them once the model was exported;
+    # the other training's caches went too, its checkpoint stayed.
+    assert os.listdir(os.path.join(fn_args.model_run_dir, run.CHECKPOINTS_FOLDER)) == [stale.name]
+    assert os.listdir(stale) == ["ckpt-1.index"]
