@@ -78,7 +78,9 @@ def delete_other_caches(resume_dir: str) -> None:
     """Deletes the transformed caches that trainings on other inputs left beside this
     one's (`<checkpoints>/<other key>/transformed`, a GB or more at 10M rows): a training
     that failed, or whose inputs changed, is never resumed by this key. Their
-    checkpoints stay (small); this training's workers (`<key>-<worker>`) are kept."""
+    checkpoints stay (small); this training's workers (`<key>-<worker>`) are kept. No
+    other training runs beside this one: a local run holds its output root's lock, and
+    on Vertex each execution has a folder of its own (see `trainer_folder`)."""
     parent, name = os.path.split(resume_dir.rstrip("/"))
     key = name.split("-")[0]
     if not tf.io.gfile.isdir(parent):
@@ -196,7 +198,8 @@ def _train_and_export(
     write_extras: bool,
 ) -> None:
     tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
-    delete_other_caches(resume_dir)
+    if write_extras:  # the chief alone: workers deleting at once would race on the same files
+        delete_other_caches(resume_dir)
     train_batches, eval_dataset, config = _datasets(
         fn_args, tf_transform_output, config, os.path.join(resume_dir, TRANSFORMED_CACHE_FOLDER)
     )

@@ -101,7 +101,8 @@ def _cache(tmp_path, files, transform_output, name="cache"):
     return cache_dir
 
 
-def test_the_cache_holds_the_rows_the_in_memory_path_holds(tmp_path, examples_file, transform_output):
+def test_the_cache_holds_the_rows_the_in_memory_path_holds(tmp_path, examples_file, transform_output, monkeypatch):
+    monkeypatch.setattr(data, "_TRANSFORM_BATCH", 2)  # 20 chunks over 16 shards: read back in order
     in_memory = data.make_dataset([examples_file], data.transform_fn(transform_output), 8)
     cached = data.from_cache(_cache(tmp_path, [examples_file], transform_output), 8)
     assert _rows_of(cached) == _rows_of(in_memory)

@@ -206,6 +206,9 @@ def test_beyond_the_in_memory_limit_the_trainer_trains_from_a_transformed_cache_
     (stale / run.TRANSFORMED_CACHE_FOLDER / "train").mkdir(parents=True)
     (stale / run.TRANSFORMED_CACHE_FOLDER / "train" / run.data._CACHE_COMPLETE).write_text("")
     (stale / "ckpt-1.index").write_text("")
+    key = os.path.basename(run.checkpoint_dir(fn_args, settings.TrainConfig.from_custom_config(CUSTOM_CONFIG)))
+    worker = tmp_path / "model_run" / run.CHECKPOINTS_FOLDER / f"{key}-worker-1" / run.TRANSFORMED_CACHE_FOLDER
+    worker.mkdir(parents=True)  # this training's other worker: kept
     with caplog.at_level(logging.INFO):
         run.run_fn(fn_args)
     assert "40 training examples > 10: transformed once into a cache on disk, written" in caplog.text
@@ -215,5 +218,7 @@ def test_beyond_the_in_memory_limit_the_trainer_trains_from_a_transformed_cache_
     assert os.path.exists(os.path.join(fn_args.serving_model_dir, "saved_model.pb"))
     # The caches lived with the checkpoints, and went with them once the model was exported;
     # the other training's caches went too, its checkpoint stayed.
-    assert os.listdir(os.path.join(fn_args.model_run_dir, run.CHECKPOINTS_FOLDER)) == [stale.name]
+    assert sorted(os.listdir(os.path.join(fn_args.model_run_dir, run.CHECKPOINTS_FOLDER))) == sorted(
+        [stale.name, f"{key}-worker-1"])
+    assert worker.is_dir()
     assert os.listdir(stale) == ["ckpt-1.index"]
