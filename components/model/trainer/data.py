@@ -136,8 +136,7 @@ def write_cache(file_patterns: Sequence[str], transform: Transform, cache_dir: s
     complete = os.path.join(cache_dir, _CACHE_COMPLETE)
     if tf.io.gfile.exists(complete):
         return False
-    if tf.io.gfile.exists(cache_dir):
-        tf.io.gfile.rmtree(cache_dir)
+    delete_cache(cache_dir)
     files = list_files(file_patterns)
     records = tf.data.Dataset.from_tensor_slices(files).interleave(
         lambda path: tf.data.TFRecordDataset(path, compression_type="GZIP", buffer_size=1 << 18),

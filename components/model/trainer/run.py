@@ -67,11 +67,13 @@ def checkpoint_dir(fn_args: FnArgs, config: settings.TrainConfig) -> str:
 
 
 def _delete_caches(resume_dir: str) -> None:
+    """Deletes a training's caches, each its marker first (see `data.delete_cache`)."""
     folder = os.path.join(resume_dir, TRANSFORMED_CACHE_FOLDER)
-    for split in ("train", "eval"):
-        data.delete_cache(os.path.join(folder, split))
-    if tf.io.gfile.exists(folder):
-        tf.io.gfile.rmtree(folder)
+    if not tf.io.gfile.isdir(folder):
+        return
+    for split in tf.io.gfile.listdir(folder):
+        data.delete_cache(os.path.join(folder, split.rstrip("/")))
+    tf.io.gfile.rmtree(folder)
 
 
 def delete_other_caches(resume_dir: str) -> None:
