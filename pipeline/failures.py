@@ -31,7 +31,9 @@ STORE_TIMEOUT_SECONDS = 5.0
 NOTHING_CHANGED = "Nothing that was serving changed."
 
 # What a full disk, exhausted memory and a spent quota say, whatever the error's type.
-DISK_FULL = ("no space left on device", "disk quota exceeded")
+# ("database or disk is full": SQLite's, from the store, when the failed node's own
+# error could not even be recorded.)
+DISK_FULL = ("no space left on device", "disk quota exceeded", "database or disk is full")
 OUT_OF_MEMORY = ("oom when allocating", "out of memory", "failed to allocate", "cannot allocate memory")
 QUOTA = ("quota exceeded", "ratelimitexceeded", "rate limit exceeded", "too many requests")
 READ_ONLY = ("read-only file system",)

@@ -8,6 +8,7 @@ import time
 
 import pytest
 import tensorflow as tf
+from ml_metadata import errors as mlmd_errors
 
 from pipeline import config, failures
 
@@ -30,6 +31,9 @@ def test_resource_errors_are_named_by_what_they_say_not_by_their_type():
     assert failures.explain(OSError("[Errno 28] No space left on device")).startswith("no space left on the device:")
     beam_wrapped = RuntimeError("I/O error at gs://b/x: No space left on device [while running 'Write']")
     assert failures.explain(beam_wrapped).startswith("no space left on the device writing gs://b/x:")
+    store_full = mlmd_errors.InternalError(
+        "Error when executing query: database or disk is full query:  UPDATE `Execution` SET ...")
+    assert failures.explain(store_full).startswith("no space left on the device: free space under the output root")
     assert failures.resource_limit(OSError(2, "No such file or directory", "/x")) is None
     assert failures.resource_limit(ValueError("out of memory")) is None
 
