@@ -6,24 +6,29 @@ import inspect
 import os
 import subprocess
 import sys
+import time
 
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import worker_handlers
+from apache_beam.runners.worker import statesampler
 from apache_beam.transforms import userstate
+from apache_beam.utils import counters
 
 from pipeline.run import speedups
 
 
 def test_every_patched_target_exists_with_the_shape_the_patch_expects():
     patches = speedups.beam_patches()
-    assert len(patches) == 3
+    assert len(patches) == 4
     for owner, name, _ in patches:
         assert name in owner.__dict__, f"{owner.__name__}.{name} moved: its speed-up must be revisited"
     assert isinstance(worker_handlers.STATE_CACHE_SIZE_MB, int) and worker_handlers.STATE_CACHE_SIZE_MB > 0
     assert list(inspect.signature(userstate.get_dofn_specs).parameters) == ["dofn"]
     assert list(inspect.signature(PipelineOptions.view_as).parameters) == ["self", "cls"]
+    assert list(inspect.signature(statesampler.StateSampler.__init__).parameters) == [
+        "self", "prefix", "counter_factory", "sampling_period_ms"]
 
 
 def test_the_patches_hold_inside_the_block_only():
@@ -41,6 +46,28 @@ def test_a_failure_inside_the_block_still_undoes_the_patches():
         with speedups._patched(speedups.beam_patches()):
             raise RuntimeError("boom")
     assert userstate.get_dofn_specs is original
+
+
+def _seconds_to_stop_a_sampler_after(seconds: float) -> float:
+    sampler = statesampler.StateSampler("step", counters.CounterFactory())
+    sampler.start()
+    time.sleep(seconds)
+    started = time.perf_counter()
+    sampler.stop()
+    return time.perf_counter() - started
+
+
+def test_a_bundle_s_state_sampler_stops_without_waiting_out_a_long_sleep():
+    # Beam's sampler sleeps up to 200 ms between samples and `stop` joins it: a bundle
+    # of about a second waits 100 ms on average at its end.
+    waits = [_seconds_to_stop_a_sampler_after(0.6) for _ in range(3)]
+    assert max(waits) > 0.02, waits
+    with speedups._patched(speedups.beam_patches()):
+        sampler = statesampler.StateSampler("step", counters.CounterFactory())
+        assert sampler.sampling_period_ms == speedups.SAMPLING_PERIOD_MS
+        patched = [_seconds_to_stop_a_sampler_after(0.6) for _ in range(3)]
+    assert max(patched) < 0.05, patched
+    assert statesampler.StateSampler("step", counters.CounterFactory()).sampling_period_ms == 200
 
 
 class _Counting(beam.DoFn):
