@@ -51,11 +51,13 @@ def test_first_run_executes_every_node_once_and_pushes_one_version(finished_run,
     assert {node["node_id"] for node in record["nodes"]} == NODES
     assert record["eval_metrics"]["auc"] > 0.8
     assert record["stack"] == compat.describe()
-    # The serving check ran in the probe process the run started ahead, and it ended.
+    # The serving check ran in the probe process the run started ahead, which was handed
+    # the model when the Trainer finished, and it ended.
     log = open(finished_run.result.stdout.splitlines()[-2][len("Full log: "):]).read()
     started_ahead = [line for line in log.splitlines() if "in the probe process started ahead (pid " in line]
     assert len(started_ahead) == 1, started_ahead
-    pid = int(started_ahead[0].rsplit("(pid ", 1)[1].rstrip(")"))
+    assert started_ahead[0].endswith(", its model loaded ahead)"), started_ahead
+    pid = int(started_ahead[0].rsplit("(pid ", 1)[1].split(",")[0])
     assert not os.path.exists(f"/proc/{pid}")
 
 

@@ -51,8 +51,10 @@ PROBE_MODULE = "components.support.serving_probe"
 
 
 # A probe process started ahead of the check (`start_spare`), its imports done while the
-# nodes before the check ran; None when there is none.
+# nodes before the check ran; None when there is none. `_handed` is the model it was
+# handed ahead of the check (`hand_over`), "" when none.
 _spare: Optional[subprocess.Popen] = None
+_handed = ""
 
 
 def _probe(*args: str) -> subprocess.Popen:
@@ -72,24 +74,46 @@ def start_spare() -> None:
     _spare = _probe(serving_probe.WAIT_FLAG)
 
 
+def hand_over(model_dir: str) -> bool:
+    """Gives the spare probe `model_dir` now, ahead of the check, to load and replay its
+    warmup requests while other work runs (the check then only times its requests);
+    False when there is no spare waiting for a model."""
+    global _handed
+    if _spare is None or _spare.poll() is not None or _handed:
+        return False
+    try:
+        _spare.stdin.write(json.dumps({serving_probe.MODEL_FIELD: model_dir}) + "\n")
+        _spare.stdin.flush()
+    except OSError:  # it ended: the check will start a new one
+        return False
+    _handed = model_dir
+    return True
+
+
 def stop_spare() -> None:
     """Ends the spare probe, if a check did not take it (a run that stopped before it)."""
-    global _spare
-    spare, _spare = _spare, None
+    global _spare, _handed
+    spare, _spare, _handed = _spare, None, ""
     if spare is not None and spare.poll() is None:
         spare.kill()
         spare.communicate()
 
 
 def run_in_fresh_process(model_dir: str, budget_ms: float) -> Dict[str, object]:
-    """The probe (`components.support.serving_probe.check_model`) in a child process, as a
-    server would load the model: the spare one if `start_spare` started it, else a new one
-    (also when the spare gave no answer: it may have been ended from outside)."""
-    global _spare
-    spare, _spare = _spare, None
-    if spare is not None and spare.poll() is None:
-        logging.info("serving check: in the probe process started ahead (pid %d)", spare.pid)
-        findings = _findings(spare, json.dumps([model_dir, budget_ms]) + "\n")
+    """The probe (`components.support.serving_probe`) in a child process, as a server would
+    load the model: the spare one if `start_spare` started it (and it was handed this model
+    or none), else a new one (also when the spare gave no answer: it may have been ended
+    from outside)."""
+    global _spare, _handed
+    spare, handed, _spare, _handed = _spare, _handed, None, ""
+    if spare is not None and spare.poll() is None and handed not in ("", model_dir):
+        spare.kill()
+        spare.communicate()
+    elif spare is not None and (spare.poll() is None or handed):
+        logging.info("serving check: in the probe process started ahead (pid %d%s)", spare.pid,
+                     ", its model loaded ahead" if handed else "")
+        request = "" if handed else json.dumps({serving_probe.MODEL_FIELD: model_dir}) + "\n"
+        findings = _findings(spare, request + json.dumps({serving_probe.BUDGET_FIELD: budget_ms}) + "\n")
         if findings.get("answered", True):
             return findings
         logging.warning("serving check: the spare probe gave no answer (%s); checking in a new one", findings["reason"])

@@ -86,10 +86,13 @@ def run(
         # leave idle, instead of on the run's path: 3-4 s of a short run. Not for a long
         # one, where those seconds are noise and its 0.5 GB would stand beside the
         # Beam workers' memory for the whole run.
+        # Handed the model as soon as the Trainer wrote it, it loads the model and replays
+        # its warmup requests while the Evaluator runs; the check then times requests.
         if rows < config.MULTI_PROCESS_ROWS:
             serving_check.start_spare()
         try:
-            ORCHESTRATORS[orchestrator]().run_with_ir(ir)
+            with speedups.when_done(pipeline_lib.NodeId.TRAINER, _hand_over_model):
+                ORCHESTRATORS[orchestrator]().run_with_ir(ir)
         finally:
             serving_check.stop_spare()
         report = run_report.read_run(run_config.metadata, run_config.settings.pipeline_name, run_id)
@@ -103,6 +106,15 @@ def run(
         report.page = write_page(run_config, report, later=page_later)
     run_state.save(run_config.output_root, report)
     return report
+
+
+def _hand_over_model(outputs: dict) -> None:
+    from tfx.types import standard_component_specs
+    from tfx.utils import path_utils
+
+    models = outputs.get(standard_component_specs.MODEL_KEY) or []
+    if models:
+        serving_check.hand_over(path_utils.serving_model_path(models[0].uri))
 
 
 def write_page(

@@ -16,6 +16,9 @@ Off with `TAXI_PIPELINE_SPEEDUPS=0` in the environment (or `taxi-pipeline run
   per pipeline are memoized: `userstate.get_dofn_specs` and `PipelineOptions.view_as`;
   its bundles' state samplers sample every 10 ms instead of 200, so a bundle's end does
   not wait out a sampler's sleep.
+- The serving check's probe, started with the run, is handed the model as soon as the
+  Trainer has written it (`when_done`): it loads it and replays its warmup requests
+  while the Evaluator runs, on the core the Evaluator leaves idle.
 - The process ends with `os._exit` once every output is written and closed, instead of
   tearing down an interpreter with TensorFlow and Beam loaded.
 - At a terminal, the run's page is drawn after the exit status is known, by a detached
@@ -37,7 +40,7 @@ import sys
 import warnings
 import weakref
 from types import ModuleType
-from typing import Callable, Iterator, List, Tuple
+from typing import Callable, Dict, Iterator, List, Tuple
 
 ENV = "TAXI_PIPELINE_SPEEDUPS"
 LOCAL_RUNNER = "pipeline.run.local_runner"
@@ -49,6 +52,8 @@ DETACHED_SECONDS = 300
 # Work for after the exit status is known (`after_exit`), done by `exit_process`, and
 # whether this process ends through it (`ends_with_exit_process`).
 _after_exit: List[Callable[[], object]] = []
+# Work for once a node has run (`when_done`): node id -> callables of its outputs.
+_when_done: Dict[str, List[Callable[[dict], object]]] = {}
 _ends_here = [False]
 
 
@@ -119,6 +124,46 @@ def _sampling_every(period_ms: int) -> Callable[[Callable], Callable]:
     return make
 
 
+def tfx_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
+    """`(owner, attribute, new value from the old one)` of each change to TFX.
+
+    - `Launcher.launch`: LocalDagRunner (and BeamDagRunner) launch one node after the
+      other and say nothing in between; a launch that ran its node now does the work
+      `when_done` left for that node, with the node's outputs, before the next node starts.
+    """
+    from tfx.orchestration.portable import launcher
+
+    return [(launcher.Launcher, "launch", _calling_back)]
+
+
+def _calling_back(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def launch(self):
+        info = original(self)
+        if info is not None:
+            for work in list(_when_done.get(self._pipeline_node.node_info.id, ())):
+                try:
+                    work(info.output_dict)
+                except Exception:  # work ahead of time: the node that needs it does it itself
+                    logging.exception("work after node %s failed", self._pipeline_node.node_info.id)
+        return info
+
+    return launch
+
+
+@contextlib.contextmanager
+def when_done(node_id: str, work: Callable[[dict], object]) -> Iterator[None]:
+    """Within the block, `work(outputs)` runs as soon as node `node_id` of a local run
+    has run (not when its outputs came from the cache), if the speed-ups are on
+    (`tfx_patches`): for work ahead of a later node, which must not depend on it. Errors
+    in `work` are logged, never raised."""
+    _when_done.setdefault(node_id, []).append(work)
+    try:
+        yield
+    finally:
+        _when_done[node_id].remove(work)
+
+
 @contextlib.contextmanager
 def _patched(patches: List[Tuple[object, str, Callable[[object], object]]]) -> Iterator[None]:
     originals = [(owner, name, owner.__dict__[name]) for owner, name, _ in patches]
@@ -147,13 +192,13 @@ def _import_frozen(name: str) -> ModuleType:
 def local_runner(on: bool) -> Iterator[ModuleType]:
     """`pipeline.run.local_runner`, and within the block the speed-ups when `on`.
 
-    The Beam patches are undone on leaving, so nothing outside the run sees them.
+    The Beam and TFX patches are undone on leaving, so nothing outside the run sees them.
     """
     if not on:
         yield importlib.import_module(LOCAL_RUNNER)
         return
     module = _import_frozen(LOCAL_RUNNER)
-    with _patched(beam_patches()):
+    with _patched(beam_patches() + tfx_patches()):
         yield module
 
 

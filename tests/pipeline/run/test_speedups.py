@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+import types
 
 import apache_beam as beam
 import pytest
@@ -191,3 +192,45 @@ def test_a_placeholder_stands_in_for_a_page_being_drawn_and_reloads(tmp_path):
     assert 'http-equiv="refresh"' in text and f'id="{report_page.PLACEHOLDER_ID}"' in text
     assert f"taxi-pipeline report 20261125-000000-000000-1-abc --output-root {tmp_path}" in text
     assert os.listdir(tmp_path / report_page.REPORTS_DIR) == [os.path.basename(path)]  # nothing staged is left
+
+
+class _Launcher:
+    """Stands for TFX's Launcher: `launch` returns an ExecutionInfo, or None (cached)."""
+
+    def __init__(self, node_id, info):
+        self._pipeline_node = types.SimpleNamespace(node_info=types.SimpleNamespace(id=node_id))
+        self._info = info
+
+    def launch(self):
+        return self._info
+
+
+def test_work_left_for_a_node_runs_once_it_ran_with_its_outputs_and_never_fails_the_launch(caplog):
+    launch = speedups._calling_back(_Launcher.launch)
+    outputs = {"model": ["artifact"]}
+    seen = []
+
+    def failing(_):
+        raise RuntimeError("boom")
+
+    with speedups.when_done("Trainer", seen.append), speedups.when_done("Trainer", failing):
+        ran = types.SimpleNamespace(output_dict=outputs)
+        assert launch(_Launcher("Transform", ran)) is ran and seen == []
+        assert launch(_Launcher("Trainer", None)) is None and seen == []  # from the cache: nothing ran
+        assert launch(_Launcher("Trainer", ran)) is ran
+    assert seen == [outputs]
+    assert "work after node Trainer failed" in caplog.text
+    launch(_Launcher("Trainer", ran))
+    assert seen == [outputs]  # the block's end took the work back
+    assert dict(speedups._when_done) == {"Trainer": []}
+
+
+def test_the_launcher_patch_targets_tfx_s_launch_and_holds_inside_the_block_only():
+    from tfx.orchestration.portable import launcher
+
+    original = launcher.Launcher.launch
+    assert list(inspect.signature(original).parameters) == ["self"]
+    assert "self._pipeline_node = pipeline_node" in inspect.getsource(launcher.Launcher.__init__)
+    with speedups._patched(speedups.tfx_patches()):
+        assert launcher.Launcher.launch is not original
+    assert launcher.Launcher.launch is original

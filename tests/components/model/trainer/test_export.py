@@ -316,6 +316,57 @@ def test_a_spare_probe_started_ahead_checks_the_model_it_is_handed_as_a_new_one_
         assert findings["ok"] and findings["requests"] == written, findings
 
 
+def test_a_spare_probe_handed_the_model_ahead_times_it_at_the_check_and_ends(exported):
+    """`hand_over` then the check: the spare loads the model ahead, the check only sends
+    the budget; the findings are a whole check's, and the process is gone after."""
+    from components.custom import serving_check
+
+    export_dir, written = exported
+    serving_check.start_spare()
+    spare = serving_check._spare
+    try:
+        assert serving_check.hand_over(export_dir)
+        assert not serving_check.hand_over(export_dir)  # one model per spare
+        findings = serving_check.run_in_fresh_process(export_dir, budget_ms=0.001)
+    finally:
+        serving_check.stop_spare()
+    assert spare.returncode == 0 and serving_check._spare is None
+    assert not findings["ok"] and findings["requests"] == written, findings
+    assert findings["reason"].startswith("too slow: ") and findings["budget_ms"] == 0.001
+
+
+def test_a_spare_probe_handed_another_model_gives_way_to_a_new_probe_of_the_checked_one(exported, tmp_path):
+    from components.custom import serving_check
+
+    broken = str(tmp_path / "broken")
+    shutil.copytree(exported[0], broken)
+    os.remove(os.path.join(broken, "saved_model.pb"))
+    serving_check.start_spare()
+    spare = serving_check._spare
+    try:
+        assert serving_check.hand_over(broken)
+        findings = serving_check.run_in_fresh_process(exported[0], budget_ms=serving_check.DEFAULT_BUDGET_MS)
+    finally:
+        serving_check.stop_spare()
+    assert spare.returncode is not None
+    assert findings["ok"] and findings["requests"] == exported[1], findings
+
+
+def test_a_model_handed_ahead_that_does_not_load_fails_the_check_with_the_reason(exported, tmp_path):
+    from components.custom import serving_check
+
+    broken = str(tmp_path / "broken")
+    shutil.copytree(exported[0], broken)
+    os.remove(os.path.join(broken, "saved_model.pb"))
+    serving_check.start_spare()
+    try:
+        assert serving_check.hand_over(broken)
+        findings = serving_check.run_in_fresh_process(broken, budget_ms=serving_check.DEFAULT_BUDGET_MS)
+    finally:
+        serving_check.stop_spare()
+    assert not findings["ok"] and "did not load or answer in a fresh process" in findings["reason"], findings
+
+
 def test_a_spare_probe_ended_from_outside_gives_way_to_a_new_one_and_an_unused_spare_is_ended(exported):
     from components.custom import serving_check
 
