@@ -200,3 +200,42 @@ def test_sampled_span_statistics_read_about_the_rate_and_the_same_rows_each_time
         sampled, total = first[span].datasets[0].num_examples, full[span].datasets[0].num_examples
         assert sampled == again[span].datasets[0].num_examples
         assert 0.4 * total < sampled < 0.6 * total
+
+
+def _rounded(value):
+    if isinstance(value, float):
+        return float(f"{value:.9g}")
+    if isinstance(value, dict):
+        return {key: _rounded(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_rounded(item) for item in value]
+    return value
+
+
+@pytest.mark.parametrize("rate", [1.0, 0.5])
+def test_span_statistics_in_process_are_the_beam_pass_s_and_written_the_same_way(repo, tmp_path, rate):
+    from google.protobuf import json_format
+
+    numbers = [14, 15, 16]
+    beam_dir, here_dir = tmp_path / "beam", tmp_path / "here"
+    beam_dir.mkdir()
+    in_beam = drift.compute_span_statistics(_pipeline(), str(repo / "data"), numbers, str(beam_dir),
+                                            schema=_schema(), rate=rate)
+    in_process = drift.compute_span_statistics(None, str(repo / "data"), numbers, str(here_dir),
+                                               schema=_schema(), rate=rate)
+    assert sorted(in_process) == numbers
+    for span in numbers:
+        assert in_process[span].datasets[0].num_examples == in_beam[span].datasets[0].num_examples > 0
+        assert _rounded(json_format.MessageToDict(in_process[span])) == _rounded(
+            json_format.MessageToDict(in_beam[span])), span
+    written = tfdv.load_stats_binary(str(here_dir / f"span-{drift.STATS_FILE}"))
+    assert [dataset.name for dataset in written.datasets] == ["14", "15", "16"]
+    assert written.datasets[2] == in_process[16].datasets[0]
+
+
+def test_span_statistics_in_process_name_a_span_without_examples(tmp_path):
+    (tmp_path / "data" / "span-3").mkdir(parents=True)
+    with tf.io.TFRecordWriter(str(tmp_path / "data" / "span-3" / "empty.tfrecord.gz"), "GZIP"):
+        pass
+    with pytest.raises(ValueError, match=r"spans \[3\] under .* hold no examples"):
+        drift.compute_span_statistics(None, str(tmp_path / "data"), [3], str(tmp_path / "out"), schema=_schema())
