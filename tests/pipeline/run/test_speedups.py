@@ -1,6 +1,7 @@
 """The speed-ups: their targets still exist on the pinned libraries, they are undone on
 leaving, they compute what the originals compute, and one setting turns them off."""
 
+import bz2
 import gc
 import inspect
 import os
@@ -22,7 +23,7 @@ from pipeline.run import speedups
 
 def test_every_patched_target_exists_with_the_shape_the_patch_expects():
     patches = speedups.beam_patches()
-    assert len(patches) == 4
+    assert len(patches) == 6
     for owner, name, _ in patches:
         assert name in owner.__dict__, f"{owner.__name__}.{name} moved: its speed-up must be revisited"
     assert isinstance(worker_handlers.STATE_CACHE_SIZE_MB, int) and worker_handlers.STATE_CACHE_SIZE_MB > 0
@@ -234,3 +235,38 @@ def test_the_launcher_patch_targets_tfx_s_launch_and_holds_inside_the_block_only
     with speedups._patched(speedups.tfx_patches()):
         assert launcher.Launcher.launch is not original
     assert launcher.Launcher.launch is original
+
+
+def test_remembered_bz2_answers_are_bz2_s_own_and_bounded(monkeypatch):
+    calls = []
+    original_compress, original_decompress = bz2.compress, bz2.decompress
+    monkeypatch.setattr(bz2, "compress", lambda data, level: calls.append("c") or original_compress(data, level))
+    monkeypatch.setattr(bz2, "decompress", lambda data: calls.append("d") or original_decompress(data))
+    remembering = speedups.RememberingBz2()
+    payload = b"a pickled DoFn " * 200
+    packed = remembering.compress(payload, compresslevel=9)
+    assert packed == original_compress(payload, 9)
+    assert remembering.compress(bytearray(payload), compresslevel=9) == packed
+    assert remembering.decompress(packed) == payload  # known from its compression
+    assert calls == ["c"]
+    other = original_compress(b"packed elsewhere", 9)
+    assert remembering.decompress(other) == b"packed elsewhere" and calls == ["c", "d"]
+    assert remembering.decompress(other) == b"packed elsewhere" and calls == ["c", "d"]
+
+    monkeypatch.setattr(speedups.RememberingBz2, "LIMIT_BYTES", 4096)
+    small = speedups.RememberingBz2()
+    for index in range(50):
+        small.compress(bytes([index]) * 1000, compresslevel=9)
+    assert small._size <= 4096 and len(small._answers) < 10
+
+
+def test_what_beam_pickles_under_the_patches_unpickles_without_them():
+    from apache_beam.internal import cloudpickle_pickler
+
+    with speedups._patched(speedups.beam_patches()):
+        assert isinstance(cloudpickle_pickler.bz2, speedups.RememberingBz2)
+        encoded = cloudpickle_pickler.dumps(_Counting())
+        assert cloudpickle_pickler.dumps(_Counting()) == encoded
+        assert type(cloudpickle_pickler.loads(encoded)).__name__ == "_Counting"
+    assert cloudpickle_pickler.bz2 is bz2
+    assert type(cloudpickle_pickler.loads(encoded)).__name__ == "_Counting"
