@@ -14,7 +14,7 @@ Off with `TAXI_PIPELINE_SPEEDUPS=0` in the environment (or `taxi-pipeline run
 - Beam's in-memory DirectRunner: its state cache is sized 0 (it ignores
   `--max_cache_memory_usage_mb`), and two pure functions Beam calls thousands of times
   per pipeline are memoized: `userstate.get_dofn_specs` and `PipelineOptions.view_as`;
-  its bundles' state samplers sample every 10 ms instead of 200, so a bundle's end does
+  its bundles' state samplers sample every 2 ms instead of 200, so a bundle's end does
   not wait out a sampler's sleep; its pickler's bz2 answers are remembered (the same
   functions are pickled and unpickled many times in a run).
 - The serving check's probe, started with the run, is handed the model as soon as the
@@ -49,7 +49,7 @@ from typing import Callable, Dict, Iterator, List, Tuple
 ENV = "TAXI_PIPELINE_SPEEDUPS"
 LOCAL_RUNNER = "pipeline.run.local_runner"
 # Beam's state samplers' period (Beam's own default is 200 ms; see `beam_patches`).
-SAMPLING_PERIOD_MS = 10
+SAMPLING_PERIOD_MS = 2
 # The longest the detached child of `exit_process` may take before SIGALRM ends it.
 DETACHED_SECONDS = 300
 
