@@ -10,13 +10,15 @@ from __future__ import annotations
 import base64
 import io
 import os
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 import jinja2
-from matplotlib.figure import Figure
 
 from pipeline.inspect import run_details as details_lib
 from pipeline.outcome import Outcome, RunReport
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 REPORTS_DIR = "reports"
 # The id of the text of a page that stands in for a run's page being drawn.
@@ -36,6 +38,14 @@ def report_path(output_root: str, run_id: str) -> str:
     return os.path.join(output_root, REPORTS_DIR, f"{run_id}.html")
 
 
+def _figure(**options) -> Figure:
+    """A matplotlib figure; matplotlib is imported here, when a plot is drawn (0.2 s), not
+    for the placeholder a run writes before its page is drawn."""
+    from matplotlib.figure import Figure
+
+    return Figure(**options)
+
+
 def png(figure: Figure) -> str:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
@@ -46,7 +56,7 @@ def _timings_plot(report: RunReport) -> Optional[str]:
     nodes = [node for node in report.nodes if node.seconds >= 0]
     if not nodes:
         return None
-    figure = Figure(figsize=(6.5, 0.3 * len(nodes) + 0.8))
+    figure = _figure(figsize=(6.5, 0.3 * len(nodes) + 0.8))
     axes = figure.subplots()
     colors = {"ran": "#2da44e", "cached": "#9a9a9a", "failed": "#cf222e"}
     axes.barh([node.node_id for node in nodes], [node.seconds for node in nodes],
@@ -58,7 +68,7 @@ def _timings_plot(report: RunReport) -> Optional[str]:
 
 def feature_plot(name: str, newest: Optional[details_lib.FeatureStats],
                   previous: Optional[details_lib.FeatureStats], labels: List[str]) -> str:
-    figure = Figure(figsize=(3.4, 2.1))
+    figure = _figure(figsize=(3.4, 2.1))
     axes = figure.subplots()
     pairs = [(stats, label, color) for stats, label, color in
              ((previous, labels[0], PREVIOUS_COLOR), (newest, labels[1], NEWEST_COLOR)) if stats is not None]
@@ -91,7 +101,7 @@ def distance_plot(measures: List[details_lib.DriftMeasure],
                   label: str = "drift distance / its threshold (over 1: rejected)") -> Optional[str]:
     if not measures:
         return None
-    figure = Figure(figsize=(6.5, 0.28 * len(measures) + 0.9))
+    figure = _figure(figsize=(6.5, 0.28 * len(measures) + 0.9))
     axes = figure.subplots()
     ratios = [m.value / m.threshold if m.threshold else 0.0 for m in measures]
     axes.barh([m.feature for m in measures], ratios, color=["#cf222e" if m.over else "#2da44e" for m in measures])
@@ -104,7 +114,7 @@ def distance_plot(measures: List[details_lib.DriftMeasure],
 def _training_plot(history: List[Dict[str, float]], best_epoch: int) -> Optional[str]:
     if not history:
         return None
-    figure = Figure(figsize=(6.5, 2.8))
+    figure = _figure(figsize=(6.5, 2.8))
     axes = figure.subplots()
     epochs = list(range(1, len(history) + 1))
     for key, color in (("train_loss", "#1f6feb"), ("eval_loss", "#f0883e")):
@@ -128,7 +138,7 @@ def _slices_plot(slices: List[details_lib.SliceMetrics], has_baseline: bool) -> 
     shown = [s for s in slices if "auc" in s.candidate and s.candidate.get("example_count", 0) >= MIN_PLOTTED_SLICE]
     if not shown:
         return None
-    figure = Figure(figsize=(6.5, 0.3 * len(shown) + 0.9))
+    figure = _figure(figsize=(6.5, 0.3 * len(shown) + 0.9))
     axes = figure.subplots()
     rows = list(range(len(shown)))
     axes.barh([r - 0.2 for r in rows], [s.candidate["auc"] for s in shown], height=0.4, color=CANDIDATE_COLOR,

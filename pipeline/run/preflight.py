@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import re
-from typing import List
+from typing import List, Optional
 
 from components.support import spans
 
 # Records decoded at a time when the data is checked before a run.
 _CHECK_BATCH = 10_000
+# Up to this many bytes of files, `check_records` reads them as one dataset first.
+_ONE_PASS_BYTES = 64 << 20
 
 
 class BadDataError(ValueError):
@@ -85,12 +87,51 @@ def check_records(files: List[str]) -> int:
     not name may have any type). Files are checked in parallel, one thread per core,
     each record parsed by TensorFlow's C++ parser.
 
+    Up to `_ONE_PASS_BYTES` of files, they are read first as one dataset (a file's dataset
+    costs about 25 ms to set up, most of the check on data/); file by file only if that
+    fails, to name the file.
+
     Returns the number of examples; raises BadDataError naming the first bad file.
     """
     from concurrent.futures import ThreadPoolExecutor
 
+    import tensorflow as tf
+
+    if sum(tf.io.gfile.stat(path).length for path in files) <= _ONE_PASS_BYTES:
+        count = _count_in_one_pass(files)
+        if count is not None and not any(gzip_problem(path) for path in files):
+            return count
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         return sum(pool.map(_check_file, files))
+
+
+def _count_in_one_pass(files: List[str]) -> Optional[int]:
+    """The examples in `files`, read and parsed as one dataset; None if any is not what
+    `check_records` requires."""
+    import tensorflow as tf
+
+    from components.model import features
+
+    spec = {name: tf.io.VarLenFeature(dtype) for name, dtype in features.column_dtypes().items()}
+
+    @tf.autograph.experimental.do_not_convert
+    def records(path):
+        return tf.data.TFRecordDataset(path, compression_type="GZIP")
+
+    @tf.autograph.experimental.do_not_convert
+    def examples(batch):
+        return tf.io.parse_example(batch, spec)[features.LABEL_KEY].dense_shape[0]
+
+    batches = (
+        tf.data.Dataset.from_tensor_slices(files)
+        .interleave(records, cycle_length=2, num_parallel_calls=2, deterministic=False)
+        .batch(_CHECK_BATCH)
+        .map(examples, num_parallel_calls=2, deterministic=False)
+    )
+    try:
+        return sum(int(size) for size in batches.as_numpy_iterator())
+    except (tf.errors.OpError, UnicodeDecodeError):
+        return None
 
 
 def _check_file(path: str) -> int:

@@ -13,7 +13,8 @@ Off with `TAXI_PIPELINE_SPEEDUPS=0` in the environment (or `taxi-pipeline run
   not rescanned by every later full collection.
 - Beam's in-memory DirectRunner: its state cache is sized 0 (it ignores
   `--max_cache_memory_usage_mb`), and two pure functions Beam calls thousands of times
-  per pipeline are memoized: `userstate.get_dofn_specs` and `PipelineOptions.view_as`;
+  per pipeline are memoized: `userstate.get_dofn_specs`, `PipelineOptions.view_as` and
+  the signatures of DoFns' methods;
   its bundles' state samplers sample every 2 ms instead of 200, so a bundle's end does
   not wait out a sampler's sleep; its pickler's bz2 answers are remembered (the same
   functions are pickled and unpickled many times in a run).
@@ -41,6 +42,7 @@ import os
 import signal
 import sys
 import threading
+import types
 import warnings
 import weakref
 from types import ModuleType
@@ -96,6 +98,11 @@ def beam_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
       every call, twice per transform applied. The views of one options object share
       one store of values, so the same view handed out again reads and writes exactly
       what a new one would.
+    - `get_signature` (as `core` and `decorators` call it): `inspect.signature` of a
+      DoFn's bound methods, asked again for every copy of the DoFn Beam unpickles
+      (building, translating, each stage's operations). A bound method's signature is
+      its function's without the first parameter, whatever the instance: remembered by
+      function.
     - `StateSampler.__init__`: each bundle's state sampler is a thread that sleeps up to
       200 ms between samples, and the bundle ends by joining it, so most bundles wait
       out the rest of a sleep: about 1 s of a run on data/, spread over its Beam nodes.
@@ -106,13 +113,16 @@ def beam_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.runners.portability.fn_api_runner import worker_handlers
     from apache_beam.runners.worker import statesampler
-    from apache_beam.transforms import userstate
+    from apache_beam.transforms import core, userstate
+    from apache_beam.typehints import decorators
 
     return [
         (worker_handlers, "STATE_CACHE_SIZE_MB", lambda old: 0),
         (userstate, "get_dofn_specs", _memoized),
         (PipelineOptions, "view_as", _memoized),
         (statesampler.StateSampler, "__init__", _sampling_every(SAMPLING_PERIOD_MS)),
+        (core, "get_signature", _method_signatures_remembered),
+        (decorators, "get_signature", _method_signatures_remembered),
         (cloudpickle_pickler, "bz2", lambda old: RememberingBz2()),
         (dill_pickler, "bz2", lambda old: RememberingBz2()),
     ]
@@ -162,6 +172,22 @@ class RememberingBz2:
     def decompress(self, data: bytes) -> bytes:
         data = bytes(data)
         return self._remembered(("d", data, 0), lambda: bz2.decompress(data))
+
+
+def _method_signatures_remembered(original: Callable) -> Callable:
+    remembered: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+    @functools.wraps(original)
+    def get_signature(func):
+        function = getattr(func, "__func__", None)
+        if not (isinstance(func, types.MethodType) and isinstance(function, types.FunctionType)):
+            return original(func)
+        found = remembered.get(function)
+        if found is None:
+            found = remembered[function] = original(func)
+        return found
+
+    return get_signature
 
 
 def _sampling_every(period_ms: int) -> Callable[[Callable], Callable]:

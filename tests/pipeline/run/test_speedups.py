@@ -23,7 +23,7 @@ from pipeline.run import speedups
 
 def test_every_patched_target_exists_with_the_shape_the_patch_expects():
     patches = speedups.beam_patches()
-    assert len(patches) == 6
+    assert len(patches) == 8
     for owner, name, _ in patches:
         assert name in owner.__dict__, f"{owner.__name__}.{name} moved: its speed-up must be revisited"
     assert isinstance(worker_handlers.STATE_CACHE_SIZE_MB, int) and worker_handlers.STATE_CACHE_SIZE_MB > 0
@@ -270,3 +270,25 @@ def test_what_beam_pickles_under_the_patches_unpickles_without_them():
         assert type(cloudpickle_pickler.loads(encoded)).__name__ == "_Counting"
     assert cloudpickle_pickler.bz2 is bz2
     assert type(cloudpickle_pickler.loads(encoded)).__name__ == "_Counting"
+
+
+class _Keyed(beam.DoFn):
+    def process(self, element, prefix="k"):
+        yield prefix, element
+
+
+def test_a_bound_method_s_signature_is_remembered_by_function_and_equals_beam_s():
+    from apache_beam.transforms import core
+    from apache_beam.typehints import decorators
+
+    original = decorators.get_signature
+    with speedups._patched(speedups.beam_patches()):
+        first, second = _Keyed().process, _Keyed().process
+        assert core.get_signature(first) == original(first)
+        assert core.get_signature(second) is core.get_signature(first)
+        assert list(core.get_signature(first).parameters) == ["element", "prefix"]
+        assert core.get_function_arguments(_Keyed(), "process") == (["element", "prefix"], ["k"])
+        # Anything else is asked of Beam's own each time.
+        assert decorators.get_signature(str.upper) == original(str.upper)
+        assert list(core.get_signature(lambda a, b=2: a).parameters) == ["a", "b"]
+    assert core.get_signature is original and decorators.get_signature is original

@@ -1,0 +1,67 @@
+"""`preflight.check_records`: one pass over small data, file by file otherwise, and the
+same verdicts either way."""
+
+import glob
+import shutil
+
+import pytest
+import tensorflow as tf
+
+from pipeline.run import preflight
+
+
+@pytest.fixture
+def span_files(repo, tmp_path):
+    files = []
+    for number in (14, 15, 16):
+        for index, path in enumerate(sorted(glob.glob(str(repo / "data" / f"span-{number}" / "*")))):
+            target = tmp_path / f"span-{number}-{index}.gz"
+            shutil.copy(path, target)
+            files.append(str(target))
+    return files
+
+
+def _per_file(files):
+    return sum(preflight._check_file(path) for path in files)
+
+
+def test_small_data_is_counted_in_one_pass_and_as_file_by_file(span_files, monkeypatch):
+    expected = _per_file(span_files)
+    assert expected > 100
+    monkeypatch.setattr(preflight, "_check_file", lambda path: pytest.fail("read file by file"))
+    assert preflight.check_records(span_files) == expected
+
+
+def test_beyond_the_one_pass_size_files_are_read_one_by_one(span_files, monkeypatch):
+    expected = _per_file(span_files)
+    monkeypatch.setattr(preflight, "_ONE_PASS_BYTES", 10)
+    monkeypatch.setattr(preflight, "_count_in_one_pass", lambda files: pytest.fail("one pass"))
+    assert preflight.check_records(span_files) == expected
+
+
+def _write(path, records):
+    with tf.io.TFRecordWriter(path, "GZIP") as out:
+        for record in records:
+            out.write(record)
+
+
+def test_a_bad_file_among_small_data_is_named_as_file_by_file_names_it(span_files, tmp_path):
+    wrong_type = tf.train.Example()
+    wrong_type.features.feature["fare"].bytes_list.value.append(b"twelve dollars")
+    bad = str(tmp_path / "wrong-type.gz")
+    _write(bad, [wrong_type.SerializeToString()])
+    with pytest.raises(preflight.BadDataError, match=r"wrong-type\.gz: a record among 1-.* another type"):
+        preflight.check_records(span_files + [bad])
+
+    garbage = str(tmp_path / "garbage.gz")
+    _write(garbage, [b"\xff\x00 not an example"])
+    with pytest.raises(preflight.BadDataError, match=r"garbage\.gz: a record among 1-.* not a serialized tf\.Example"):
+        preflight.check_records([garbage] + span_files)
+
+
+def test_a_cut_file_among_small_data_is_named(span_files, tmp_path):
+    cut = str(tmp_path / "cut.gz")
+    with open(span_files[0], "rb") as whole, open(cut, "wb") as out:
+        out.write(whole.read()[:-40])
+    with pytest.raises(preflight.BadDataError, match=r"cut\.gz .*copy it again"):
+        preflight.check_records(span_files[1:] + [cut])
