@@ -16,3 +16,13 @@ def test_the_nodes_the_report_reads_have_the_ids_it_reads_them_by(tmp_path):
     ids = {component.id for component in local_runner.build_pipeline(run_config, ["span-1", "span-2"]).components}
     expected = {value for name, value in vars(pipeline_lib.NodeId).items() if not name.startswith("_")}
     assert len(expected) == 8 and expected <= ids
+
+
+def test_transform_writes_no_analyzer_cache_that_no_run_would_read(tmp_path):
+    run_config = config.RunConfig(output_root=str(tmp_path)).resolved()
+    transform = next(
+        component for component in local_runner.build_pipeline(run_config, ["span-1", "span-2"]).components
+        if component.id == "Transform"
+    )
+    assert set(transform.outputs) == {"transform_graph"}
+    assert "analyzer_cache" not in transform.inputs
