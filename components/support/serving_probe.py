@@ -16,7 +16,9 @@ The two lines may come apart: a run hands the model over as soon as the Trainer 
 so that loading and replaying happen beside the Evaluator, and the budget when the check
 runs, so that the requests are timed with the machine as quiet as a check alone finds
 it. It ends without a word when its input closes first (its parent ended or had no
-model to check). A failed load or replay is answered at once.
+model to check). A model that loads but fails a check of the replay is answered at
+once; one that does not load ends the probe with an error, and the check starts a
+fresh probe, which names it.
 """
 
 import json

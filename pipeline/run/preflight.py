@@ -109,8 +109,8 @@ def check_records(files: List[str]) -> int:
 
 
 def _count_in_one_pass(files: List[str]) -> Optional[int]:
-    """The examples in `files`, read and parsed as one dataset; None if any is not what
-    `check_records` requires."""
+    """The examples in `files`, read and parsed as one dataset; None if any file is not
+    what `check_records` requires (holding no record included)."""
     import tensorflow as tf
 
     from components.model import features
@@ -118,23 +118,21 @@ def _count_in_one_pass(files: List[str]) -> Optional[int]:
     spec = {name: tf.io.VarLenFeature(dtype) for name, dtype in features.column_dtypes().items()}
 
     @tf.autograph.experimental.do_not_convert
-    def records(path):
-        return tf.data.TFRecordDataset(path, compression_type="GZIP")
+    def batches_of(index, path):
+        return tf.data.TFRecordDataset(path, compression_type="GZIP").batch(_CHECK_BATCH).map(
+            lambda batch: (index, tf.io.parse_example(batch, spec)[features.LABEL_KEY].dense_shape[0])
+        )
 
-    @tf.autograph.experimental.do_not_convert
-    def examples(batch):
-        return tf.io.parse_example(batch, spec)[features.LABEL_KEY].dense_shape[0]
-
-    batches = (
-        tf.data.Dataset.from_tensor_slices(files)
-        .interleave(records, cycle_length=2, num_parallel_calls=2, deterministic=False)
-        .batch(_CHECK_BATCH)
-        .map(examples, num_parallel_calls=2, deterministic=False)
+    batches = tf.data.Dataset.from_tensor_slices((tf.range(len(files)), files)).interleave(
+        batches_of, cycle_length=2, num_parallel_calls=2, deterministic=False
     )
+    counts = [0] * len(files)
     try:
-        return sum(int(size) for size in batches.as_numpy_iterator())
+        for index, size in batches.as_numpy_iterator():
+            counts[index] += int(size)
     except (tf.errors.OpError, UnicodeDecodeError):
         return None
+    return sum(counts) if all(counts) else None
 
 
 def _check_file(path: str) -> int:

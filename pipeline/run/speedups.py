@@ -206,36 +206,37 @@ def _sampling_every(period_ms: int) -> Callable[[Callable], Callable]:
 def tfx_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
     """`(owner, attribute, new value from the old one)` of each change to TFX.
 
-    - `Launcher.launch`: LocalDagRunner (and BeamDagRunner) launch one node after the
-      other and say nothing in between; a launch that ran its node now does the work
-      `when_done` left for that node, with the node's outputs, before the next node starts.
+    - `Launcher._publish_successful_execution`: LocalDagRunner (and BeamDagRunner) launch
+      one node after another and say nothing in between; once a node's executor has run
+      and its outputs are published, the work `when_done` left for that node is done with
+      those outputs, before the next node starts. (A node whose outputs came from the
+      cache publishes through another path: its outputs were written by an earlier run.)
     """
     from tfx.orchestration.portable import launcher
 
-    return [(launcher.Launcher, "launch", _calling_back)]
+    return [(launcher.Launcher, "_publish_successful_execution", _calling_back)]
 
 
 def _calling_back(original: Callable) -> Callable:
     @functools.wraps(original)
-    def launch(self):
-        info = original(self)
-        if info is not None:
-            for work in list(_when_done.get(self._pipeline_node.node_info.id, ())):
-                try:
-                    work(info.output_dict)
-                except Exception:  # work ahead of time: the node that needs it does it itself
-                    logging.exception("work after node %s failed", self._pipeline_node.node_info.id)
-        return info
+    def publish(self, execution_id, contexts, output_dict, executor_output):
+        original(self, execution_id, contexts, output_dict, executor_output)
+        node_id = self._pipeline_node.node_info.id
+        for work in list(_when_done.get(node_id, ())):
+            try:
+                work(output_dict)
+            except Exception:  # work ahead of time: the node that needs it does it itself
+                logging.exception("work after node %s failed", node_id)
 
-    return launch
+    return publish
 
 
 @contextlib.contextmanager
 def when_done(node_id: str, work: Callable[[dict], object]) -> Iterator[None]:
     """Within the block, `work(outputs)` runs as soon as node `node_id` of a local run
-    has run (not when its outputs came from the cache), if the speed-ups are on
-    (`tfx_patches`): for work ahead of a later node, which must not depend on it. Errors
-    in `work` are logged, never raised."""
+    has run and published its outputs (not when they came from the cache), if the
+    speed-ups are on (`tfx_patches`): for work ahead of a later node, which must not
+    depend on it. Errors in `work` are logged, never raised."""
     _when_done.setdefault(node_id, []).append(work)
     try:
         yield

@@ -221,8 +221,8 @@ def test_span_statistics_in_process_are_the_beam_pass_s_and_written_the_same_way
     beam_dir.mkdir()
     in_beam = drift.compute_span_statistics(_pipeline(), str(repo / "data"), numbers, str(beam_dir),
                                             schema=_schema(), rate=rate)
-    in_process = drift.compute_span_statistics(None, str(repo / "data"), numbers, str(here_dir),
-                                               schema=_schema(), rate=rate)
+    in_process = drift.compute_span_statistics(_unused_pipeline(), str(repo / "data"), numbers, str(here_dir),
+                                               schema=_schema(), rate=rate, in_process=True)
     assert sorted(in_process) == numbers
     for span in numbers:
         assert in_process[span].datasets[0].num_examples == in_beam[span].datasets[0].num_examples > 0
@@ -238,4 +238,38 @@ def test_span_statistics_in_process_name_a_span_without_examples(tmp_path):
     with tf.io.TFRecordWriter(str(tmp_path / "data" / "span-3" / "empty.tfrecord.gz"), "GZIP"):
         pass
     with pytest.raises(ValueError, match=r"spans \[3\] under .* hold no examples"):
-        drift.compute_span_statistics(None, str(tmp_path / "data"), [3], str(tmp_path / "out"), schema=_schema())
+        drift.compute_span_statistics(_unused_pipeline(), str(tmp_path / "data"), [3], str(tmp_path / "out"),
+                                      schema=_schema(), in_process=True)
+
+
+def _unused_pipeline():
+    """A pipeline that fails the test if it is run."""
+    pipeline = _pipeline()
+    pipeline.run = lambda *args, **kwargs: pytest.fail("the Beam pass ran")
+    return pipeline
+
+
+def test_in_process_statistics_count_categorical_values_exactly_as_far_as_the_gate_uses_them():
+    from tensorflow_data_validation.statistics import stats_impl
+
+    assert drift.EXACT_DISTINCT_VALUES == stats_impl._DEFAULT_MG_SKETCH_SIZE
+
+
+def test_a_span_with_more_distinct_values_than_counted_exactly_gets_the_beam_pass_s_statistics(repo, tmp_path):
+    source = glob.glob(str(repo / "data" / "span-16" / "*"))[0]
+    example = tf.train.Example.FromString(next(iter(tf.data.TFRecordDataset(source, "GZIP"))).numpy())
+    target = tmp_path / "data" / "span-1"
+    target.mkdir(parents=True)
+    distinct = drift.EXACT_DISTINCT_VALUES + 100
+    with tf.io.TFRecordWriter(str(target / "trips.tfrecord.gz"), "GZIP") as out:
+        for index in range(distinct):
+            example.features.feature["company"].bytes_list.value[:] = [f"company {index}".encode()]
+            out.write(example.SerializeToString())
+    beam_dir = tmp_path / "beam"
+    beam_dir.mkdir()
+    in_beam = drift.compute_span_statistics(_pipeline(), str(tmp_path / "data"), [1], str(beam_dir), schema=_schema())
+    chosen = drift.compute_span_statistics(_pipeline(), str(tmp_path / "data"), [1], str(tmp_path / "here"),
+                                           schema=_schema(), in_process=True)
+    company = next(f for f in chosen[1].datasets[0].features if f.path.step == ["company"])
+    assert company.string_stats.unique == distinct
+    assert chosen[1] == in_beam[1]

@@ -65,3 +65,10 @@ def test_a_cut_file_among_small_data_is_named(span_files, tmp_path):
         out.write(whole.read()[:-40])
     with pytest.raises(preflight.BadDataError, match=r"cut\.gz .*copy it again"):
         preflight.check_records(span_files[1:] + [cut])
+
+
+def test_a_file_without_records_among_small_data_is_named(span_files, tmp_path):
+    empty = str(tmp_path / "no-records.gz")
+    _write(empty, [])
+    with pytest.raises(preflight.BadDataError, match=r"no-records\.gz.*holds no records"):
+        preflight.check_records(span_files + [empty])
