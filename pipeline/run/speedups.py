@@ -10,7 +10,8 @@ Off with `TAXI_PIPELINE_SPEEDUPS=0` in the environment (or `taxi-pipeline run
 
 - The heavy imports (TensorFlow, TFX, Beam, TFMA, TFDV) run with the cyclic GC paused,
   then `gc.freeze()`: the long-lived objects they create (modules, classes, protos) are
-  not rescanned by every later full collection.
+  not rescanned by every later full collection. During the run the collector's first
+  threshold is 10,000 allocations instead of 700 (`GC_THRESHOLDS`).
 - Beam's in-memory DirectRunner: its state cache is sized 0 (it ignores
   `--max_cache_memory_usage_mb`), and two pure functions Beam calls thousands of times
   per pipeline are memoized: `userstate.get_dofn_specs`, `PipelineOptions.view_as` and
@@ -50,6 +51,8 @@ from typing import Callable, Dict, Iterator, List, Tuple
 
 ENV = "TAXI_PIPELINE_SPEEDUPS"
 LOCAL_RUNNER = "pipeline.run.local_runner"
+# The cyclic GC's thresholds during a run (Python's are 700, 10, 10; see `local_runner`).
+GC_THRESHOLDS = (10_000, 10, 10)
 # Beam's state samplers' period (Beam's own default is 200 ms; see `beam_patches`).
 SAMPLING_PERIOD_MS = 2
 # The longest the detached child of `exit_process` may take before SIGALRM ends it.
@@ -272,14 +275,33 @@ def _import_frozen(name: str) -> ModuleType:
 def local_runner(on: bool) -> Iterator[ModuleType]:
     """`pipeline.run.local_runner`, and within the block the speed-ups when `on`.
 
-    The Beam and TFX patches are undone on leaving, so nothing outside the run sees them.
+    The Beam and TFX patches and the collector's thresholds are undone on leaving, so
+    nothing outside the run sees them.
     """
     if not on:
         yield importlib.import_module(LOCAL_RUNNER)
         return
     module = _import_frozen(LOCAL_RUNNER)
-    with _patched(beam_patches() + tfx_patches()):
+    with _patched(beam_patches() + tfx_patches()), _collecting_less_often():
         yield module
+
+
+@contextlib.contextmanager
+def _collecting_less_often() -> Iterator[None]:
+    """The cyclic GC's thresholds at `GC_THRESHOLDS` within the block.
+
+    With Python's (700, 10, 10), a run on data/ made about 1,900 young, 170 middle and
+    14 full collections; the full ones scan everything the nodes left alive (TF graphs,
+    Beam pipelines) and took 1.2 s of the 1.6 s the collector spent. At (10,000, 10, 10):
+    0.5 s, no full collection, peak memory +76 MB (0.98 -> 1.06 GB). Long runs still reach
+    full collections, 14 times less often.
+    """
+    before = gc.get_threshold()
+    gc.set_threshold(*GC_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 def ends_with_exit_process() -> None:

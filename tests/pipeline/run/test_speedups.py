@@ -300,3 +300,19 @@ def test_a_bound_method_s_signature_is_remembered_by_function_and_equals_beam_s(
         assert decorators.get_signature(str.upper) == original(str.upper)
         assert list(core.get_signature(lambda a, b=2: a).parameters) == ["a", "b"]
     assert core.get_signature is original and decorators.get_signature is original
+
+
+def test_the_collector_runs_less_often_inside_the_run_only(monkeypatch):
+    monkeypatch.setattr(speedups, "_import_frozen", lambda name: name)
+    before = gc.get_threshold()
+    with speedups.local_runner(True) as module:
+        assert module == speedups.LOCAL_RUNNER
+        assert gc.get_threshold() == speedups.GC_THRESHOLDS
+        assert speedups.GC_THRESHOLDS[0] > before[0]
+    assert gc.get_threshold() == before
+    with pytest.raises(RuntimeError):
+        with speedups.local_runner(True):
+            raise RuntimeError("a failed run")
+    assert gc.get_threshold() == before
+    with speedups.local_runner(False):
+        assert gc.get_threshold() == before
