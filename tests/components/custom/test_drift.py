@@ -273,3 +273,16 @@ def test_a_span_with_more_distinct_values_than_counted_exactly_gets_the_beam_pas
     company = next(f for f in chosen[1].datasets[0].features if f.path.step == ["company"])
     assert company.string_stats.unique == distinct
     assert chosen[1] == in_beam[1]
+
+
+@pytest.mark.parametrize("args, here", [
+    ([], True),
+    (["--runner=apache_beam.runners.portability.fn_api_runner.FnApiRunner"], True),
+    (["--runner=DirectRunner", "--direct_running_mode=multi_threading"], True),
+    (["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"], False),
+    (["--runner=PortableRunner", "--job_endpoint=localhost:8099"], False),
+    (["--runner=DataflowRunner"], False),
+    (["--runner=FlinkRunner"], False),
+])
+def test_the_gate_computes_in_its_process_only_where_beam_runs_in_it(args, here):
+    assert drift.beam_runs_here(PipelineOptions(args)) is here
