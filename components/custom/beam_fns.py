@@ -100,6 +100,15 @@ def by_span(record_batch: pa.RecordBatch) -> Iterable[Tuple[str, pa.RecordBatch]
         )
 
 
+def sampled_batches(path: str, rate: float) -> Iterator[List[bytes]]:
+    """The records of GZIP TFRecord file `path` that are `in_sample` at `rate`, in
+    batches of at most `DECODE_BATCH` (empty batches left out)."""
+    for batch in tf.data.TFRecordDataset(path, "GZIP").batch(DECODE_BATCH).as_numpy_iterator():
+        kept = [record for record in batch if in_sample(record, rate)] if rate < 1 else list(batch)
+        if kept:
+            yield kept
+
+
 class ReadSpanFile(beam.DoFn):
     """One span file's records `in_sample`, decoded by the schema into record batches that
     carry the span (`add_span`). Records are read by TensorFlow's reader, not one Beam
@@ -115,9 +124,7 @@ class ReadSpanFile(beam.DoFn):
 
     def process(self, item: Tuple[int, str]) -> Iterable[pa.RecordBatch]:
         span, path = item
-        for batch in tf.data.TFRecordDataset(path, "GZIP").batch(DECODE_BATCH).as_numpy_iterator():
-            kept = [record for record in batch if in_sample(record, self._rate)] if self._rate < 1 else list(batch)
-            if kept:
-                yield add_span(self._decoder.DecodeBatch(kept), span)
+        for kept in sampled_batches(path, self._rate):
+            yield add_span(self._decoder.DecodeBatch(kept), span)
 
 

@@ -257,13 +257,8 @@ def span_statistics_in_process(
     decoder = example_coder.ExamplesToRecordBatchDecoder(schema.SerializeToString() if schema is not None else None)
     result = {}
     for span in found:
-        records = [
-            record
-            for file, _ in span.files
-            for batch in tf.data.TFRecordDataset(file, "GZIP").batch(beam_fns.DECODE_BATCH).as_numpy_iterator()
-            for record in batch
-            if rate >= 1 or beam_fns.in_sample(record, rate)
-        ]
+        records = [record for file, _ in span.files for batch in beam_fns.sampled_batches(file, rate)
+                   for record in batch]
         if records:
             statistics = stats_impl.generate_statistics_in_memory(decoder.DecodeBatch(records), tfdv.StatsOptions())
             statistics.datasets[0].name = str(span.number)

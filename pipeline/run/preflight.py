@@ -108,6 +108,15 @@ def check_records(files: List[str]) -> int:
         return sum(pool.map(_check_file, files))
 
 
+def _contract_spec() -> dict:
+    """Every feature the contract names, parsed as the type it declares."""
+    import tensorflow as tf
+
+    from components.model import features
+
+    return {name: tf.io.VarLenFeature(dtype) for name, dtype in features.column_dtypes().items()}
+
+
 def _count_in_one_pass(files: List[str]) -> Optional[int]:
     """The examples in `files`, read and parsed as one dataset; None if any file is not
     what `check_records` requires (holding no record included)."""
@@ -115,7 +124,7 @@ def _count_in_one_pass(files: List[str]) -> Optional[int]:
 
     from components.model import features
 
-    spec = {name: tf.io.VarLenFeature(dtype) for name, dtype in features.column_dtypes().items()}
+    spec = _contract_spec()
 
     @tf.autograph.experimental.do_not_convert
     def batches_of(index, path):
@@ -140,7 +149,7 @@ def _check_file(path: str) -> int:
 
     from components.model import features
 
-    spec = {name: tf.io.VarLenFeature(dtype) for name, dtype in features.column_dtypes().items()}
+    spec = _contract_spec()
     # Each batch's size, read from the parser's output (so that the parse is not pruned).
     batches = tf.data.TFRecordDataset(path, compression_type="GZIP").batch(_CHECK_BATCH).map(
         lambda batch: tf.io.parse_example(batch, spec)[features.LABEL_KEY].dense_shape[0]
