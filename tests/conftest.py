@@ -110,7 +110,10 @@ def finished_run(tmp_path_factory, copy_spans, taxi_pipeline) -> FinishedRun:
     """`taxi-pipeline run` once on SLICE_SPANS, into a fresh output root and serving folder."""
     workspace = Workspace(tmp_path_factory.mktemp("finished-run"))
     copy_spans(workspace.data, SLICE_SPANS)
-    result = taxi_pipeline("run", *workspace.locations())
+    # Its own temporary folder, to see what the run leaves there.
+    temporary = workspace.root / "tmp"
+    temporary.mkdir()
+    result = taxi_pipeline("run", *workspace.locations(), env={"TMPDIR": str(temporary)})
     assert result.returncode == 0, result.stdout + result.stderr
     return FinishedRun(workspace, result)
 

@@ -61,6 +61,11 @@ def test_first_run_executes_every_node_once_and_pushes_one_version(finished_run,
     assert not os.path.exists(f"/proc/{pid}")
 
 
+def test_a_run_leaves_nothing_in_the_temporary_folder(finished_run):
+    # AutoGraph's generated sources, Beam's pipeline folders, TFX's archive of itself.
+    assert sorted(os.listdir(finished_run.workspace.root / "tmp")) == []
+
+
 def test_console_shows_progress_per_component_then_the_outcome(finished_run):
     out = finished_run.result.stdout
     for node in ("ImportExampleGen", "Transform", "Trainer", "Evaluator", "Pusher"):

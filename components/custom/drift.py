@@ -37,6 +37,7 @@ in each span (`span_checks`, JSON: span number -> lines) and the drift lines (`r
 import json
 import logging
 import os
+import shutil
 from typing import Dict, List, Optional, Tuple
 
 import apache_beam as beam
@@ -208,6 +209,9 @@ def compute_span_statistics(
                      "are computed by the Beam pass instead", EXACT_DISTINCT_VALUES)
         result = None
     if result is not None:
+        # Beam removes the temporary folder it made for the pipeline when it runs it; this
+        # one, made for the component, is not run.
+        shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)
         tf.io.gfile.makedirs(output_dir)
         sliced = statistics_pb2.DatasetFeatureStatisticsList(
             datasets=[result[number].datasets[0] for number in sorted(result)]

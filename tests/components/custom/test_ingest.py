@@ -64,7 +64,7 @@ def _run_example_gen(executor_class, data_root, output_dir, output_config, input
         standard_component_specs.OUTPUT_FILE_FORMAT_KEY: example_gen_pb2.FORMAT_TFRECORDS_GZIP,
     }
     context = base_beam_executor.BaseBeamExecutor.Context(
-        beam_pipeline_args=list(config.LOCAL_BEAM_ARGS) + list(beam_args)
+        beam_pipeline_args=list(config.local_beam_args()) + list(beam_args)
     )
     executor_class(context).Do({}, {standard_component_specs.EXAMPLES_KEY: [examples]}, exec_properties)
     result = {}

@@ -175,3 +175,15 @@ def test_notify_needs_a_webhook_url(tmp_path):
                        "--data-root", "gs://bucket/data", "--serving-dir", "gs://bucket/serving",
                        "--output", str(tmp_path / "p.json"), "--notify", "hooks.example.com"])
     assert status == 1 and not (tmp_path / "p.json").exists()
+
+
+def test_beam_components_name_the_pipeline_image_for_their_workers(compiled, monkeypatch):
+    from tfx.utils import dependency_utils
+
+    _, spec = compiled
+    args = list(spec.deployment_spec["executors"]["Transform_executor"]["container"]["args"])
+    beam_args = args[args.index("{{$}}") + 1:]
+    assert f"--sdk_container_image={IMAGE}" in beam_args
+    # So TFX does not build and stage an archive of itself in each Beam component's container.
+    monkeypatch.setattr(dependency_utils, "build_ephemeral_package", lambda: pytest.fail("archive built"))
+    assert dependency_utils.make_beam_dependency_flags(beam_args) == beam_args

@@ -7,6 +7,7 @@ import inspect
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import types
 
@@ -17,6 +18,7 @@ from apache_beam.runners.portability.fn_api_runner import worker_handlers
 from apache_beam.runners.worker import statesampler
 from apache_beam.transforms import userstate
 from apache_beam.utils import counters
+from tfx.dsl.components.base import base_beam_executor
 
 from pipeline.run import speedups
 
@@ -245,6 +247,35 @@ def test_the_launcher_patch_targets_tfx_s_publishing_of_a_run_node_only():
     assert launcher.Launcher._publish_successful_execution is original
 
 
+class _BeamExecutor(base_beam_executor.BaseBeamExecutor):
+    def Do(self, input_dict, output_dict, exec_properties):
+        raise AssertionError("never run")
+
+
+@pytest.mark.parametrize("args, archive_built", [
+    ([], False),
+    (["--runner=apache_beam.runners.portability.fn_api_runner.FnApiRunner"], False),
+    (["--direct_running_mode=multi_processing", "--direct_num_workers=2"], False),
+    (["--runner=PortableRunner", "--job_endpoint=localhost:8099"], True),
+    (["--runner=DataflowRunner"], True),
+])
+def test_tfx_archives_itself_only_for_workers_beyond_this_environment(monkeypatch, args, archive_built):
+    from tfx.utils import dependency_utils
+
+    built = []
+    monkeypatch.setattr(dependency_utils, "build_ephemeral_package", lambda: built.append(1) or "/tmp/tfx.tar.gz")
+    given = ["--max_cache_memory_usage_mb=0"] + args
+    with speedups._patched(speedups.tfx_patches()):
+        executor = _BeamExecutor(_BeamExecutor.Context(beam_pipeline_args=list(given)))
+    assert bool(built) == archive_built
+    assert ("--extra_package=/tmp/tfx.tar.gz" in executor._beam_pipeline_args) == archive_built
+    assert executor._beam_pipeline_args[:len(given)] == given
+    # Without the patch TFX builds its archive whatever the runner.
+    built.clear()
+    _BeamExecutor(_BeamExecutor.Context(beam_pipeline_args=list(given)))
+    assert built == [1]
+
+
 def test_remembered_bz2_answers_are_bz2_s_own_and_bounded(monkeypatch):
     calls = []
     original_compress, original_decompress = bz2.compress, bz2.decompress
@@ -316,3 +347,26 @@ def test_the_collector_runs_less_often_inside_the_run_only(monkeypatch):
     assert gc.get_threshold() == before
     with speedups.local_runner(False):
         assert gc.get_threshold() == before
+
+
+def test_an_immediate_exit_still_removes_autograph_s_generated_sources(tmp_path, monkeypatch):
+    import tensorflow as tf
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    before = set(sys.modules)
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.int32)])
+    def halve_evens(x):
+        if x % 2 == 0:
+            x = x // 2
+        return x
+
+    assert int(halve_evens(tf.constant(8))) == 4
+    generated = [tmp_path / os.path.basename(sys.modules[name].__file__)
+                 for name in set(sys.modules) - before if name.startswith(speedups.GENERATED_PREFIX)]
+    assert generated and all(path.exists() for path in generated)
+    other = tmp_path / "kept.py"
+    other.write_text("")
+    speedups.remove_generated_sources()
+    assert not any(path.exists() for path in generated)
+    assert other.exists()
