@@ -19,6 +19,8 @@ Off with `TAXI_PIPELINE_SPEEDUPS=0` in the environment (or `taxi-pipeline run
   its bundles' state samplers sample every 2 ms instead of 200, so a bundle's end does
   not wait out a sampler's sleep; its pickler's bz2 answers are remembered (the same
   functions are pickled and unpickled many times in a run).
+- TFDV's equi-width histograms are computed from arrays (`tfdv_patches`), to the same
+  bits.
 - The serving check's probe, started with the run, is handed the model as soon as the
   Trainer has written it (`when_done`): it loads it and replays its warmup requests
   while the Evaluator runs, on the core the Evaluator leaves idle.
@@ -229,6 +231,21 @@ def tfx_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
     ]
 
 
+def tfdv_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
+    """`(owner, attribute, new value from the old one)` of each change to TFDV.
+
+    - `quantiles_util.generate_equi_width_histogram`: each numeric feature's standard
+      histogram, added up from 1,000 quantile buckets by a walk over protos in Python;
+      computed from arrays instead, to the same bits (`pipeline.run.equi_width`). The data
+      gate's statistics of 16 spans on data/: 1.6 s -> 1.0 s.
+    """
+    from tensorflow_data_validation.utils import quantiles_util
+
+    from pipeline.run import equi_width
+
+    return [(quantiles_util, "generate_equi_width_histogram", lambda old: equi_width.equi_width_histogram)]
+
+
 # Runners whose workers are this process or its children, on this Python environment.
 RUNNERS_HERE = ("DirectRunner", "FnApiRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner")
 
@@ -308,7 +325,7 @@ def local_runner(on: bool) -> Iterator[ModuleType]:
         yield importlib.import_module(LOCAL_RUNNER)
         return
     module = _import_frozen(LOCAL_RUNNER)
-    with _patched(beam_patches() + tfx_patches()), _collecting_less_often():
+    with _patched(beam_patches() + tfx_patches() + tfdv_patches()), _collecting_less_often():
         yield module
 
 
