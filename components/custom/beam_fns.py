@@ -54,10 +54,9 @@ class SplitFile(beam.DoFn):
         writers = [tf.io.TFRecordWriter(os.path.join(uri, name), "GZIP") for uri in self._split_uris]
         count = 0
         try:
-            for batch in tf.data.TFRecordDataset(path, "GZIP").batch(4096).as_numpy_iterator():
-                for record in batch:
-                    writers[split_index(record, self._buckets)].write(record)
-                count += len(batch)
+            for record in records(path):
+                writers[split_index(record, self._buckets)].write(record)
+                count += 1
         finally:
             for writer in writers:
                 writer.close()
@@ -100,13 +99,29 @@ def by_span(record_batch: pa.RecordBatch) -> Iterable[Tuple[str, pa.RecordBatch]
         )
 
 
+def records(path: str) -> Iterator[bytes]:
+    """The records of GZIP TFRecord file `path`, read by TensorFlow's record reader, which
+    checks each record's CRCs as tf.data's does: about 1 ms to open a file where a tf.data
+    pipeline over it takes about 15 ms to build (the gate and ImportExampleGen open every
+    span file, 43 on data/)."""
+    return tf.compat.v1.io.tf_record_iterator(path, _GZIP)
+
+
+_GZIP = tf.io.TFRecordOptions(compression_type="GZIP")
+
+
 def sampled_batches(path: str, rate: float) -> Iterator[List[bytes]]:
     """The records of GZIP TFRecord file `path` that are `in_sample` at `rate`, in
     batches of at most `DECODE_BATCH` (empty batches left out)."""
-    for batch in tf.data.TFRecordDataset(path, "GZIP").batch(DECODE_BATCH).as_numpy_iterator():
-        kept = [record for record in batch if in_sample(record, rate)] if rate < 1 else list(batch)
-        if kept:
-            yield kept
+    batch: List[bytes] = []
+    for record in records(path):
+        if rate >= 1 or in_sample(record, rate):
+            batch.append(record)
+            if len(batch) == DECODE_BATCH:
+                yield batch
+                batch = []
+    if batch:
+        yield batch
 
 
 class ReadSpanFile(beam.DoFn):
