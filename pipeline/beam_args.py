@@ -31,7 +31,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 KINDS = ("direct", "portable", "flink", "spark", "dataflow")
 # The settings each kind needs, as their command-line flags.
@@ -181,6 +181,19 @@ def _runner(args: Tuple[str, ...]) -> Optional[str]:
         elif arg == "--runner" and index + 1 < len(args):
             runner = args[index + 1]
     return runner
+
+
+# Runners whose workers are the launching process or its children, on its Python
+# environment: the DirectRunner in any mode, its in-memory engine named, and Prism.
+RUNNERS_HERE = ("direct", "fnapi", "switchingdirect", "bundlebaseddirect", "prism")
+
+
+def runs_here(args: Sequence[str]) -> bool:
+    """Whether Beam options `args` keep Beam's workers in this environment (no `--runner`:
+    the DirectRunner). Beam accepts a runner's class name, with or without its module and
+    its `Runner` suffix, in any case."""
+    name = (_runner(tuple(args)) or "DirectRunner").rsplit(".", 1)[-1].lower()
+    return name.removesuffix("runner") in RUNNERS_HERE
 
 
 CACHE_ENV = "XDG_CACHE_HOME"

@@ -18,6 +18,7 @@ import components
 import components.model
 from components.model.trainer.settings import ExportConfig, TrainConfig
 from components.support import serving_probe, spans
+from pipeline.beam_args import runs_here
 
 PIPELINE_NAME = "taxi-big-tip"  # KFP v2 allows [a-z0-9-] only
 MODEL_NAME = ExportConfig.model_name
@@ -134,14 +135,6 @@ def parallel_beam_args(beam_args: Sequence[str], rows: int, cores: Optional[int]
 # given, inside each component's container, the same in-memory engine as locally
 # (not Beam 2.77's Prism, which would download a binary); a `--runner` given after wins.
 VERTEX_BEAM_ARGS: Tuple[str, ...] = (IN_MEMORY_RUNNER, "--max_cache_memory_usage_mb=0")
-
-
-def vertex_beam_args(image: str) -> Tuple[str, ...]:
-    """VERTEX_BEAM_ARGS, and the pipeline image as the Beam workers' container: it is where
-    the in-memory engine runs anyway and what Dataflow's workers need. Without a package
-    or image named, TFX builds an archive of itself before every Beam component (about
-    3 s each), for workers that never read it."""
-    return VERTEX_BEAM_ARGS + (f"--sdk_container_image={image}",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -310,9 +303,19 @@ class KubeflowConfig:
 
     def pipeline_args(self) -> Dict[str, Any]:
         """`create_pipeline(...)`'s arguments; the schema is read from inside the image. The
-        spans of a future run are unknown: no span listing (see `components.custom.window`)."""
+        spans of a future run are unknown: no span listing (see `components.custom.window`).
+
+        Where Beam's work stays in each component's container (no remote runner given), the
+        pipeline image is named as the workers' container: without a package, setup file or
+        image named, TFX builds and stages an archive of itself before every Beam
+        component (about 3 s each), which those workers never read. A remote runner gets
+        its workers' image from the user's options (`--beam dataflow --sdk-image`)."""
+        settings = self.settings
+        if runs_here(settings.beam_args):
+            settings = dataclasses.replace(
+                settings, beam_args=tuple(settings.beam_args) + (f"--sdk_container_image={self.image}",))
         return dict(
-            pipeline_args(self.settings, pipeline_root=self.pipeline_root, data_root=self.data_root,
+            pipeline_args(settings, pipeline_root=self.pipeline_root, data_root=self.data_root,
                           serving_model_dir=self.model_serving_dir, schema_folder=self.schema_dir),
             span_listing="",
         )

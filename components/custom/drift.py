@@ -209,9 +209,6 @@ def compute_span_statistics(
                      "are computed by the Beam pass instead", EXACT_DISTINCT_VALUES)
         result = None
     if result is not None:
-        # Beam removes the temporary folder it made for the pipeline when it runs it; this
-        # one, made for the component, is not run.
-        shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)
         tf.io.gfile.makedirs(output_dir)
         sliced = statistics_pb2.DatasetFeatureStatisticsList(
             datasets=[result[number].datasets[0] for number in sorted(result)]
@@ -316,44 +313,49 @@ def DataGate(  # a component is named like a class
     ExampleValidator's own per-split dict compile wrongly for KFP v2 in TFX 1.16: the
     split keys become list indexes.)
     """
-    split_blessings = anomalies.get_json_value_custom_property(BLESSED_PROPERTY) or {}
-    schema_ok = bool(split_blessings) and all(int(value) == 1 for value in split_blessings.values())
-    loaded_schema = tfdv.load_schema_text(os.path.join(schema.uri, "schema.pbtxt"))
-    spans_read = window.parse_spans(spans_used.read())
-    splits = set(json.loads(statistics.split_names))
-    if PREVIOUS_SPAN_SPLIT in splits:
-        # Window mode (two spans at least): one split per span, named by age as
-        # SpanWindow named them, the newest `eval`.
-        split_names = spans.window_train_splits(len(spans_read)) + [spans.WINDOW_EVAL_SPLIT]
-        by_span = dict(zip(spans_read, split_names))
-        checks = {span: anomaly_lines(split_anomalies(anomalies.uri, split)) for span, split in by_span.items()}
-        span_stats = {span: split_statistics(statistics, by_span[span]) for span in spans_read[-2:]}
-    else:
-        total_rows = sum(
-            dataset.num_examples for split in splits for dataset in split_statistics(statistics, split).datasets
+    try:
+        split_blessings = anomalies.get_json_value_custom_property(BLESSED_PROPERTY) or {}
+        schema_ok = bool(split_blessings) and all(int(value) == 1 for value in split_blessings.values())
+        loaded_schema = tfdv.load_schema_text(os.path.join(schema.uri, "schema.pbtxt"))
+        spans_read = window.parse_spans(spans_used.read())
+        splits = set(json.loads(statistics.split_names))
+        if PREVIOUS_SPAN_SPLIT in splits:
+            # Window mode (two spans at least): one split per span, named by age as
+            # SpanWindow named them, the newest `eval`.
+            split_names = spans.window_train_splits(len(spans_read)) + [spans.WINDOW_EVAL_SPLIT]
+            by_span = dict(zip(spans_read, split_names))
+            checks = {span: anomaly_lines(split_anomalies(anomalies.uri, split)) for span, split in by_span.items()}
+            span_stats = {span: split_statistics(statistics, by_span[span]) for span in spans_read[-2:]}
+        else:
+            total_rows = sum(
+                dataset.num_examples for split in splits for dataset in split_statistics(statistics, split).datasets
+            )
+            rate = sample_rate(total_rows, len(spans_read))
+            verdict.set_float_custom_property(SAMPLE_RATE_PROPERTY, rate)
+            span_stats = compute_span_statistics(
+                beam_pipeline, data_root, spans_read, verdict.uri, schema=loaded_schema, rate=rate,
+                in_process=total_rows <= IN_PROCESS_ROWS and beam_runs_here(beam_pipeline.options),
+            )
+            checks = {
+                span: anomaly_lines(tfdv.validate_statistics(span_stats[span], loaded_schema)) for span in spans_read
+            }
+        lines: List[str] = []
+        if len(spans_read) >= 2:
+            previous, newest = spans_read[-2:]
+            found = drift_anomalies(span_stats[newest], span_stats[previous], loaded_schema)
+            tf.io.gfile.makedirs(verdict.uri)  # made by LocalDagRunner, not by Vertex AI (see ImportSchema)
+            with tf.io.gfile.GFile(os.path.join(verdict.uri, ANOMALIES_FILE), "wb") as handle:
+                handle.write(found.SerializeToString())
+            lines = describe(found, newest, previous) + label_drift(
+                span_stats[newest], span_stats[previous], newest, previous
+            )
+        spans_ok = not any(checks.values())
+        verdict.set_int_custom_property(BLESSED_PROPERTY, 1 if schema_ok and spans_ok and not lines else 0)
+        verdict.set_string_custom_property(REPORT_PROPERTY, "\n".join(lines))
+        verdict.set_string_custom_property(
+            SPAN_CHECKS_PROPERTY, json.dumps({str(span): found_lines for span, found_lines in checks.items()})
         )
-        rate = sample_rate(total_rows, len(spans_read))
-        verdict.set_float_custom_property(SAMPLE_RATE_PROPERTY, rate)
-        span_stats = compute_span_statistics(
-            beam_pipeline, data_root, spans_read, verdict.uri, schema=loaded_schema, rate=rate,
-            in_process=total_rows <= IN_PROCESS_ROWS and beam_runs_here(beam_pipeline.options),
-        )
-        checks = {
-            span: anomaly_lines(tfdv.validate_statistics(span_stats[span], loaded_schema)) for span in spans_read
-        }
-    lines: List[str] = []
-    if len(spans_read) >= 2:
-        previous, newest = spans_read[-2:]
-        found = drift_anomalies(span_stats[newest], span_stats[previous], loaded_schema)
-        tf.io.gfile.makedirs(verdict.uri)  # made by LocalDagRunner, not by Vertex AI (see ImportSchema)
-        with tf.io.gfile.GFile(os.path.join(verdict.uri, ANOMALIES_FILE), "wb") as handle:
-            handle.write(found.SerializeToString())
-        lines = describe(found, newest, previous) + label_drift(
-            span_stats[newest], span_stats[previous], newest, previous
-        )
-    spans_ok = not any(checks.values())
-    verdict.set_int_custom_property(BLESSED_PROPERTY, 1 if schema_ok and spans_ok and not lines else 0)
-    verdict.set_string_custom_property(REPORT_PROPERTY, "\n".join(lines))
-    verdict.set_string_custom_property(
-        SPAN_CHECKS_PROPERTY, json.dumps({str(span): found_lines for span, found_lines in checks.items()})
-    )
+    finally:
+        # The pipeline TFX made for the component keeps a temporary folder until it runs;
+        # the gate often does not run it (statistics in this process, window mode).
+        shutil.rmtree(beam_pipeline.local_tempdir, ignore_errors=True)

@@ -42,7 +42,7 @@ def compile_pipeline(args: argparse.Namespace, ending: Ending) -> int:
         data_root=args.data_root,
         serving_dir=args.serving_dir,
         notify_url=args.notify,
-        settings=options.settings(args, config.vertex_beam_args(args.image), window_size=args.window or None),
+        settings=options.settings(args, config.VERTEX_BEAM_ARGS, window_size=args.window or None),
     )
     tasks = dag_tasks(kubeflow_runner.compile_pipeline(kfp_config, args.output))
     print(f"Wrote {args.output}: {len(tasks)} tasks, image {args.image}")

@@ -7,21 +7,47 @@ was most of the data gate's time on data/ (256 histograms: 16 spans of 16 featur
 part of StatisticsGen's. `equi_width_histogram` computes the same sums from the bucket
 bounds as arrays: the same overlap of each bucket (the same cases, in the same order), the
 same terms, added one after another in the same order, so the histogram is TFDV's to the
-last bit (tests/pipeline/run/test_equi_width.py compares them on thousands of inputs).
+last bit (tests/pipeline/run/test_equi_width.py compares them on thousands of inputs,
+on both stacks). Histograms whose bounds are float32 are left to TFDV (`replacing`).
 """
 
 from __future__ import annotations
+
+import functools
+from typing import Callable
 
 import numpy as np
 from tensorflow_data_validation.utils import quantiles_util
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
 
+def replacing(original: Callable[..., statistics_pb2.Histogram]) -> Callable[..., statistics_pb2.Histogram]:
+    """`equi_width_histogram` in the place of TFDV's `original`, which still computes the
+    histograms whose bounds are not 64-bit: with NumPy 2 (tfx-1.21), float32 bounds (a float
+    feature's minimum and maximum) make TFDV's walk compare and add in float32, which
+    these arrays do not reproduce."""
+
+    @functools.wraps(original)
+    def generate_equi_width_histogram(quantiles, cumulative_counts, finite_min, finite_max, num_buckets,
+                                      num_pos_inf):
+        compute = equi_width_histogram if _wide(finite_min) and _wide(finite_max) else original
+        return compute(quantiles, cumulative_counts, finite_min, finite_max, num_buckets, num_pos_inf)
+
+    return generate_equi_width_histogram
+
+
+def _wide(bound) -> bool:
+    """A Python number, a 64-bit float or an integer: NumPy computes with it in float64."""
+    dtype = np.asarray(bound).dtype
+    return dtype == np.float64 or dtype.kind in "iub"
+
+
 def equi_width_histogram(
     quantiles: np.ndarray, cumulative_counts: np.ndarray, finite_min: float, finite_max: float,
     num_buckets: int, num_pos_inf: float,
 ) -> statistics_pb2.Histogram:
-    """`quantiles_util.generate_equi_width_histogram`, with its arguments and result."""
+    """`quantiles_util.generate_equi_width_histogram`, with its arguments and result, for
+    64-bit or integer bounds (see `replacing`)."""
     result = statistics_pb2.Histogram()
     result.type = statistics_pb2.Histogram.STANDARD
     if not np.isfinite(finite_min) and not np.isfinite(finite_max):

@@ -220,7 +220,7 @@ def tfx_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
       image for Beam's workers (this package installed from a wheel rather than from
       source), TFX copies itself into a new temporary folder and builds an archive of it
       before every Beam component: about 3 s, and 52 MB left behind each time. With a
-      runner in `RUNNERS_HERE` the workers are this environment and never read it.
+      runner that keeps Beam's workers here (`beam_args.runs_here`) they never read it.
     """
     from tfx.orchestration.portable import launcher
     from tfx.utils import dependency_utils
@@ -236,27 +236,24 @@ def tfdv_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
 
     - `quantiles_util.generate_equi_width_histogram`: each numeric feature's standard
       histogram, added up from 1,000 quantile buckets by a walk over protos in Python;
-      computed from arrays instead, to the same bits (`pipeline.run.equi_width`). The data
-      gate's statistics of 16 spans on data/: 1.6 s -> 1.0 s.
+      computed from arrays instead, to the same bits (`pipeline.run.equi_width`), where
+      the bounds are 64-bit or integers (on NumPy 2 a float feature's are float32, and
+      TFDV computes those). The data gate's statistics of 16 spans on data/, tfx-1.16:
+      1.6 s -> 1.0 s.
     """
     from tensorflow_data_validation.utils import quantiles_util
 
     from pipeline.run import equi_width
 
-    return [(quantiles_util, "generate_equi_width_histogram", lambda old: equi_width.equi_width_histogram)]
-
-
-# Runners whose workers are this process or its children, on this Python environment.
-RUNNERS_HERE = ("DirectRunner", "FnApiRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner")
+    return [(quantiles_util, "generate_equi_width_histogram", equi_width.replacing)]
 
 
 def _archive_for_remote_workers_only(original: Callable) -> Callable:
     @functools.wraps(original)
     def make_beam_dependency_flags(beam_pipeline_args):
-        from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+        from pipeline import beam_args
 
-        runner = PipelineOptions(list(beam_pipeline_args)).view_as(StandardOptions).runner or "DirectRunner"
-        if runner.rsplit(".", 1)[-1] in RUNNERS_HERE:
+        if beam_args.runs_here(beam_pipeline_args):
             return list(beam_pipeline_args)
         return original(beam_pipeline_args)
 

@@ -195,3 +195,17 @@ def test_the_eval_split_stays_near_its_row_limit(rows, train_buckets):
     evaluation = config.sized_evaluation(config.EvaluationConfig(), rows)
     assert (evaluation.train_buckets, evaluation.eval_buckets) == (train_buckets, 1)
     assert rows / (evaluation.train_buckets + 1) <= max(config.EvaluationConfig().max_eval_rows, rows / 5)
+
+
+@pytest.mark.parametrize("args, here", [
+    ((), True),
+    (config.LOCAL_BEAM_ARGS, True),
+    (("--runner=direct",), True),
+    (("--runner", "DirectRunner", "--direct_running_mode=multi_processing"), True),
+    (("--runner=PrismRunner",), True),
+    (("--runner=PortableRunner", "--job_endpoint=localhost:8099"), False),
+    (("--runner=DataflowRunner",), False),
+    (config.LOCAL_BEAM_ARGS + ("--runner=FlinkRunner",), False),
+])
+def test_which_runners_keep_beam_s_workers_in_this_environment(args, here):
+    assert beam_args.runs_here(args) is here

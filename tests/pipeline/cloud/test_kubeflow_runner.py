@@ -177,13 +177,29 @@ def test_notify_needs_a_webhook_url(tmp_path):
     assert status == 1 and not (tmp_path / "p.json").exists()
 
 
-def test_beam_components_name_the_pipeline_image_for_their_workers(compiled, monkeypatch):
+
+def _beam_args(spec, executor="Transform_executor"):
+    args = list(spec.deployment_spec["executors"][executor]["container"]["args"])
+    return args[args.index("{{$}}") + 1:]
+
+
+def test_beam_in_the_containers_names_the_pipeline_image_for_its_workers(tmp_path, monkeypatch):
     from tfx.utils import dependency_utils
 
-    _, spec = compiled
-    args = list(spec.deployment_spec["executors"]["Transform_executor"]["container"]["args"])
-    beam_args = args[args.index("{{$}}") + 1:]
+    output = tmp_path / "pipeline.json"
+    assert cli.main(["compile", "--image", IMAGE, "--pipeline-root", "gs://bucket/pipelines", "--data-root",
+                     "gs://bucket/data", "--serving-dir", "gs://bucket/serving", "--output", str(output)]) == 0
+    spec = json_format.ParseDict(json.loads(output.read_text())["pipelineSpec"], pipeline_spec_pb2.PipelineSpec(),
+                                 ignore_unknown_fields=True)
+    beam_args = _beam_args(spec)
     assert f"--sdk_container_image={IMAGE}" in beam_args
     # So TFX does not build and stage an archive of itself in each Beam component's container.
     monkeypatch.setattr(dependency_utils, "build_ephemeral_package", lambda: pytest.fail("archive built"))
     assert dependency_utils.make_beam_dependency_flags(beam_args) == beam_args
+
+
+def test_a_remote_runner_gets_no_image_it_was_not_given(compiled):
+    # Dataflow's workers need an image with Beam's boot entry point: the user names one.
+    _, spec = compiled
+    assert "--runner=DataflowRunner" in _beam_args(spec)
+    assert not any(arg.startswith("--sdk_container_image=") for arg in _beam_args(spec))
