@@ -408,11 +408,20 @@ GENERATED_PREFIX = "__autograph_generated_file"
 
 
 def remove_generated_sources() -> None:
-    """Removes the source files of the modules AutoGraph generated in this process, from
-    the temporary folder: the one thing that the exit handlers `os._exit` skips would
+    """Removes the source files of the modules AutoGraph generated in this process, and
+    their cached bytecode, from the temporary folder: the one thing that the exit handlers `os._exit` skips would
     have cleaned up (so a year of hourly runs does not leave 30,000 files there)."""
+    folders = set()
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None) if name.startswith(GENERATED_PREFIX) else None
         if path and os.path.basename(path).startswith(GENERATED_PREFIX):
-            with contextlib.suppress(OSError):
-                os.remove(path)
+            # With the bytecode Python may have cached beside it (`__pycache__/`).
+            for generated in (path, getattr(module, "__cached__", None)):
+                if generated:
+                    with contextlib.suppress(OSError):
+                        os.remove(generated)
+                        folders.add(os.path.dirname(generated))
+    for folder in folders:
+        if os.path.basename(folder) == "__pycache__":
+            with contextlib.suppress(OSError):  # not empty: another process's files
+                os.rmdir(folder)
