@@ -409,8 +409,9 @@ GENERATED_PREFIX = "__autograph_generated_file"
 
 def remove_generated_sources() -> None:
     """Removes the source files of the modules AutoGraph generated in this process, and
-    their cached bytecode, from the temporary folder: the one thing that the exit handlers `os._exit` skips would
-    have cleaned up (so a year of hourly runs does not leave 30,000 files there)."""
+    their cached bytecode, from the temporary folder: the one thing that the exit handlers
+    `os._exit` skips would have cleaned up (a year of hourly runs would leave 30,000
+    files there)."""
     folders = set()
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None) if name.startswith(GENERATED_PREFIX) else None
