@@ -110,18 +110,67 @@ def records(path: str) -> Iterator[bytes]:
     return tf.compat.v1.io.tf_record_iterator(path, _GZIP)
 
 
+def tfrecords(path: str) -> Iterator[bytes]:
+    """The records of TFRecord file `path`, compressed as its name says (Beam's rule):
+    GZIP and uncompressed files by TensorFlow's reader (CRCs checked), any other
+    compression Beam can open by Beam's own record reader."""
+    from apache_beam.io import filesystem, filesystems, tfrecordio
+
+    compression = filesystem.CompressionTypes.detect_compression_type(path)
+    if compression == filesystem.CompressionTypes.GZIP:
+        return records(path)
+    if compression == filesystem.CompressionTypes.UNCOMPRESSED:
+        return tf.compat.v1.io.tf_record_iterator(path)
+    return _beam_records(filesystems.FileSystems.open(path, compression_type=compression), tfrecordio)
+
+
+def _beam_records(handle, tfrecordio) -> Iterator[bytes]:
+    with handle:
+        while True:
+            record = tfrecordio._TFRecordUtil.read_record(handle)
+            if record is None:
+                return
+            yield record
+
+
+def in_batches(items: Iterable[bytes], size: int) -> Iterator[List[bytes]]:
+    """`items` in lists of `size` (the last one shorter, none empty)."""
+    batch: List[bytes] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def matching_files(pattern: str) -> List[str]:
+    """The files that match `pattern` (Beam's file systems), sorted; an error when none
+    does, as Beam's own TFRecord source raises."""
+    from apache_beam.io import filesystems
+
+    found = sorted(meta.path for result in filesystems.FileSystems.match([pattern]) for meta in result.metadata_list)
+    if not found:
+        raise OSError(f"no files match {pattern}")
+    return found
+
+
+class ReadRecordBatches(beam.DoFn):
+    """A TFRecord file's records in lists of `size` (`tfrecords`): one Beam element per
+    list, where Beam's own source makes one per record and batches them again after."""
+
+    def __init__(self, size: int):
+        self._size = size
+
+    def process(self, path: str) -> Iterator[List[bytes]]:
+        return in_batches(tfrecords(path), self._size)
+
+
 def sampled_batches(path: str, rate: float) -> Iterator[List[bytes]]:
     """The records of GZIP TFRecord file `path` that are `in_sample` at `rate`, in
     batches of at most `DECODE_BATCH` (empty batches left out)."""
-    batch: List[bytes] = []
-    for record in records(path):
-        if rate >= 1 or in_sample(record, rate):
-            batch.append(record)
-            if len(batch) == DECODE_BATCH:
-                yield batch
-                batch = []
-    if batch:
-        yield batch
+    return in_batches((record for record in records(path) if rate >= 1 or in_sample(record, rate)), DECODE_BATCH)
 
 
 class ReadSpanFile(beam.DoFn):
@@ -143,3 +192,17 @@ class ReadSpanFile(beam.DoFn):
             yield add_span(self._decoder.DecodeBatch(kept), span)
 
 
+
+
+@beam.ptransform_fn
+def RecordBatchesOfFiles(pipeline, patterns: List[str], size: int, decode: beam.DoFn):
+    """The TFRecord files that match `patterns`, each read by one `ReadRecordBatches`
+    (the files shared out among Beam's workers), then `decode`d a list at a time."""
+    return (
+        pipeline
+        | "Patterns" >> beam.Create(patterns)
+        | "Match" >> beam.FlatMap(matching_files)
+        | "ShareOut" >> beam.Reshuffle()
+        | "Read" >> beam.ParDo(ReadRecordBatches(size))
+        | "Decode" >> beam.ParDo(decode)
+    )

@@ -66,6 +66,7 @@ _after_exit: List[Callable[[], object]] = []
 # Work for once a node has run (`when_done`): node id -> callables of its outputs.
 _when_done: Dict[str, List[Callable[[dict], object]]] = {}
 _ends_here = [False]
+_INHERITED = object()
 
 
 def enabled() -> bool:
@@ -248,6 +249,53 @@ def tfdv_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
     return [(quantiles_util, "generate_equi_width_histogram", equi_width.replacing)]
 
 
+def tfxio_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
+    """`(owner, attribute, new value from the old one)` of each change to tfx_bsl.
+
+    - `TFExampleRecord.BeamSource`, how StatisticsGen, Transform and the Evaluator read
+      an Examples artifact's files: Beam's own TFRecord source reads each record in
+      Python and makes it a Beam element, and tfx_bsl batches the elements again before
+      decoding them. Here each file is read by TensorFlow's reader straight into lists of
+      records (`beam_fns.RecordBatchesOfFiles`), decoded by tfx_bsl's own decoder: the same
+      record batches, of the size asked for or tfx_bsl's cap of 1,000. With tfx_bsl's
+      byte-size batching on (`--tfxio_use_byte_size_batching`) its own source.
+    """
+    from tfx_bsl.tfxio import tf_example_record
+
+    return [(tf_example_record.TFExampleRecord, "BeamSource", _read_a_file_at_a_time)]
+
+
+def _read_a_file_at_a_time(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def BeamSource(self, batch_size=None):
+        import apache_beam as beam
+        from tfx_bsl.coders import batch_util
+        from tfx_bsl.tfxio import telemetry, tf_example_record
+
+        from components.custom import beam_fns
+
+        if batch_util._UseByteSizeBatching():
+            return original(self, batch_size)
+        decode = tf_example_record._DecodeBatchExamplesDoFn(self._GetSchemaForDecoding(), self.raw_record_column_name)
+
+        def expand(pipeline):
+            return (
+                pipeline
+                | "ReadRecordBatches"
+                >> beam_fns.RecordBatchesOfFiles(
+                    list(self._file_pattern), batch_size or batch_util._BATCH_SIZE_CAP, decode
+                )
+                | "CollectRecordBatchTelemetry"
+                >> telemetry.ProfileRecordBatches(
+                    self._telemetry_descriptors, self._logical_format, self._physical_format
+                )
+            )
+
+        return beam.ptransform_fn(expand)()
+
+    return BeamSource
+
+
 def _archive_for_remote_workers_only(original: Callable) -> Callable:
     @functools.wraps(original)
     def make_beam_dependency_flags(beam_pipeline_args):
@@ -289,14 +337,18 @@ def when_done(node_id: str, work: Callable[[dict], object]) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _patched(patches: List[Tuple[object, str, Callable[[object], object]]]) -> Iterator[None]:
-    originals = [(owner, name, owner.__dict__[name]) for owner, name, _ in patches]
+    # An attribute the owner inherits is set on the owner and deleted again after.
+    originals = [(owner, name, owner.__dict__.get(name, _INHERITED)) for owner, name, _ in patches]
     try:
         for owner, name, make in patches:
-            setattr(owner, name, make(owner.__dict__[name]))
+            setattr(owner, name, make(getattr(owner, name)))
         yield
     finally:
         for owner, name, original in originals:
-            setattr(owner, name, original)
+            if original is _INHERITED:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
 
 
 def _import_frozen(name: str) -> ModuleType:
@@ -322,7 +374,7 @@ def local_runner(on: bool) -> Iterator[ModuleType]:
         yield importlib.import_module(LOCAL_RUNNER)
         return
     module = _import_frozen(LOCAL_RUNNER)
-    with _patched(beam_patches() + tfx_patches() + tfdv_patches()), _collecting_less_often():
+    with _patched(beam_patches() + tfx_patches() + tfdv_patches() + tfxio_patches()), _collecting_less_often():
         yield module
 
 

@@ -372,3 +372,99 @@ def test_an_immediate_exit_still_removes_autograph_s_generated_sources(tmp_path,
     assert other.exists()
     # Nor their bytecode, where Python cached it (Python 3.13 does, beside the sources).
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.py"]
+
+
+def _example(index: int) -> bytes:
+    import tensorflow as tf
+
+    feature = {"fare": tf.train.Feature(float_list=tf.train.FloatList(value=[index / 7]))}
+    if index % 3:  # some rows lack a feature, some have two values of it
+        companies = [b"c%d" % (index % 5)] * (index % 2 + 1)
+        feature["company"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=companies))
+    feature["hour"] = tf.train.Feature(int64_list=tf.train.Int64List(value=[index % 24]))
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def _tfrecord_files(folder) -> str:
+    """Three TFRecord files of 1,234 tf.Examples in all: two GZIP, one uncompressed."""
+    import tensorflow as tf
+
+    for name, compression, indices in [("a.gz", "GZIP", range(0, 600)), ("b.gz", "GZIP", range(600, 1100)),
+                                       ("c", None, range(1100, 1234))]:
+        with tf.io.TFRecordWriter(str(folder / name), options=compression) as writer:
+            for index in indices:
+                writer.write(_example(index))
+    return str(folder / "*")
+
+
+def _rows_read(tfxio, out_prefix: str, batch_size=None):
+    """The rows of every record batch `tfxio.BeamSource` gives, and the batches' sizes."""
+    import json
+
+    def rows(batch):
+        columns = batch.to_pydict()
+        return [json.dumps({name: (repr(values[i])) for name, values in columns.items()}, sort_keys=True)
+                for i in range(batch.num_rows)]
+
+    with beam.Pipeline(argv=["--runner=DirectRunner", "--direct_running_mode=in_memory"]) as pipeline:
+        batches = pipeline | tfxio.BeamSource(batch_size)
+        _ = batches | "Rows" >> beam.FlatMap(rows) | "WriteRows" >> beam.io.WriteToText(out_prefix + "-rows")
+        _ = batches | "Sizes" >> beam.Map(lambda batch: batch.num_rows) | beam.io.WriteToText(out_prefix + "-sizes")
+
+    def lines(kind):
+        found = []
+        for path in sorted(os.listdir(os.path.dirname(out_prefix))):
+            if path.startswith(os.path.basename(out_prefix) + kind):
+                with open(os.path.join(os.path.dirname(out_prefix), path)) as handle:
+                    found += handle.read().splitlines()
+        return found
+
+    return sorted(lines("-rows")), [int(size) for size in lines("-sizes")]
+
+
+@pytest.mark.parametrize("batch_size", [None, 100])
+def test_tf_examples_read_a_file_at_a_time_give_tfx_bsl_s_own_record_batches(tmp_path, batch_size):
+    from tensorflow_metadata.proto.v0 import schema_pb2
+    from tfx_bsl.tfxio import tf_example_record
+
+    pattern = _tfrecord_files(tmp_path)
+    schema = schema_pb2.Schema()
+    for name, kind in [("fare", schema_pb2.FLOAT), ("company", schema_pb2.BYTES), ("hour", schema_pb2.INT)]:
+        schema.feature.add(name=name, type=kind)
+
+    def tfxio():
+        return tf_example_record.TFExampleRecord(pattern, schema=schema, raw_record_column_name="__raw__")
+
+    (tmp_path / "out").mkdir()
+    expected, _ = _rows_read(tfxio(), str(tmp_path / "out" / "tfx_bsl"), batch_size)
+    with speedups._patched(speedups.tfxio_patches()):
+        assert "BeamSource" in tf_example_record.TFExampleRecord.__dict__
+        got, sizes = _rows_read(tfxio(), str(tmp_path / "out" / "patched"), batch_size)
+    assert "BeamSource" not in tf_example_record.TFExampleRecord.__dict__  # inherited again
+    assert len(expected) == 1234 and got == expected
+    # A file's records in lists of the size asked for (tfx_bsl's cap of 1,000 when none is).
+    limit = batch_size or 1000
+
+    def lists_of(records):
+        return [limit] * (records // limit) + [records % limit] * bool(records % limit)
+
+    assert sorted(sizes) == sorted(lists_of(600) + lists_of(500) + lists_of(134))
+
+
+def test_tf_examples_read_a_file_at_a_time_fail_as_beam_does_on_a_pattern_without_files(tmp_path):
+    from tfx_bsl.tfxio import tf_example_record
+
+    with speedups._patched(speedups.tfxio_patches()):
+        with pytest.raises(Exception, match="no files match .*nothing-here"):
+            _rows_read(tf_example_record.TFExampleRecord(str(tmp_path / "nothing-here*")), str(tmp_path / "x"))
+
+
+def test_byte_size_batching_keeps_tfx_bsl_s_own_source(monkeypatch):
+    from tfx_bsl.coders import batch_util
+    from tfx_bsl.tfxio import tf_example_record
+
+    original = tf_example_record.TFExampleRecord.BeamSource
+    monkeypatch.setattr(batch_util, "_UseByteSizeBatching", lambda: True)
+    with speedups._patched(speedups.tfxio_patches()):
+        source = tf_example_record.TFExampleRecord("/x/*").BeamSource()
+    assert source.label == original(tf_example_record.TFExampleRecord("/x/*")).label
