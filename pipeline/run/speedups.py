@@ -21,6 +21,9 @@ Off with `TAXI_PIPELINE_SPEEDUPS=0` in the environment (or `taxi-pipeline run
   functions are pickled and unpickled many times in a run).
 - TFDV's equi-width histograms are computed from arrays (`tfdv_patches`), to the same
   bits.
+- StatisticsGen, Transform and the Evaluator read an Examples artifact a file at a time
+  by TensorFlow's record reader, into lists of records for tfx_bsl's own decoder
+  (`tfxio_patches`): the same record batches, without a Beam element per record.
 - The serving check's probe, started with the run, is handed the model as soon as the
   Trainer has written it (`when_done`): it loads it and replays its warmup requests
   while the Evaluator runs, on the core the Evaluator leaves idle.
