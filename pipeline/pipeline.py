@@ -308,6 +308,7 @@ def create_pipeline(
     warm_start: bool = True,
     beam_pipeline_args: Sequence[str] = (),
     parallel_beam_pipeline_args: Sequence[str] = (),
+    ingest_beam_pipeline_args: Sequence[str] = (),
     metadata_connection_config: Optional[Any] = None,
     enable_cache: bool = True,
 ) -> tfx_pipeline.Pipeline:
@@ -342,6 +343,8 @@ def create_pipeline(
       parallel_beam_pipeline_args: StatisticsGen's and the Evaluator's own Beam options,
         after the pipeline's (e.g. the DirectRunner's worker processes for large data,
         see `pipeline.config.parallel_beam_args`); empty: the pipeline's alone.
+      ingest_beam_pipeline_args: ImportExampleGen's own Beam options, after the
+        pipeline's (`pipeline.config.threaded_beam_args`); empty: the pipeline's alone.
       metadata_connection_config: MLMD connection; None lets the orchestrator choose.
       enable_cache: Reuse outputs of executions whose inputs did not change.
     """
@@ -353,6 +356,8 @@ def create_pipeline(
     if parallel_beam_pipeline_args:
         for node in (data.statistics_gen, training.evaluator):
             node.with_beam_pipeline_args(list(parallel_beam_pipeline_args))
+    if ingest_beam_pipeline_args:
+        data.example_gen.with_beam_pipeline_args(list(ingest_beam_pipeline_args))
 
     return tfx_pipeline.Pipeline(
         pipeline_name=pipeline_name,

@@ -155,17 +155,20 @@ def _sized(run_config: config.RunConfig, rows: int) -> config.RunConfig:
     from them (`config.parallel_beam_args`) and the eval split (`config.sized_evaluation`)."""
     settings = run_config.settings
     parallel = config.parallel_beam_args(settings.beam_args, rows)
+    ingest = config.threaded_beam_args(settings.beam_args, rows)
     evaluation = config.sized_evaluation(settings.evaluation, rows)
-    logging.info("%d rows: Beam runs %s", rows, _describe_beam(settings.beam_args, parallel))
+    logging.info("%d rows: Beam runs %s", rows, _describe_beam(settings.beam_args, parallel, ingest))
     if evaluation != settings.evaluation:
         logging.info("%d rows: the eval split is 1 hash bucket of %d (about %d rows)", rows,
                      evaluation.train_buckets + 1, rows // (evaluation.train_buckets + 1))
     return dataclasses.replace(
-        run_config, settings=dataclasses.replace(settings, parallel_beam_args=parallel, evaluation=evaluation)
+        run_config,
+        settings=dataclasses.replace(settings, parallel_beam_args=parallel, ingest_beam_args=ingest,
+                                     evaluation=evaluation),
     )
 
 
-def _describe_beam(beam_args: Sequence[str], parallel: Sequence[str]) -> str:
+def _describe_beam(beam_args: Sequence[str], parallel: Sequence[str], ingest: Sequence[str] = ()) -> str:
     from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
     def described(args: Sequence[str]) -> str:
@@ -176,8 +179,9 @@ def _describe_beam(beam_args: Sequence[str], parallel: Sequence[str]) -> str:
 
     if not parallel:
         return f"{described(beam_args)} for every component"
+    threads = f"{described(ingest)} for ImportExampleGen, " if ingest else ""
     return (f"{described(parallel)} for StatisticsGen and the Evaluator (>= {config.MULTI_PROCESS_ROWS} rows), "
-            f"{described(beam_args)} for the others")
+            f"{threads}{described(beam_args)} for the others")
 
 
 def _unrecorded(run_config: config.RunConfig, plan: run_state.RunPlan) -> Optional[outcome.RunReport]:

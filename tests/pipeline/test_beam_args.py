@@ -173,20 +173,35 @@ def test_beam_options_the_user_gives_win_over_the_sizing():
     assert PipelineOptions(list(sized)).view_as(StandardOptions).runner == "DataflowRunner"
 
 
-def test_only_statistics_and_evaluation_get_the_worker_processes(tmp_path):
+def test_ingestion_gets_a_thread_per_core_from_the_row_threshold_on():
+    assert config.threaded_beam_args(config.LOCAL_BEAM_ARGS, config.MULTI_PROCESS_ROWS - 1, cores=4) == ()
+    above = config.threaded_beam_args(config.LOCAL_BEAM_ARGS, config.MULTI_PROCESS_ROWS, cores=4)
+    assert _direct(config.LOCAL_BEAM_ARGS + above) == ("multi_threading", 4)
+    assert config.threaded_beam_args(config.LOCAL_BEAM_ARGS, 10**7, cores=1) == ()
+    user = config.LOCAL_BEAM_ARGS + ("--direct_running_mode=in_memory",)
+    assert _direct(user + config.threaded_beam_args(user, 10**7, cores=8))[0] == "in_memory"
+
+
+@pytest.mark.parametrize("sized", [True, False])
+def test_only_statistics_and_evaluation_get_the_worker_processes_and_ingestion_threads(tmp_path, sized):
     from tfx.dsl.components.base.base_beam_component import BaseBeamComponent
 
     from pipeline import pipeline as pipeline_lib
 
     run_config = config.RunConfig(data_root=str(tmp_path), output_root=str(tmp_path / "out")).resolved()
-    parallel = config.parallel_beam_args(run_config.settings.beam_args, 10**6, cores=2)
+    rows = 10**6 if sized else 10**4
     args = run_config.pipeline_args(["span-1"])
-    args["parallel_beam_pipeline_args"] = parallel
+    args["parallel_beam_pipeline_args"] = config.parallel_beam_args(run_config.settings.beam_args, rows, cores=2)
+    args["ingest_beam_pipeline_args"] = config.threaded_beam_args(run_config.settings.beam_args, rows, cores=2)
     built = pipeline_lib.create_pipeline(**args)
     modes = {node.id: _direct(node.executor_spec.beam_pipeline_args)[0]
              for node in built.components if isinstance(node, BaseBeamComponent)}
-    assert {node for node, mode in modes.items() if mode == "multi_processing"} == {"StatisticsGen", "Evaluator"}
-    assert modes["ImportExampleGen"] == modes["Transform"] == "in_memory"
+    if sized:
+        assert {node for node, mode in modes.items() if mode == "multi_processing"} == {"StatisticsGen", "Evaluator"}
+        assert modes["ImportExampleGen"] == "multi_threading"
+        assert modes["Transform"] == "in_memory"
+    else:
+        assert set(modes.values()) == {"in_memory"}
 
 
 @pytest.mark.parametrize("rows, train_buckets", [(15_002, 4), (250_000, 4), (250_001, 5), (1_000_000, 19),

@@ -91,8 +91,8 @@ def test_the_file_executor_splits_every_record_as_tfx_does(repo, tmp_path, copy_
 
     data_root = copy_spans(tmp_path / "data", (14, 15, 16))
     input_config, output_config = _split_configs()
-    # In Beam's worker processes, as a run of many rows does (config.parallel_beam_args).
-    workers = ("--direct_running_mode=multi_processing", "--direct_num_workers=2")
+    # On a thread per core, as a run of many rows does (config.threaded_beam_args).
+    workers = ("--direct_running_mode=multi_threading", "--direct_num_workers=2")
     ours = _run_example_gen(ingest.FileExecutor, data_root, tmp_path / "ours", output_config, input_config, workers)
     theirs = _run_example_gen(tfx_executor.Executor, data_root, tmp_path / "tfx", output_config, input_config)
 
