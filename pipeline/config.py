@@ -110,11 +110,13 @@ LOCAL_BEAM_ARGS: Tuple[str, ...] = (
     "--pickle_library=cloudpickle",
 )
 # From this many rows on, StatisticsGen and the Evaluator run their Beam work in worker
-# processes, one per core; below, and for the other components always, in this process.
-# Those two spend their time in Python per record, which worker processes share out;
-# ImportExampleGen and the data gate work a file at a time in TensorFlow's C++ readers,
-# and Transform's analysis did not get faster, so workers would only add their start-up
-# (a few seconds per component) and memory (measured: docs/scale.md).
+# processes, one per core, and ImportExampleGen on a thread per core; below, and for the
+# other components always, in this process. StatisticsGen and the Evaluator spend their
+# time in Python per record, which worker processes share out; ImportExampleGen's is in
+# TensorFlow's C++ reader and GZIP writer, which threads share out without the start-up
+# of processes; the data gate reads a sample, and Transform's analysis did not get faster
+# in worker processes (1M rows: 19.7 s against 15.5-18.4 s in this process), so workers
+# would only add their start-up (a few seconds per component) and memory (docs/scale.md).
 MULTI_PROCESS_ROWS = 300_000
 
 
@@ -122,10 +124,10 @@ def parallel_beam_args(
     beam_args: Sequence[str], rows: int, cores: Optional[int] = None, mode: str = "multi_processing"
 ) -> Tuple[str, ...]:
     """The Beam options of StatisticsGen and the Evaluator for `rows` rows: from
-    `MULTI_PROCESS_ROWS` on, on several cores, the DirectRunner's `mode` (worker
-    processes) with one worker per core, followed by `beam_args` (so that a mode, worker
-    count or runner the user gave still wins: Beam reads a repeated option's last value);
-    else nothing (the pipeline's options)."""
+    `MULTI_PROCESS_ROWS` on, on several cores, the DirectRunner's `mode` (by default
+    worker processes) with one worker per core, followed by `beam_args` (so that a mode,
+    worker count or runner the user gave still wins: Beam reads a repeated option's last
+    value); else nothing (the pipeline's options)."""
     cores = cores or os.cpu_count() or 1
     if rows < MULTI_PROCESS_ROWS or cores < 2:
         return ()
@@ -133,11 +135,16 @@ def parallel_beam_args(
 
 
 def threaded_beam_args(beam_args: Sequence[str], rows: int, cores: Optional[int] = None) -> Tuple[str, ...]:
-    """ImportExampleGen's Beam options for `rows` rows: as `parallel_beam_args`, with
-    threads instead of processes. Its work is TensorFlow's record reader and GZIP writer,
-    which leave the GIL while they work, so a thread per core shares out the span files
-    without the start-up of worker processes (1M rows: 6.7 s -> 4.7 s)."""
-    return parallel_beam_args(beam_args, rows, cores, mode="multi_threading")
+    """ImportExampleGen's Beam options for `rows` rows: from `MULTI_PROCESS_ROWS` on, on
+    several cores, the DirectRunner's multi_threading mode, followed by `beam_args` (what
+    the user gave still wins); else nothing. Its work is TensorFlow's record reader and
+    GZIP writer, which leave the GIL while they work, so a thread per core shares out the
+    span files without the start-up of worker processes (1M rows: 6.7 s -> 4.7-5.4 s).
+    The thread count is said as 0, Beam's "one per core": the options are part of the
+    node's cache key, which must not change with the machine a root is run on."""
+    if not parallel_beam_args((), rows, cores):
+        return ()
+    return ("--direct_running_mode=multi_threading", "--direct_num_workers=0") + tuple(beam_args)
 
 
 # On Vertex the Beam components run Dataflow or the portable runner, as the user says;

@@ -1,6 +1,7 @@
 """What Beam's workers run for this package's components: the DoFns and functions pickled
 into ImportExampleGen's (`components.custom.ingest`) and the data gate's (`components.custom.drift`)
-Beam pipelines.
+Beam pipelines, and into StatisticsGen's, Transform's and the Evaluator's where a local run
+reads their examples a file at a time (`RecordBatchesOfFiles`, see `pipeline.run.speedups`).
 
 Beyond the launching process (Flink, Spark, Dataflow, `--beam portable`) a worker process
 imports the module of each DoFn it unpickles. So this one imports only what the work
@@ -114,17 +115,19 @@ def tfrecords(path: str) -> Iterator[bytes]:
     """The records of TFRecord file `path`, compressed as its name says (Beam's rule):
     GZIP and uncompressed files by TensorFlow's reader (CRCs checked), any other
     compression Beam can open by Beam's own record reader."""
-    from apache_beam.io import filesystem, filesystems, tfrecordio
+    from apache_beam.io import filesystem, filesystems
 
     compression = filesystem.CompressionTypes.detect_compression_type(path)
     if compression == filesystem.CompressionTypes.GZIP:
         return records(path)
     if compression == filesystem.CompressionTypes.UNCOMPRESSED:
         return tf.compat.v1.io.tf_record_iterator(path)
-    return _beam_records(filesystems.FileSystems.open(path, compression_type=compression), tfrecordio)
+    return _beam_records(filesystems.FileSystems.open(path, compression_type=compression))
 
 
-def _beam_records(handle, tfrecordio) -> Iterator[bytes]:
+def _beam_records(handle) -> Iterator[bytes]:
+    from apache_beam.io import tfrecordio
+
     with handle:
         while True:
             record = tfrecordio._TFRecordUtil.read_record(handle)
@@ -145,26 +148,33 @@ def in_batches(items: Iterable[bytes], size: int) -> Iterator[List[bytes]]:
         yield batch
 
 
-def matching_files(pattern: str) -> List[str]:
-    """The files that match `pattern` (Beam's file systems), sorted; an error when none
-    does, as Beam's own TFRecord source raises."""
+def matching_files(patterns: List[str]) -> List[str]:
+    """The files that match each of `patterns` (Beam's file systems), sorted; an error,
+    in Beam's words, for a pattern that matches none, as Beam's own TFRecord source
+    raises when the pipeline is built."""
     from apache_beam.io import filesystems
 
-    found = sorted(meta.path for result in filesystems.FileSystems.match([pattern]) for meta in result.metadata_list)
-    if not found:
-        raise OSError(f"no files match {pattern}")
+    found = []
+    for pattern, result in zip(patterns, filesystems.FileSystems.match(list(patterns))):
+        if not result.metadata_list:
+            raise OSError(f"No files found based on the file pattern {pattern}")
+        found += sorted(meta.path for meta in result.metadata_list)
     return found
 
 
 class ReadRecordBatches(beam.DoFn):
     """A TFRecord file's records in lists of `size` (`tfrecords`): one Beam element per
-    list, where Beam's own source makes one per record and batches them again after."""
+    list, where Beam's own source makes one per record and batches them again after. A
+    file that cannot be read to its end (truncated, corrupt) is named in the error."""
 
     def __init__(self, size: int):
         self._size = size
 
     def process(self, path: str) -> Iterator[List[bytes]]:
-        return in_batches(tfrecords(path), self._size)
+        try:
+            yield from in_batches(tfrecords(path), self._size)
+        except (tf.errors.OpError, OSError, EOFError, ValueError, zlib.error) as err:
+            raise OSError(f"{path} cannot be read to its end: {type(err).__name__}: {err}") from err
 
 
 def sampled_batches(path: str, rate: float) -> Iterator[List[bytes]]:
@@ -192,16 +202,13 @@ class ReadSpanFile(beam.DoFn):
             yield add_span(self._decoder.DecodeBatch(kept), span)
 
 
-
-
 @beam.ptransform_fn
-def RecordBatchesOfFiles(pipeline, patterns: List[str], size: int, decode: beam.DoFn):
-    """The TFRecord files that match `patterns`, each read by one `ReadRecordBatches`
-    (the files shared out among Beam's workers), then `decode`d a list at a time."""
+def RecordBatchesOfFiles(pipeline, files: List[str], size: int, decode: beam.DoFn):
+    """TFRecord `files`, each read by one `ReadRecordBatches` (the files shared out among
+    Beam's workers), then `decode`d a list at a time."""
     return (
         pipeline
-        | "Patterns" >> beam.Create(patterns)
-        | "Match" >> beam.FlatMap(matching_files)
+        | "Files" >> beam.Create(files)
         | "ShareOut" >> beam.Reshuffle()
         | "Read" >> beam.ParDo(ReadRecordBatches(size))
         | "Decode" >> beam.ParDo(decode)

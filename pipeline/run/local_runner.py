@@ -152,7 +152,8 @@ def _draw_page(output_root: str, details) -> None:
 
 def _sized(run_config: config.RunConfig, rows: int) -> config.RunConfig:
     """`run_config` sized for `rows`: worker processes for the Beam components that gain
-    from them (`config.parallel_beam_args`) and the eval split (`config.sized_evaluation`)."""
+    from them (`config.parallel_beam_args`), threads for ImportExampleGen
+    (`config.threaded_beam_args`) and the eval split (`config.sized_evaluation`)."""
     settings = run_config.settings
     parallel = config.parallel_beam_args(settings.beam_args, rows)
     ingest = config.threaded_beam_args(settings.beam_args, rows)

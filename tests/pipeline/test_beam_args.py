@@ -1,6 +1,7 @@
 """The `--beam` targets parse into the options each runner reads; what a target lacks is
 named by its flag; beyond this process, this package is staged as one archive."""
 
+import os
 import tarfile
 
 import pytest
@@ -176,24 +177,25 @@ def test_beam_options_the_user_gives_win_over_the_sizing():
 def test_ingestion_gets_a_thread_per_core_from_the_row_threshold_on():
     assert config.threaded_beam_args(config.LOCAL_BEAM_ARGS, config.MULTI_PROCESS_ROWS - 1, cores=4) == ()
     above = config.threaded_beam_args(config.LOCAL_BEAM_ARGS, config.MULTI_PROCESS_ROWS, cores=4)
-    assert _direct(config.LOCAL_BEAM_ARGS + above) == ("multi_threading", 4)
+    # 0 is Beam's "one per core": the same options, so the same cache key, on any machine.
+    assert _direct(config.LOCAL_BEAM_ARGS + above) == ("multi_threading", 0)
+    assert above == config.threaded_beam_args(config.LOCAL_BEAM_ARGS, config.MULTI_PROCESS_ROWS, cores=16)
     assert config.threaded_beam_args(config.LOCAL_BEAM_ARGS, 10**7, cores=1) == ()
     user = config.LOCAL_BEAM_ARGS + ("--direct_running_mode=in_memory",)
     assert _direct(user + config.threaded_beam_args(user, 10**7, cores=8))[0] == "in_memory"
 
 
 @pytest.mark.parametrize("sized", [True, False])
-def test_only_statistics_and_evaluation_get_the_worker_processes_and_ingestion_threads(tmp_path, sized):
+def test_only_statistics_and_evaluation_get_the_worker_processes_and_ingestion_threads(tmp_path, monkeypatch, sized):
     from tfx.dsl.components.base.base_beam_component import BaseBeamComponent
 
     from pipeline import pipeline as pipeline_lib
+    from pipeline.run import local_runner
 
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
     run_config = config.RunConfig(data_root=str(tmp_path), output_root=str(tmp_path / "out")).resolved()
-    rows = 10**6 if sized else 10**4
-    args = run_config.pipeline_args(["span-1"])
-    args["parallel_beam_pipeline_args"] = config.parallel_beam_args(run_config.settings.beam_args, rows, cores=2)
-    args["ingest_beam_pipeline_args"] = config.threaded_beam_args(run_config.settings.beam_args, rows, cores=2)
-    built = pipeline_lib.create_pipeline(**args)
+    run_config = local_runner._sized(run_config, 10**6 if sized else 10**4)
+    built = pipeline_lib.create_pipeline(**run_config.pipeline_args(["span-1"]))
     modes = {node.id: _direct(node.executor_spec.beam_pipeline_args)[0]
              for node in built.components if isinstance(node, BaseBeamComponent)}
     if sized:

@@ -84,15 +84,17 @@ def _split_configs():
 
 
 @pytest.mark.slow
-def test_the_file_executor_splits_every_record_as_tfx_does(repo, tmp_path, copy_spans):
+@pytest.mark.parametrize("mode", ["multi_threading", "multi_processing"])
+def test_the_file_executor_splits_every_record_as_tfx_does(repo, tmp_path, copy_spans, mode):
     """The same records in the same splits as TFX's own executor, on spans of data/ in
     several files each; each record's bytes unchanged."""
     from tfx.components.example_gen.import_example_gen import executor as tfx_executor
 
     data_root = copy_spans(tmp_path / "data", (14, 15, 16))
     input_config, output_config = _split_configs()
-    # On a thread per core, as a run of many rows does (config.threaded_beam_args).
-    workers = ("--direct_running_mode=multi_threading", "--direct_num_workers=2")
+    # On a thread per core, as a run of many rows does (config.threaded_beam_args), or in
+    # worker processes, as a user may ask.
+    workers = (f"--direct_running_mode={mode}", "--direct_num_workers=2")
     ours = _run_example_gen(ingest.FileExecutor, data_root, tmp_path / "ours", output_config, input_config, workers)
     theirs = _run_example_gen(tfx_executor.Executor, data_root, tmp_path / "tfx", output_config, input_config)
 

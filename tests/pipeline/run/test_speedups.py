@@ -10,6 +10,7 @@ import sys
 import tempfile
 import time
 import types
+from typing import List
 
 import apache_beam as beam
 import pytest
@@ -385,16 +386,26 @@ def _example(index: int) -> bytes:
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
-def _tfrecord_files(folder) -> str:
-    """Three TFRecord files of 1,234 tf.Examples in all: two GZIP, one uncompressed."""
+def _tfrecord_files(folder) -> List[str]:
+    """Three TFRecord files of 2,734 tf.Examples in all: two GZIP, one uncompressed; as
+    two file patterns."""
     import tensorflow as tf
 
-    for name, compression, indices in [("a.gz", "GZIP", range(0, 600)), ("b.gz", "GZIP", range(600, 1100)),
-                                       ("c", None, range(1100, 1234))]:
+    for name, compression, indices in [("a.gz", "GZIP", range(0, 2100)), ("b.gz", "GZIP", range(2100, 2600)),
+                                       ("c", None, range(2600, 2734))]:
         with tf.io.TFRecordWriter(str(folder / name), options=compression) as writer:
             for index in indices:
                 writer.write(_example(index))
-    return str(folder / "*")
+    return [str(folder / "*.gz"), str(folder / "c")]
+
+
+def _schema():
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    schema = schema_pb2.Schema()
+    for name, kind in [("fare", schema_pb2.FLOAT), ("company", schema_pb2.BYTES), ("hour", schema_pb2.INT)]:
+        schema.feature.add(name=name, type=kind)
+    return schema
 
 
 def _rows_read(tfxio, out_prefix: str, batch_size=None):
@@ -423,48 +434,99 @@ def _rows_read(tfxio, out_prefix: str, batch_size=None):
 
 
 @pytest.mark.parametrize("batch_size", [None, 100])
-def test_tf_examples_read_a_file_at_a_time_give_tfx_bsl_s_own_record_batches(tmp_path, batch_size):
-    from tensorflow_metadata.proto.v0 import schema_pb2
+def test_tf_examples_read_a_file_at_a_time_give_tfx_bsl_s_own_rows(tmp_path, batch_size):
     from tfx_bsl.tfxio import tf_example_record
 
-    pattern = _tfrecord_files(tmp_path)
-    schema = schema_pb2.Schema()
-    for name, kind in [("fare", schema_pb2.FLOAT), ("company", schema_pb2.BYTES), ("hour", schema_pb2.INT)]:
-        schema.feature.add(name=name, type=kind)
+    (tmp_path / "in").mkdir()
+    patterns = _tfrecord_files(tmp_path / "in")
 
     def tfxio():
-        return tf_example_record.TFExampleRecord(pattern, schema=schema, raw_record_column_name="__raw__")
+        return tf_example_record.TFExampleRecord(patterns, schema=_schema(), raw_record_column_name="__raw__")
 
-    (tmp_path / "out").mkdir()
-    expected, _ = _rows_read(tfxio(), str(tmp_path / "out" / "tfx_bsl"), batch_size)
+    expected, _ = _rows_read(tfxio(), str(tmp_path / "tfx_bsl"), batch_size)
     with speedups._patched(speedups.tfxio_patches()):
         assert "BeamSource" in tf_example_record.TFExampleRecord.__dict__
-        got, sizes = _rows_read(tfxio(), str(tmp_path / "out" / "patched"), batch_size)
+        got, sizes = _rows_read(tfxio(), str(tmp_path / "patched"), batch_size)
+        projected, _ = _rows_read(tfxio().Project(["fare"]), str(tmp_path / "projected"), batch_size)
     assert "BeamSource" not in tf_example_record.TFExampleRecord.__dict__  # inherited again
-    assert len(expected) == 1234 and got == expected
+    assert len(expected) == 2734 and got == expected
+    assert len(projected) == 2734 and all('"fare"' in row and '"hour"' not in row for row in projected)
     # A file's records in lists of the size asked for (tfx_bsl's cap of 1,000 when none is).
     limit = batch_size or 1000
 
     def lists_of(records):
         return [limit] * (records // limit) + [records % limit] * bool(records % limit)
 
-    assert sorted(sizes) == sorted(lists_of(600) + lists_of(500) + lists_of(134))
+    assert sorted(sizes) == sorted(lists_of(2100) + lists_of(500) + lists_of(134))
 
 
-def test_tf_examples_read_a_file_at_a_time_fail_as_beam_does_on_a_pattern_without_files(tmp_path):
+def test_tf_examples_read_a_file_at_a_time_refuse_a_pattern_without_files_as_beam_does(tmp_path):
     from tfx_bsl.tfxio import tf_example_record
 
+    with pytest.raises(OSError, match="No files found based on the file pattern .*nothing-here"):
+        _rows_read(tf_example_record.TFExampleRecord(str(tmp_path / "nothing-here*")), str(tmp_path / "x"))
     with speedups._patched(speedups.tfxio_patches()):
-        with pytest.raises(Exception, match="no files match .*nothing-here"):
-            _rows_read(tf_example_record.TFExampleRecord(str(tmp_path / "nothing-here*")), str(tmp_path / "x"))
+        with pytest.raises(OSError, match="No files found based on the file pattern .*nothing-here"):
+            _ = beam.Pipeline() | tf_example_record.TFExampleRecord(str(tmp_path / "nothing-here*")).BeamSource()
 
 
-def test_byte_size_batching_keeps_tfx_bsl_s_own_source(monkeypatch):
+def test_a_truncated_file_read_a_file_at_a_time_is_named(tmp_path):
+    from tfx_bsl.tfxio import tf_example_record
+
+    (tmp_path / "in").mkdir()
+    _tfrecord_files(tmp_path / "in")
+    whole = (tmp_path / "in" / "a.gz").read_bytes()
+    (tmp_path / "in" / "a.gz").write_bytes(whole[: len(whole) // 2])
+    with speedups._patched(speedups.tfxio_patches()):
+        with pytest.raises(Exception, match=r"in/a\.gz cannot be read to its end"):
+            _rows_read(tf_example_record.TFExampleRecord(str(tmp_path / "in" / "*"), schema=_schema()),
+                       str(tmp_path / "x"))
+
+
+def test_beyond_this_environment_and_with_byte_size_batching_tfx_bsl_s_own_source_stays(monkeypatch, tmp_path):
+    from apache_beam.runners.portability import portable_runner
     from tfx_bsl.coders import batch_util
     from tfx_bsl.tfxio import tf_example_record
 
-    original = tf_example_record.TFExampleRecord.BeamSource
-    monkeypatch.setattr(batch_util, "_UseByteSizeBatching", lambda: True)
+    (tmp_path / "in").mkdir()
+    patterns = _tfrecord_files(tmp_path / "in")
+
+    def transforms(runner):
+        pipeline = beam.Pipeline(runner=runner)
+        _ = pipeline | tf_example_record.TFExampleRecord(patterns, schema=_schema()).BeamSource()
+        return " ".join(t.unique_name for t in pipeline.to_runner_api().components.transforms.values())
+
     with speedups._patched(speedups.tfxio_patches()):
-        source = tf_example_record.TFExampleRecord("/x/*").BeamSource()
-    assert source.label == original(tf_example_record.TFExampleRecord("/x/*")).label
+        assert "ReadRecordBatches" in transforms(None) and "ReadFromTFRecord" not in transforms(None)
+        beyond = transforms(portable_runner.PortableRunner())
+        assert "ReadFromTFRecord" in beyond and "ReadRecordBatches" not in beyond
+        monkeypatch.setattr(batch_util, "_UseByteSizeBatching", lambda: True)
+        assert "ReadFromTFRecord" in transforms(None)
+
+
+def test_the_tfx_bsl_internals_the_reading_relies_on_are_where_it_expects_them():
+    from tfx_bsl.coders import batch_util
+    from tfx_bsl.tfxio import record_based_tfxio, tf_example_record
+
+    assert tf_example_record.TFExampleRecord.BeamSource is record_based_tfxio.RecordBasedTFXIO.BeamSource
+    assert batch_util._BATCH_SIZE_CAP == 1000 and callable(batch_util._UseByteSizeBatching)
+    assert list(inspect.signature(tf_example_record._DecodeBatchExamplesDoFn.__init__).parameters) == [
+        "self", "schema", "raw_record_column_name"]
+    source = inspect.getsource(tf_example_record.TFExampleRecord._RawRecordBeamSourceInternal)
+    assert "ReadTfRecord(self._file_pattern)" in source  # tfx_bsl's own reading, replaced whole
+    record = tf_example_record.TFExampleRecord(["/a/*", "/b/*"])
+    assert record._file_pattern == ["/a/*", "/b/*"]
+    assert {"_telemetry_descriptors", "_logical_format", "_physical_format"} <= set(vars(record))
+
+
+def test_a_patch_that_fails_to_build_leaves_every_attribute_as_it_was():
+    from tfx_bsl.tfxio import tf_example_record
+
+    def broken(original):
+        raise RuntimeError("cannot build")
+
+    before = dict(vars(tf_example_record.TFExampleRecord))
+    with pytest.raises(RuntimeError, match="cannot build"):
+        with speedups._patched([(tf_example_record.TFExampleRecord, "BeamSource", broken)]):
+            pass
+    assert dict(vars(tf_example_record.TFExampleRecord)) == before
