@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from pipeline.cloud import beam_services
-from tests.helpers import SLICE_SPANS, Workspace
+from tests.helpers import SLICE_SPANS, Workspace, inferred_schema
 
 pytestmark = pytest.mark.slow
 
@@ -131,11 +131,6 @@ def _relative_locations(ws: Workspace, cwd: Path) -> List[str]:
     return [item if item.startswith("--") else os.path.relpath(item, cwd) for item in ws.locations()]
 
 
-def _inferred_schema(out: Path) -> str:
-    (schema,) = out.glob("pipeline_root/InferredSchemaGen/schema/*/schema.pbtxt")
-    return schema.read_text()
-
-
 @pytest.fixture(scope="module")
 def portable_run(services, tmp_path_factory, copy_spans, run_timeout):
     """`taxi-pipeline run --beam portable ...` on SLICE_SPANS, from the launcher's folder."""
@@ -170,7 +165,7 @@ def test_the_portable_run_gives_the_default_runs_schema_metrics_and_model(portab
 
     ws, _, _ = portable_run
     default = finished_run.workspace
-    assert _inferred_schema(ws.out) == _inferred_schema(default.out)
+    assert inferred_schema(ws.out) == inferred_schema(default.out)
     portable_metrics, default_metrics = last_run(ws.out)["eval_metrics"], last_run(default.out)["eval_metrics"]
     assert portable_metrics.keys() == default_metrics.keys()
     for name, value in default_metrics.items():

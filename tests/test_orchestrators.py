@@ -1,12 +1,13 @@
 """The same pipeline under BeamDagRunner, and with the library speed-ups off: each is a
-full run on the same data as the session's finished run, and gives the same artifacts."""
-
-import glob
+full run on the same data as the session's finished run, and gives the same artifacts
+(the inferred schema's features in name order: see `tests.helpers.inferred_schema`)."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 from ml_metadata.proto import metadata_store_pb2
+
+from tests.helpers import inferred_schema
 
 pytestmark = pytest.mark.slow
 
@@ -15,12 +16,6 @@ def _probabilities(workspace, examples):
     (version,) = workspace.versions()
     loaded = tf.saved_model.load(str(workspace.model_dir / version))
     return loaded.signatures["serving_default"](examples=tf.constant(examples))["probability"].numpy()
-
-
-def _inferred_schema(workspace):
-    (path,) = glob.glob(str(workspace.out / "pipeline_root" / "InferredSchemaGen" / "schema" / "*" / "schema.pbtxt"))
-    with open(path) as handle:
-        return handle.read()
 
 
 @pytest.mark.parametrize("args, env", [
@@ -38,7 +33,7 @@ def test_the_run_gives_the_artifacts_of_the_default_run(
     assert set(by_node) == set(executions(reference.metadata))
     assert all(states == [metadata_store_pb2.Execution.COMPLETE] for states in by_node.values()), by_node
     assert len(ws.versions()) == 1
-    assert _inferred_schema(ws) == _inferred_schema(reference)
+    assert inferred_schema(ws.out) == inferred_schema(reference.out)
     record, expected = last_run(ws.out), last_run(reference.out)
     assert record["spans"] == expected["spans"]
     for name, value in expected["eval_metrics"].items():

@@ -1,7 +1,9 @@
 """Every speed-up that reaches into a library's internals, in one place, switchable off.
 
-They remove per-run Python overhead that does not depend on the data; the artifacts a
-run produces are the same with and without them (tested end to end). They act only in
+They remove per-run Python overhead; the artifacts a run produces are the same with and
+without them (tested end to end), except where a library's result follows how the
+examples were batched (see `tfxio_patches`): the last bit of a sum, the order TFDV lists
+features in. They act only in
 the process that runs the pipeline locally: components in their own containers (Vertex
 AI, Dataflow workers) get the libraries as they are.
 
@@ -262,7 +264,12 @@ def tfxio_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
       environment (`beam_args.runs_here`), each file is read by TensorFlow's reader
       straight into lists of records (`beam_fns.RecordBatchesOfFiles`), decoded by
       tfx_bsl's own decoder: the same rows, in batches of the size asked for or of
-      tfx_bsl's cap (1,000) where tfx_bsl grows its batches from 1 up to that cap. Beam's
+      tfx_bsl's cap (1,000) where tfx_bsl grows its batches from 1 up to that cap. So
+      sums are added up in another order (a mean or standard deviation may differ in
+      its last bit), and a schema-less decoding, StatisticsGen's, meets an optional
+      feature earlier, which TFDV then lists earlier: the same inferred schema, in
+      another feature order (on the test slice: the same eval metrics and predictions
+      to 1e-6). Beam's
       raw-record and batching counters are not counted. Beyond this environment
       (Dataflow, Flink, Spark, a portable job service), with tfx_bsl's byte-size
       batching (`--tfxio_use_byte_size_batching`), and for the other TFXIOs: tfx_bsl's
