@@ -120,18 +120,21 @@ LOCAL_BEAM_ARGS: Tuple[str, ...] = (
 MULTI_PROCESS_ROWS = 300_000
 
 
-def parallel_beam_args(
-    beam_args: Sequence[str], rows: int, cores: Optional[int] = None, mode: str = "multi_processing"
-) -> Tuple[str, ...]:
+def parallel_beam_args(beam_args: Sequence[str], rows: int, cores: Optional[int] = None) -> Tuple[str, ...]:
     """The Beam options of StatisticsGen and the Evaluator for `rows` rows: from
-    `MULTI_PROCESS_ROWS` on, on several cores, the DirectRunner's `mode` (by default
-    worker processes) with one worker per core, followed by `beam_args` (so that a mode,
-    worker count or runner the user gave still wins: Beam reads a repeated option's last
-    value); else nothing (the pipeline's options)."""
+    `MULTI_PROCESS_ROWS` on, on several cores, the DirectRunner's multi_processing mode
+    with one worker per core, followed by `beam_args` (so that a mode, worker count or
+    runner the user gave still wins: Beam reads a repeated option's last value); else
+    nothing (the pipeline's options)."""
     cores = cores or os.cpu_count() or 1
-    if rows < MULTI_PROCESS_ROWS or cores < 2:
+    if not _shared_out(rows, cores):
         return ()
-    return (f"--direct_running_mode={mode}", f"--direct_num_workers={cores}") + tuple(beam_args)
+    return ("--direct_running_mode=multi_processing", f"--direct_num_workers={cores}") + tuple(beam_args)
+
+
+def _shared_out(rows: int, cores: Optional[int] = None) -> bool:
+    """Whether `rows` rows are worth sharing out over this machine's (or `cores`) cores."""
+    return rows >= MULTI_PROCESS_ROWS and (cores or os.cpu_count() or 1) >= 2
 
 
 def threaded_beam_args(beam_args: Sequence[str], rows: int, cores: Optional[int] = None) -> Tuple[str, ...]:
@@ -142,7 +145,7 @@ def threaded_beam_args(beam_args: Sequence[str], rows: int, cores: Optional[int]
     span files without the start-up of worker processes (1M rows: 6.7 s -> 4.7-5.4 s).
     The thread count is said as 0, Beam's "one per core": the options are part of the
     node's cache key, which must not change with the machine a root is run on."""
-    if not parallel_beam_args((), rows, cores):
+    if not _shared_out(rows, cores):
         return ()
     return ("--direct_running_mode=multi_threading", "--direct_num_workers=0") + tuple(beam_args)
 

@@ -25,7 +25,7 @@ Off with `TAXI_PIPELINE_SPEEDUPS=0` in the environment (or `taxi-pipeline run
   bits.
 - StatisticsGen, Transform and the Evaluator read an Examples artifact a file at a time
   by TensorFlow's record reader, into lists of records for tfx_bsl's own decoder
-  (`tfxio_patches`): the same record batches, without a Beam element per record.
+  (`tfxio_patches`): the same rows, without a Beam element per record.
 - The serving check's probe, started with the run, is handed the model as soon as the
   Trainer has written it (`when_done`): it loads it and replays its warmup requests
   while the Evaluator runs, on the core the Evaluator leaves idle.
@@ -269,11 +269,10 @@ def tfxio_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
       its last bit), and a schema-less decoding, StatisticsGen's, meets an optional
       feature earlier, which TFDV then lists earlier: the same inferred schema, in
       another feature order (on the test slice: the same eval metrics and predictions
-      to 1e-6). Beam's
-      raw-record and batching counters are not counted. Beyond this environment
-      (Dataflow, Flink, Spark, a portable job service), with tfx_bsl's byte-size
-      batching (`--tfxio_use_byte_size_batching`), and for the other TFXIOs: tfx_bsl's
-      own source. 1M rows: Transform 27.8 -> 15.5 s, StatisticsGen 23.2 -> 16.6 s.
+      to 1e-6). Beam's raw-record and batching counters are not counted. Beyond this
+      environment (Dataflow, Flink, Spark, a portable job service), with tfx_bsl's
+      byte-size batching (`--tfxio_use_byte_size_batching`), and for the other TFXIOs:
+      tfx_bsl's own source. 1M rows: Transform 27.8 -> 15.5 s, StatisticsGen 23.2 -> 16.6 s.
     """
     from tfx_bsl.tfxio import tf_example_record
 
