@@ -4,8 +4,9 @@ They remove per-run Python overhead; the artifacts a run produces are the same w
 without them (tested end to end), except where a library's result follows how the
 examples were batched (see `tfxio_patches`): the last bit of a sum, the order TFDV lists
 features in. They act only in
-the process that runs the pipeline locally: components in their own containers (Vertex
-AI, Dataflow workers) get the libraries as they are.
+the process that runs the pipeline locally and in the Beam worker processes it starts
+(`pipeline.run.beam_worker`): components in their own containers (Vertex AI, Dataflow
+workers) get the libraries as they are.
 
 Off with `TAXI_PIPELINE_SPEEDUPS=0` in the environment (or `taxi-pipeline run
 --no-speedups`), for example to rule them out when something behaves oddly.
@@ -23,6 +24,10 @@ Off with `TAXI_PIPELINE_SPEEDUPS=0` in the environment (or `taxi-pipeline run
   functions are pickled and unpickled many times in a run).
 - TFDV's equi-width histograms are computed from arrays (`tfdv_patches`), to the same
   bits.
+- TFMA's metrics share each example's label, prediction and weight, extracted once per
+  example instead of once per metric and slice (`tfma_patches`).
+- The DirectRunner's `multi_processing` workers (StatisticsGen and the Evaluator from
+  300,000 rows on) run with Beam's, TFDV's and TFMA's speed-ups too (`in_workers`).
 - StatisticsGen, Transform and the Evaluator read an Examples artifact a file at a time
   by TensorFlow's record reader, into lists of records for tfx_bsl's own decoder
   (`tfxio_patches`): the same rows, without a Beam element per record.
@@ -45,6 +50,8 @@ import contextlib
 import functools
 import gc
 import importlib
+import importlib.abc
+import importlib.machinery
 import logging
 import os
 import signal
@@ -124,7 +131,7 @@ def beam_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.runners.portability.fn_api_runner import worker_handlers
     from apache_beam.runners.worker import statesampler
-    from apache_beam.transforms import core, userstate
+    from apache_beam.transforms import core, environments, userstate
     from apache_beam.typehints import decorators
 
     return [
@@ -136,7 +143,87 @@ def beam_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
         (decorators, "get_signature", _method_signatures_remembered),
         (cloudpickle_pickler, "bz2", lambda old: RememberingBz2()),
         (dill_pickler, "bz2", lambda old: RememberingBz2()),
+        (
+            environments.SubprocessSDKEnvironment,
+            "from_command_string",
+            lambda old: classmethod(_workers_with_speedups(old.__func__)),
+        ),
     ]
+
+
+# The command the DirectRunner starts its `multi_processing` workers with, and this
+# package's instead (`pipeline.run.beam_worker`).
+_BEAM_WORKER = "%s -m apache_beam.runners.worker.sdk_worker_main"
+_WORKER_WITH_SPEEDUPS = "%s -m pipeline.run.beam_worker"
+
+
+def _workers_with_speedups(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def from_command_string(cls, command_string):
+        if command_string == _BEAM_WORKER % sys.executable:
+            command_string = _WORKER_WITH_SPEEDUPS % sys.executable
+        return original(cls, command_string)
+
+    return from_command_string
+
+
+def worker_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
+    """The speed-ups of the work done inside Beam's workers, TFDV's (StatisticsGen, the
+    data gate) and TFMA's (the Evaluator): in this process, and, applied as each library
+    is imported (`in_workers`), in the worker processes of the DirectRunner's
+    `multi_processing` mode (`pipeline.run.beam_worker`)."""
+    return tfdv_patches() + tfma_patches()
+
+
+# The libraries whose speed-ups a worker process applies once it has imported them.
+_WORKER_LIBRARIES: Dict[str, Callable[[], List[Tuple[object, str, Callable[[object], object]]]]] = {
+    "tensorflow_data_validation": lambda: tfdv_patches(),
+    "tensorflow_model_analysis": lambda: tfma_patches(),
+}
+
+
+@contextlib.contextmanager
+def in_workers() -> Iterator[None]:
+    """Within the block (a worker process's life), if the speed-ups are on (the workers
+    inherit the run's environment): Beam's, and each of `_WORKER_LIBRARIES`' right after
+    the worker first imports it, so that an Evaluator's worker does not import TFDV for
+    nothing (2.6 s) nor a StatisticsGen's TFMA."""
+    if not enabled():
+        yield
+        return
+    finder = _PatchedOnImport(_WORKER_LIBRARIES)
+    sys.meta_path.insert(0, finder)
+    try:
+        with _patched(beam_patches()):
+            yield
+    finally:
+        sys.meta_path.remove(finder)
+
+
+class _PatchedOnImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: for a top-level package of `patches`, it has the other
+    finders find it, and applies the package's patches once the package has run (for
+    good: a worker process ends with them)."""
+
+    def __init__(self, patches: Dict[str, Callable[[], List[Tuple[object, str, Callable[[object], object]]]]]):
+        self._pending = dict(patches)
+
+    def find_spec(self, fullname, path, target=None):
+        make = self._pending.pop(fullname, None)
+        if make is None:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_then_patch(module):
+            exec_module(module)
+            for owner, name, new in make():
+                setattr(owner, name, new(getattr(owner, name)))
+
+        spec.loader.exec_module = exec_then_patch
+        return spec
 
 
 class RememberingBz2:
@@ -252,6 +339,94 @@ def tfdv_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
     from pipeline.run import equi_width
 
     return [(quantiles_util, "generate_equi_width_histogram", equi_width.replacing)]
+
+
+def tfma_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
+    """`(owner, attribute, new value from the old one)` of each change to TFMA.
+
+    - `metric_util.to_label_prediction_example_weight`: every metric's combiner asks it
+      for each example's (label, prediction, weight) of each slice the example falls in,
+      and it looks them up through the eval config's model specs each time: on the
+      Evaluator's default metrics and three slicings, 9 calls per example, 41% of the
+      Evaluator's Beam time. Its results depend only on the example's inputs and the
+      arguments, so each thread keeps those of the example it saw last
+      (`_shared_per_example`): 2 calls per example, the others answered from them.
+      `_BinaryConfusionMatrixCombiner` was handed the function as a default argument at
+      import; a combiner built with that default gets the shared one.
+    """
+    from tensorflow_model_analysis.metrics import binary_confusion_matrices, metric_util
+
+    original = metric_util.to_label_prediction_example_weight
+    shared = _shared_per_example(original)
+    return [
+        (metric_util, "to_label_prediction_example_weight", lambda old: shared),
+        (
+            binary_confusion_matrices._BinaryConfusionMatrixCombiner,
+            "__init__",
+            lambda old: _given_instead(old, "_extract_label_prediction_and_weight", original, shared),
+        ),
+    ]
+
+
+def _shared_per_example(original: Callable) -> Callable:
+    """`original(inputs, ...)` as a tuple of its results, computed once per set of
+    arguments for the `inputs` object this thread saw last; the arrays are read-only
+    copies, so no caller can change what another one is given."""
+    last = threading.local()
+
+    @functools.wraps(original)
+    def to_label_prediction_example_weight(inputs, *args, **kwargs):
+        if getattr(last, "inputs", None) is not inputs:
+            last.inputs, last.results, last.held = inputs, {}, []
+        key = (tuple(_by_value_or_identity(value, last.held) for value in args),
+               tuple((name, _by_value_or_identity(value, last.held)) for name, value in kwargs.items()))
+        results = last.results.get(key)
+        if results is None:
+            results = last.results[key] = tuple(
+                tuple(_read_only_copy(value) for value in result) for result in original(inputs, *args, **kwargs)
+            )
+        return iter(results)
+
+    return to_label_prediction_example_weight
+
+
+def _by_value_or_identity(value: object, held: list) -> object:
+    """`value` as part of a key: itself if hashable, a dict by its items, anything else
+    (a proto) by identity, held in `held` so that its id cannot be another object's."""
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        pass
+    if isinstance(value, dict):
+        try:
+            return ("dict", frozenset(value.items()))
+        except TypeError:
+            pass
+    held.append(value)
+    return ("id", id(value))
+
+
+def _read_only_copy(value: object) -> object:
+    import numpy as np
+
+    if not isinstance(value, np.ndarray):
+        return value
+    copy = value.copy()
+    copy.flags.writeable = False
+    return copy
+
+
+def _given_instead(original_init: Callable, attribute: str, given: object, instead: object) -> Callable:
+    """`original_init`, then `attribute` set to `instead` where it was `given`."""
+
+    @functools.wraps(original_init)
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        if getattr(self, attribute, None) is given:
+            setattr(self, attribute, instead)
+
+    return init
 
 
 def tfxio_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
@@ -398,7 +573,7 @@ def local_runner(on: bool) -> Iterator[ModuleType]:
         yield importlib.import_module(LOCAL_RUNNER)
         return
     module = _import_frozen(LOCAL_RUNNER)
-    with _patched(beam_patches() + tfx_patches() + tfdv_patches() + tfxio_patches()), _collecting_less_often():
+    with _patched(beam_patches() + tfx_patches() + tfxio_patches() + worker_patches()), _collecting_less_often():
         yield module
 
 

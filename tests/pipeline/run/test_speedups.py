@@ -26,7 +26,7 @@ from pipeline.run import speedups
 
 def test_every_patched_target_exists_with_the_shape_the_patch_expects():
     patches = speedups.beam_patches()
-    assert len(patches) == 8
+    assert len(patches) == 9
     for owner, name, _ in patches:
         assert name in owner.__dict__, f"{owner.__name__}.{name} moved: its speed-up must be revisited"
     assert isinstance(worker_handlers.STATE_CACHE_SIZE_MB, int) and worker_handlers.STATE_CACHE_SIZE_MB > 0
@@ -531,3 +531,116 @@ def test_a_patch_that_fails_to_build_leaves_every_attribute_as_it_was():
         with speedups._patched([(tf_example_record.TFExampleRecord, "BeamSource", broken)]):
             pass
     assert dict(vars(tf_example_record.TFExampleRecord)) == before
+
+
+def _metric_inputs(label: float, prediction: float):
+    import numpy as np
+    from tensorflow_model_analysis.metrics import metric_types
+
+    return metric_types.StandardMetricInputs(
+        labels=np.array([label]), predictions=np.array([prediction]), example_weights=None)
+
+
+def test_tfma_s_internals_the_sharing_relies_on_are_where_it_expects_them():
+    from tensorflow_model_analysis.metrics import binary_confusion_matrices, metric_util
+
+    assert list(inspect.signature(metric_util.to_label_prediction_example_weight).parameters)[0] == "inputs"
+    combiner = binary_confusion_matrices._BinaryConfusionMatrixCombiner
+    assert "extract_label_prediction_and_weight" in inspect.signature(combiner.__init__).parameters
+    assert "self._extract_label_prediction_and_weight" in inspect.getsource(combiner)
+
+
+def test_an_example_s_labels_predictions_and_weights_are_computed_once_per_arguments_as_tfma_computes_them():
+    from tensorflow_model_analysis.metrics import metric_util
+
+    original = metric_util.to_label_prediction_example_weight
+    calls = []
+
+    def counting(inputs, **kwargs):
+        calls.append(sorted(kwargs))
+        return original(inputs, **kwargs)
+
+    shared = speedups._shared_per_example(counting)
+    first, second = _metric_inputs(1.0, 0.75), _metric_inputs(0.0, 0.25)
+    for inputs in (first, first, first, second, second):
+        for kwargs in ({"flatten": True, "fractional_labels": True}, {"allow_none": True, "class_weights": {}}):
+            got, expected = list(shared(inputs, **kwargs)), list(original(inputs, **kwargs))
+            assert len(got) == len(expected) and got
+            for got_row, expected_row in zip(got, expected):
+                for got_array, expected_array in zip(got_row, expected_row):
+                    assert got_array.tolist() == expected_array.tolist()
+                    assert got_array.dtype == expected_array.dtype
+                    assert not got_array.flags.writeable
+    # Two argument sets, two examples (the same example again: no new call).
+    assert len(calls) == 4
+    with pytest.raises(ValueError, match="read-only"):
+        next(shared(second, flatten=True, fractional_labels=True))[0][0] = 5.0
+    assert second.label.tolist() == [0.0]  # the caller's arrays are copies, the inputs untouched
+
+
+def test_each_thread_keeps_its_own_last_example():
+    import threading
+
+    seen = []
+    shared = speedups._shared_per_example(lambda inputs: (seen.append(inputs) or [(inputs,)]))
+    first, second = object(), object()
+    assert list(shared(first)) == [(first,)]
+    other = threading.Thread(target=lambda: list(shared(second)))
+    other.start()
+    other.join()
+    assert list(shared(first)) == [(first,)]
+    assert seen == [first, second]
+
+
+def test_a_confusion_matrix_combiner_built_with_tfma_s_default_gets_the_shared_function():
+    from tensorflow_model_analysis.metrics import binary_confusion_matrices, metric_util
+
+    original = metric_util.to_label_prediction_example_weight
+
+    def combiner(**kwargs):
+        return binary_confusion_matrices._BinaryConfusionMatrixCombiner(
+            key=None, eval_config=None, thresholds=[0.5], example_id_key=None, example_ids_count=0,
+            aggregation_type=None, class_weights=None, example_weighted=False, enable_fractional_labels=True,
+            **kwargs)
+
+    own = lambda *args, **kwargs: iter(())  # noqa: E731
+    with speedups._patched(speedups.tfma_patches()):
+        shared = metric_util.to_label_prediction_example_weight
+        assert shared is not original and shared.__wrapped__ is original
+        assert combiner(extract_label_prediction_and_weight=original)._extract_label_prediction_and_weight is shared
+        assert combiner(extract_label_prediction_and_weight=own)._extract_label_prediction_and_weight is own
+    assert metric_util.to_label_prediction_example_weight is original
+    assert combiner(extract_label_prediction_and_weight=original)._extract_label_prediction_and_weight is original
+
+
+def _in_the_worker(_):
+    import os
+    import sys
+
+    from tensorflow_model_analysis.metrics import metric_util
+
+    yield (os.getpid(), hasattr(metric_util.to_label_prediction_example_weight, "__wrapped__"),
+           "tensorflow_data_validation" in sys.modules)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_beam_s_worker_processes_run_the_worker_speed_ups_and_import_only_what_their_work_needs(monkeypatch):
+    from apache_beam.testing.util import assert_that
+
+    monkeypatch.delenv(speedups.ENV, raising=False)
+    here = os.getpid()
+
+    def check(rows):  # runs in the worker, where pytest's assertion rewriting is not
+        pid, tfma_shared, tfdv_imported = rows[0]
+        if pid == here:
+            raise AssertionError("the work ran in this process, not in a worker")
+        if not tfma_shared:
+            raise AssertionError("the worker's TFMA is not patched")
+        if tfdv_imported:
+            raise AssertionError("the worker imported TFDV for nothing")
+
+    options = PipelineOptions(["--direct_running_mode=multi_processing", "--direct_num_workers=1"])
+    with speedups._patched(speedups.beam_patches()):
+        with beam.Pipeline(options=options) as pipeline:
+            assert_that(pipeline | beam.Create([0]) | beam.FlatMap(_in_the_worker), check)
