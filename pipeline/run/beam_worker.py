@@ -1,7 +1,13 @@
 """Beam's SDK worker for the worker processes of a local run's DirectRunner in its
 `multi_processing` mode: Beam's own `sdk_worker_main`, run with the speed-ups that act on
-the work done in the workers (`speedups.worker_patches`). The speed-ups route Beam's
-worker command here (`speedups.beam_patches`); with them off, Beam starts its own."""
+the work done in the workers (`speedups.in_workers`). The speed-ups route Beam's worker
+command here (`speedups.beam_patches`); with them off, Beam starts its own.
+
+Once Beam's harness has returned (the runner closed the worker's control channel, every
+bundle done), the process ends at once, as the run's own does (`speedups.exit_process`):
+tearing down an interpreter with TensorFlow loaded printed `Exception ignored in:
+<function AtomicFunction.__del__>` tracebacks on the run's console, from each worker of
+StatisticsGen and the Evaluator, and the runner waits for its workers to end."""
 
 import sys
 
@@ -13,6 +19,7 @@ def main() -> None:
 
     with speedups.in_workers():
         sdk_worker_main.main(sys.argv)
+    speedups.exit_process(0, on=True)
 
 
 if __name__ == "__main__":
