@@ -51,7 +51,6 @@ import functools
 import gc
 import importlib
 import importlib.abc
-import importlib.machinery
 import logging
 import os
 import signal
@@ -212,8 +211,13 @@ class _PatchedOnImport(importlib.abc.MetaPathFinder):
         make = self._pending.pop(fullname, None)
         if make is None:
             return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
+        spec = None
+        for finder in sys.meta_path:
+            if finder is not self and hasattr(finder, "find_spec"):
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         exec_module = spec.loader.exec_module
 
@@ -350,7 +354,8 @@ def tfma_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
       Evaluator's default metrics and three slicings, 9 calls per example, 41% of the
       Evaluator's Beam time. Its results depend only on the example's inputs and the
       arguments, so each thread keeps those of the example it saw last
-      (`_shared_per_example`): 2 calls per example, the others answered from them.
+      (`_shared_per_example`): 2 calls per example, the others answered from them, each
+      caller given its own copies of the arrays.
       `_BinaryConfusionMatrixCombiner` was handed the function as a default argument at
       import; a combiner built with that default gets the shared one.
     """
@@ -369,9 +374,9 @@ def tfma_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
 
 
 def _shared_per_example(original: Callable) -> Callable:
-    """`original(inputs, ...)` as a tuple of its results, computed once per set of
-    arguments for the `inputs` object this thread saw last; the arrays are read-only
-    copies, so no caller can change what another one is given."""
+    """`original(inputs, ...)` computed once per set of arguments for the `inputs` object
+    this thread saw last. Every caller gets its own copies of the arrays: TFMA's
+    `CategoricalCrossEntropy` normalises its predictions in place."""
     last = threading.local()
 
     @functools.wraps(original)
@@ -383,9 +388,9 @@ def _shared_per_example(original: Callable) -> Callable:
         results = last.results.get(key)
         if results is None:
             results = last.results[key] = tuple(
-                tuple(_read_only_copy(value) for value in result) for result in original(inputs, *args, **kwargs)
+                tuple(_copied(value) for value in result) for result in original(inputs, *args, **kwargs)
             )
-        return iter(results)
+        return iter([tuple(_copied(value) for value in result) for result in results])
 
     return to_label_prediction_example_weight
 
@@ -407,14 +412,10 @@ def _by_value_or_identity(value: object, held: list) -> object:
     return ("id", id(value))
 
 
-def _read_only_copy(value: object) -> object:
+def _copied(value: object) -> object:
     import numpy as np
 
-    if not isinstance(value, np.ndarray):
-        return value
-    copy = value.copy()
-    copy.flags.writeable = False
-    return copy
+    return value.copy() if isinstance(value, np.ndarray) else value
 
 
 def _given_instead(original_init: Callable, attribute: str, given: object, instead: object) -> Callable:

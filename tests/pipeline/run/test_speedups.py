@@ -37,12 +37,23 @@ def test_every_patched_target_exists_with_the_shape_the_patch_expects():
 
 
 def test_the_patches_hold_inside_the_block_only():
+    import sys
+
+    from apache_beam.transforms import environments
+
+    beam_worker = f"{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"
+    command = environments.SubprocessSDKEnvironment.__dict__["from_command_string"]
     originals = (worker_handlers.STATE_CACHE_SIZE_MB, userstate.get_dofn_specs, PipelineOptions.view_as)
     with speedups._patched(speedups.beam_patches()):
         assert worker_handlers.STATE_CACHE_SIZE_MB == 0
         assert userstate.get_dofn_specs is not originals[1]
         assert PipelineOptions.view_as is not originals[2]
+        started = environments.SubprocessSDKEnvironment.from_command_string(beam_worker).command_string
+        assert started == f"{sys.executable} -m pipeline.run.beam_worker"
+        assert environments.SubprocessSDKEnvironment.from_command_string("my-worker").command_string == "my-worker"
     assert (worker_handlers.STATE_CACHE_SIZE_MB, userstate.get_dofn_specs, PipelineOptions.view_as) == originals
+    assert environments.SubprocessSDKEnvironment.__dict__["from_command_string"] is command
+    assert environments.SubprocessSDKEnvironment.from_command_string(beam_worker).command_string == beam_worker
 
 
 def test_a_failure_inside_the_block_still_undoes_the_patches():
@@ -551,6 +562,7 @@ def test_tfma_s_internals_the_sharing_relies_on_are_where_it_expects_them():
 
 
 def test_an_example_s_labels_predictions_and_weights_are_computed_once_per_arguments_as_tfma_computes_them():
+    import numpy as np
     from tensorflow_model_analysis.metrics import metric_util
 
     original = metric_util.to_label_prediction_example_weight
@@ -570,12 +582,29 @@ def test_an_example_s_labels_predictions_and_weights_are_computed_once_per_argum
                 for got_array, expected_array in zip(got_row, expected_row):
                     assert got_array.tolist() == expected_array.tolist()
                     assert got_array.dtype == expected_array.dtype
-                    assert not got_array.flags.writeable
     # Two argument sets, two examples (the same example again: no new call).
     assert len(calls) == 4
-    with pytest.raises(ValueError, match="read-only"):
-        next(shared(second, flatten=True, fractional_labels=True))[0][0] = 5.0
-    assert second.label.tolist() == [0.0]  # the caller's arrays are copies, the inputs untouched
+    # Each caller gets its own arrays (TFMA's CategoricalCrossEntropy writes into its
+    # predictions): what one caller does to them, the next caller and the inputs never see.
+    label, prediction, _ = next(shared(second, allow_none=True, class_weights={}))
+    assert not np.shares_memory(prediction, second.prediction)
+    label[...], prediction[...] = 7.0, 7.0
+    assert [row[:2] for row in shared(second, allow_none=True, class_weights={})] == [([0.0], [0.25])]
+    assert (second.label.tolist(), second.prediction.tolist()) == ([0.0], [0.25])
+
+
+def test_arguments_that_cannot_be_hashed_tell_the_results_apart():
+    import numpy as np
+    from tensorflow_model_analysis.metrics import metric_types, metric_util
+    from tensorflow_model_analysis.proto import config_pb2
+
+    shared = speedups._shared_per_example(metric_util.to_label_prediction_example_weight)
+    inputs = metric_types.StandardMetricInputs(
+        labels={"a": np.array([1.0]), "b": np.array([0.0])}, predictions=np.array([0.5]), example_weights=None)
+    by_a, by_b = (config_pb2.EvalConfig(model_specs=[config_pb2.ModelSpec(label_key=key)]) for key in "ab")
+    for _ in range(2):
+        assert [row[0].tolist() for row in shared(inputs, eval_config=by_a)] == [[1.0]]
+        assert [row[0].tolist() for row in shared(inputs, eval_config=by_b)] == [[0.0]]
 
 
 def test_each_thread_keeps_its_own_last_example():
