@@ -166,31 +166,29 @@ def _workers_with_speedups(original: Callable) -> Callable:
     return from_command_string
 
 
+def _worker_libraries() -> Dict[str, Callable[[], List[Tuple[object, str, Callable[[object], object]]]]]:
+    """The speed-ups of the work done inside Beam's workers, by the library they change:
+    TFDV's (StatisticsGen, the data gate) and TFMA's (the Evaluator)."""
+    return {"tensorflow_data_validation": tfdv_patches, "tensorflow_model_analysis": tfma_patches}
+
+
 def worker_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
-    """The speed-ups of the work done inside Beam's workers, TFDV's (StatisticsGen, the
-    data gate) and TFMA's (the Evaluator): in this process, and, applied as each library
-    is imported (`in_workers`), in the worker processes of the DirectRunner's
-    `multi_processing` mode (`pipeline.run.beam_worker`)."""
-    return tfdv_patches() + tfma_patches()
-
-
-# The libraries whose speed-ups a worker process applies once it has imported them.
-_WORKER_LIBRARIES: Dict[str, Callable[[], List[Tuple[object, str, Callable[[object], object]]]]] = {
-    "tensorflow_data_validation": lambda: tfdv_patches(),
-    "tensorflow_model_analysis": lambda: tfma_patches(),
-}
+    """`_worker_libraries`' speed-ups, for this process; the worker processes of the
+    DirectRunner's `multi_processing` mode (`pipeline.run.beam_worker`) apply each as
+    they import its library (`in_workers`)."""
+    return [patch for make in _worker_libraries().values() for patch in make()]
 
 
 @contextlib.contextmanager
 def in_workers() -> Iterator[None]:
     """Within the block (a worker process's life), if the speed-ups are on (the workers
-    inherit the run's environment): Beam's, and each of `_WORKER_LIBRARIES`' right after
+    inherit the run's environment): Beam's, and each of `_worker_libraries`' right after
     the worker first imports it, so that an Evaluator's worker does not import TFDV for
     nothing (2.6 s) nor a StatisticsGen's TFMA."""
     if not enabled():
         yield
         return
-    finder = _PatchedOnImport(_WORKER_LIBRARIES)
+    finder = _PatchedOnImport(_worker_libraries())
     sys.meta_path.insert(0, finder)
     try:
         with _patched(beam_patches()):
@@ -223,8 +221,7 @@ class _PatchedOnImport(importlib.abc.MetaPathFinder):
 
         def exec_then_patch(module):
             exec_module(module)
-            for owner, name, new in make():
-                setattr(owner, name, new(getattr(owner, name)))
+            _apply(make())
 
         spec.loader.exec_module = exec_then_patch
         return spec
@@ -387,9 +384,7 @@ def _shared_per_example(original: Callable) -> Callable:
                tuple((name, _by_value_or_identity(value, last.held)) for name, value in kwargs.items()))
         results = last.results.get(key)
         if results is None:
-            results = last.results[key] = tuple(
-                tuple(_copied(value) for value in result) for result in original(inputs, *args, **kwargs)
-            )
+            results = last.results[key] = tuple(original(inputs, *args, **kwargs))
         return iter([tuple(_copied(value) for value in result) for result in results])
 
     return to_label_prediction_example_weight
@@ -540,8 +535,7 @@ def _patched(patches: List[Tuple[object, str, Callable[[object], object]]]) -> I
     # An attribute the owner inherits is set on the owner and deleted again after.
     originals = [(owner, name, owner.__dict__.get(name, _INHERITED)) for owner, name, _ in patches]
     try:
-        for owner, name, make in patches:
-            setattr(owner, name, make(getattr(owner, name)))
+        _apply(patches)
         yield
     finally:
         for owner, name, original in originals:
@@ -549,6 +543,11 @@ def _patched(patches: List[Tuple[object, str, Callable[[object], object]]]) -> I
                 setattr(owner, name, original)
             elif name in vars(owner):
                 delattr(owner, name)
+
+
+def _apply(patches: List[Tuple[object, str, Callable[[object], object]]]) -> None:
+    for owner, name, make in patches:
+        setattr(owner, name, make(getattr(owner, name)))
 
 
 def _import_frozen(name: str) -> ModuleType:
