@@ -472,7 +472,9 @@ def _read_a_file_at_a_time(original: Callable) -> Callable:
             return (
                 pipeline
                 | "ReadRecordBatches"
-                >> beam_fns.RecordBatchesOfFiles(files, batch_size or batch_util._BATCH_SIZE_CAP, decode)
+                >> beam_fns.RecordBatchesOfFiles(
+                    files, batch_size or batch_util._BATCH_SIZE_CAP, decode, _decode_threads(pipeline.pipeline)
+                )
                 | "CollectRecordBatchTelemetry"
                 >> telemetry.ProfileRecordBatches(
                     self._telemetry_descriptors, self._logical_format, self._physical_format
@@ -482,6 +484,18 @@ def _read_a_file_at_a_time(original: Callable) -> Callable:
         return beam.ptransform_fn(expand)()
 
     return BeamSource
+
+
+def _decode_threads(pipeline) -> int:
+    """Threads that decode a file's records while it is read: one per core where Beam runs
+    each bundle on this process's one thread (the DirectRunner in memory); one where its
+    workers already share the cores (Beam's threads or worker processes)."""
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    direct = pipeline.options.view_as(DirectOptions)
+    if direct.direct_running_mode in ("multi_threading", "multi_processing") and direct.direct_num_workers != 1:
+        return 1
+    return os.cpu_count() or 1
 
 
 def _workers_here(pipeline) -> bool:

@@ -286,3 +286,17 @@ def test_a_span_with_more_distinct_values_than_counted_exactly_gets_the_beam_pas
 ])
 def test_the_gate_computes_in_its_process_only_where_beam_runs_in_it(args, here):
     assert drift.beam_runs_here(PipelineOptions(args)) is here
+
+
+@pytest.mark.parametrize("total_rows, spans_count, here", [
+    (15_000, 16, True),  # data/: every row
+    (300_000, 3, True),  # every row, at the limit
+    (400_000, 40, False),  # every row (10,000 a span), beyond the limit
+    (1_000_000, 8, True),  # a sample of 25,000 rows a span: 200,000 rows
+    (10_000_000, 8, True),
+    (10_000_000, 20, False),  # a sample of 500,000 rows
+])
+def test_the_gate_computes_in_its_process_up_to_a_number_of_rows_read_after_sampling(total_rows, spans_count, here):
+    rate = drift.sample_rate(total_rows, spans_count)
+    assert drift.computed_in_process(total_rows, rate, PipelineOptions([])) is here
+    assert not drift.computed_in_process(total_rows, rate, PipelineOptions(["--runner=DataflowRunner"]))

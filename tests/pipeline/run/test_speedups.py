@@ -495,6 +495,73 @@ def test_a_truncated_file_read_a_file_at_a_time_is_named(tmp_path):
     assert sum(map(len, beam_fns.ReadRecordBatches(100).process(str(tmp_path / "in" / "b.gz")))) == 500
 
 
+class _OneThreadDecode(beam.DoFn):
+    """A decoder that fails if two threads use it, as tfx_bsl's does (it keeps state
+    between calls): each list's length, first and last records."""
+
+    torn_down: List[int] = []
+
+    def setup(self):
+        import threading
+
+        self._thread = threading.get_ident()
+
+    def process(self, records):
+        import threading
+        import time as clock
+
+        assert threading.get_ident() == self._thread, "a decoder was shared between threads"
+        clock.sleep(0.001)  # lets the lists overtake one another if they could
+        yield len(records), records[0], records[-1]
+
+    def teardown(self):
+        self.torn_down.append(self._thread)
+
+
+def test_records_decoded_on_threads_come_out_in_order_each_thread_with_its_own_decoder(tmp_path):
+    from components.custom import beam_fns
+
+    (tmp_path / "in").mkdir()
+    _tfrecord_files(tmp_path / "in")
+    path = str(tmp_path / "in" / "a.gz")
+    one_by_one = [out for batch in beam_fns.ReadRecordBatches(30).process(path) for out in [
+        (len(batch), batch[0], batch[-1])]]
+    _OneThreadDecode.torn_down.clear()
+    threaded = beam_fns.ReadDecodedBatches(30, _OneThreadDecode(), threads=3)
+    threaded.setup()
+    got = list(threaded.process(path)) + list(threaded.process(path))
+    threaded.teardown()
+    assert len(one_by_one) == 70 and got == one_by_one * 2
+    assert len(set(_OneThreadDecode.torn_down)) == len(_OneThreadDecode.torn_down) == 3  # a copy a thread, each torn down
+
+
+def test_records_decoded_on_threads_name_a_file_that_cannot_be_read_to_its_end(tmp_path):
+    from components.custom import beam_fns
+
+    (tmp_path / "in").mkdir()
+    _tfrecord_files(tmp_path / "in")
+    whole = (tmp_path / "in" / "a.gz").read_bytes()
+    (tmp_path / "in" / "a.gz").write_bytes(whole[: len(whole) // 2])
+    threaded = beam_fns.ReadDecodedBatches(30, _OneThreadDecode(), threads=2)
+    threaded.setup()
+    try:
+        with pytest.raises(OSError, match=r"in/a.gz cannot be read to its end"):
+            list(threaded.process(str(tmp_path / "in" / "a.gz")))
+    finally:
+        threaded.teardown()
+
+
+@pytest.mark.parametrize("args, threads", [
+    ([], os.cpu_count()),
+    (["--direct_running_mode=in_memory"], os.cpu_count()),
+    (["--direct_running_mode=multi_threading", "--direct_num_workers=1"], os.cpu_count()),
+    (["--direct_running_mode=multi_threading", "--direct_num_workers=0"], 1),
+    (["--direct_running_mode=multi_processing", "--direct_num_workers=2"], 1),
+])
+def test_records_are_decoded_on_a_thread_per_core_only_where_beam_runs_a_bundle_on_one_thread(args, threads):
+    assert speedups._decode_threads(beam.Pipeline(options=PipelineOptions(args))) == threads
+
+
 def test_beyond_this_environment_and_with_byte_size_batching_tfx_bsl_s_own_source_stays(monkeypatch, tmp_path):
     from apache_beam.runners.portability import portable_runner
     from tfx_bsl.coders import batch_util
