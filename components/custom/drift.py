@@ -14,11 +14,11 @@ checks each span on its own too:
   `GenerateStatistics` on the pipeline's Beam settings (one streaming pass over the
   spans' files; up to `IN_PROCESS_ROWS` rows read into the statistics, by TFDV's
   in-memory computation in this process instead) and validated against the schema.
-  Above `SPAN_SAMPLE_ROWS` rows per span they are computed from a sample: each record is kept or not by a hash of its bytes
-  (deterministic: the same data gives the same verdict), at the rate that leaves about
-  that many rows per span. The check against the schema's fractions (domain mass,
-  presence) and the drift distances are then estimates; docs/scale.md gives their
-  measured error. A rule that one bad row breaks (a required feature missing) is still
+  Above `SPAN_SAMPLE_ROWS` rows per span they are computed from a sample: each record is
+  kept or not by a hash of its bytes (deterministic: the same data gives the same
+  verdict), at the rate that leaves about that many rows per span. The check against the
+  schema's fractions (domain mass, presence) and the drift distances are then estimates;
+  docs/scale.md gives their measured error. A rule that one bad row breaks (a required feature missing) is still
   checked on every row, by ExampleValidator over the whole splits.
 
 Drift thresholds are the curated schema's `drift_comparator`s (L-infinity for categorical

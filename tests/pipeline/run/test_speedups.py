@@ -532,7 +532,8 @@ def test_records_decoded_on_threads_come_out_in_order_each_thread_with_its_own_d
     got = list(threaded.process(path)) + list(threaded.process(path))
     threaded.teardown()
     assert len(one_by_one) == 70 and got == one_by_one * 2
-    assert len(set(_OneThreadDecode.torn_down)) == len(_OneThreadDecode.torn_down) == 3  # a copy a thread, each torn down
+    # A copy a thread, each torn down.
+    assert len(set(_OneThreadDecode.torn_down)) == len(_OneThreadDecode.torn_down) == 3
 
 
 def test_records_decoded_on_threads_name_a_file_that_cannot_be_read_to_its_end(tmp_path):
