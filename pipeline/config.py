@@ -109,19 +109,20 @@ LOCAL_BEAM_ARGS: Tuple[str, ...] = (
     # resets the cache of every logger on each call).
     "--pickle_library=cloudpickle",
 )
-# From this many rows on, StatisticsGen and the Evaluator run their Beam work in worker
-# processes, one per core, and ImportExampleGen on a thread per core; below, and for the
-# other components always, in this process. StatisticsGen and the Evaluator spend their
-# time in Python per record, which worker processes share out; ImportExampleGen's is in
-# TensorFlow's C++ reader and GZIP writer, which threads share out without the start-up
-# of processes; the data gate reads a sample, and Transform's analysis did not get faster
-# in worker processes (1M rows: 19.7 s against 15.5-18.4 s in this process), so workers
-# would only add their start-up (a few seconds per component) and memory (docs/scale.md).
+# From this many rows on, the Evaluator runs its Beam work in worker processes, one per
+# core, and ImportExampleGen on a thread per core; below, and for the other components
+# always, in this process. The Evaluator spends its time in TFMA's Python per example,
+# which worker processes share out; ImportExampleGen's is in TensorFlow's C++ reader and
+# GZIP writer, which threads share out without the start-up of processes. StatisticsGen
+# and Transform decode their records on a thread per core in this process (see
+# `pipeline.run.speedups`), and were slower in worker processes, which add their start-up
+# (a few seconds per component) and memory: at 1M rows StatisticsGen 14.9 s there against
+# 10.8 s here, Transform 17.9 s against 11.9 s. The data gate reads a sample.
 MULTI_PROCESS_ROWS = 300_000
 
 
 def parallel_beam_args(beam_args: Sequence[str], rows: int, cores: Optional[int] = None) -> Tuple[str, ...]:
-    """The Beam options of StatisticsGen and the Evaluator for `rows` rows: from
+    """The Evaluator's Beam options for `rows` rows: from
     `MULTI_PROCESS_ROWS` on, on several cores, the DirectRunner's multi_processing mode
     with one worker per core, followed by `beam_args` (so that a mode, worker count or
     runner the user gave still wins: Beam reads a repeated option's last value); else
@@ -174,8 +175,7 @@ class Settings:
     train: TrainConfig = TrainConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     beam_args: Tuple[str, ...] = ()
-    # StatisticsGen's and the Evaluator's own Beam options (`parallel_beam_args`); empty:
-    # the pipeline's.
+    # The Evaluator's own Beam options (`parallel_beam_args`); empty: the pipeline's.
     parallel_beam_args: Tuple[str, ...] = ()
     # ImportExampleGen's own (`threaded_beam_args`); empty: the pipeline's.
     ingest_beam_args: Tuple[str, ...] = ()

@@ -340,7 +340,7 @@ def create_pipeline(
       warm_start: Give the Trainer the serving model as `base_model`; it starts
         from those weights when the feature set and shapes still match.
       beam_pipeline_args: Beam options for the Beam-based components.
-      parallel_beam_pipeline_args: StatisticsGen's and the Evaluator's own Beam options,
+      parallel_beam_pipeline_args: The Evaluator's own Beam options,
         after the pipeline's (e.g. the DirectRunner's worker processes for large data,
         see `pipeline.config.parallel_beam_args`); empty: the pipeline's alone.
       ingest_beam_pipeline_args: ImportExampleGen's own Beam options, after the
@@ -354,8 +354,7 @@ def create_pipeline(
                              warm_start)
         pushing = _pushing(data, training, serving_model_dir, keep_versions, latency_budget_ms, code_version)
     if parallel_beam_pipeline_args:
-        for node in (data.statistics_gen, training.evaluator):
-            node.with_beam_pipeline_args(list(parallel_beam_pipeline_args))
+        training.evaluator.with_beam_pipeline_args(list(parallel_beam_pipeline_args))
     if ingest_beam_pipeline_args:
         data.example_gen.with_beam_pipeline_args(list(ingest_beam_pipeline_args))
 

@@ -7,7 +7,7 @@ Once Beam's harness has returned (the runner closed the worker's control channel
 bundle done), the process ends at once, as the run's own does (`speedups.exit_process`):
 tearing down an interpreter with TensorFlow loaded printed `Exception ignored in:
 <function AtomicFunction.__del__>` tracebacks on the run's console, from each worker of
-StatisticsGen and the Evaluator, and the runner waits for its workers to end."""
+the Evaluator, and the runner waits for its workers to end."""
 
 import sys
 

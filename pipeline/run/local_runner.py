@@ -185,7 +185,7 @@ def _describe_beam(beam_args: Sequence[str], parallel: Sequence[str], ingest: Se
     if not parallel:
         return f"{described(beam_args)} for every component"
     threads = f"{described(ingest)} for ImportExampleGen, " if ingest else ""
-    return (f"{described(parallel)} for StatisticsGen and the Evaluator (>= {config.MULTI_PROCESS_ROWS} rows), "
+    return (f"{described(parallel)} for the Evaluator (>= {config.MULTI_PROCESS_ROWS} rows), "
             f"{threads}{described(beam_args)} for the others")
 
 

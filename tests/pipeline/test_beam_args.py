@@ -199,7 +199,7 @@ def test_only_statistics_and_evaluation_get_the_worker_processes_and_ingestion_t
     modes = {node.id: _direct(node.executor_spec.beam_pipeline_args)[0]
              for node in built.components if isinstance(node, BaseBeamComponent)}
     if sized:
-        assert {node for node, mode in modes.items() if mode == "multi_processing"} == {"StatisticsGen", "Evaluator"}
+        assert {node for node, mode in modes.items() if mode == "multi_processing"} == {"Evaluator"}
         assert modes["ImportExampleGen"] == "multi_threading"
         assert modes["Transform"] == "in_memory"
     else:
