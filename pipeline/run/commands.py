@@ -127,9 +127,10 @@ def run(args: argparse.Namespace, ending: Ending) -> int:
 
     def run_pipeline(run_with: config.RunConfig, plan: run_state.RunPlan) -> RunReport:
         logs.import_tensorflow(log_path, args.verbose)
+        record_check = preflight.start_check(plan.files)  # beside TFX's imports
         with speedups.local_runner(speedups.enabled()) as local_runner:
             return local_runner.run(run_with, plan, orchestrator=args.orchestrator, recover=not args.force,
-                                    page_later=speedups.can_detach())
+                                    page_later=speedups.can_detach(), record_check=record_check)
 
     retained = ""
     try:

@@ -13,6 +13,7 @@ import functools
 import logging
 import os
 import time
+from concurrent.futures import Future
 from typing import Optional, Sequence
 
 from tfx.dsl.compiler import compiler, constants
@@ -59,12 +60,13 @@ def new_run_id(fingerprint: str) -> str:
 
 def run(
     run_config: config.RunConfig, plan: run_state.RunPlan, orchestrator: str = "local", recover: bool = True,
-    page_later: bool = False,
+    page_later: bool = False, record_check: Optional[Future[int]] = None,
 ) -> outcome.RunReport:
     """Runs the pipeline once and records and returns what it did; with `recover`, a run
     of the same inputs that finished unrecorded is recorded instead (see `_unrecorded`);
     with `page_later`, its page is drawn after the process's exit status is known
-    (`speedups.after_exit`)."""
+    (`speedups.after_exit`). `record_check` is the plan's files' record check, started
+    earlier (`preflight.start_check`); None: it is done here."""
     started = time.perf_counter()
     # The output root's lock says no run of this root is running; a MySQL store is shared
     # with other roots whose runs may be, so it is left as it is.
@@ -75,7 +77,7 @@ def run(
     if recovered is not None:
         report = recovered
     else:
-        rows = preflight.check_records(plan.files)
+        rows = record_check.result() if record_check is not None else preflight.check_records(plan.files)
         run_config = _sized(run_config, rows)
         if not plan.cache:
             logging.warning("%s", plan.cache_note)

@@ -72,3 +72,21 @@ def test_a_file_without_records_among_small_data_is_named(span_files, tmp_path):
     _write(empty, [])
     with pytest.raises(preflight.BadDataError, match=r"no-records\.gz.*holds no records"):
         preflight.check_records(span_files + [empty])
+
+
+def test_a_check_started_ahead_runs_on_its_own_thread_and_gives_the_count_or_the_error(span_files, tmp_path,
+                                                                                        monkeypatch):
+    import threading
+
+    threads = []
+    check = preflight.check_records
+    monkeypatch.setattr(preflight, "check_records",
+                        lambda files: threads.append(threading.current_thread().name) or check(files))
+    expected = _per_file(span_files)
+    assert preflight.start_check(span_files).result(timeout=60) == expected
+    assert len(threads) == 1 and threads[0].startswith("record-check")
+
+    empty = str(tmp_path / "no-records.gz")
+    _write(empty, [])
+    with pytest.raises(preflight.BadDataError, match=r"no-records\.gz.*holds no records"):
+        preflight.start_check(span_files + [empty]).result(timeout=60)
