@@ -2,7 +2,8 @@
 
 The page is a Jinja2 template (`pipeline/inspect/templates/run_report.html.j2`) filled from
 `pipeline.inspect.run_details.RunDetails`; the plots are matplotlib figures embedded as PNG data
-URIs, and the CSS is inline, so the file opens anywhere, offline, with nothing to install.
+URIs, but for the one per feature, drawn as SVG (`svg_charts`), and the CSS is inline, so
+the file opens anywhere, offline, with nothing to install.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional
 import jinja2
 
 from pipeline.inspect import run_details as details_lib
+from pipeline.inspect import svg_charts
 from pipeline.outcome import Outcome, RunReport
 
 if TYPE_CHECKING:
@@ -68,33 +70,23 @@ def _timings_plot(report: RunReport) -> Optional[str]:
 
 def feature_plot(name: str, newest: Optional[details_lib.FeatureStats],
                   previous: Optional[details_lib.FeatureStats], labels: List[str]) -> str:
-    figure = _figure(figsize=(3.4, 2.1))
-    axes = figure.subplots()
+    """The feature's distribution in each span, as fractions of its examples: a
+    histogram of a number, the most frequent values of a category (an SVG chart, see
+    `svg_charts`: a page has one per feature)."""
     pairs = [(stats, label, color) for stats, label, color in
              ((previous, labels[0], PREVIOUS_COLOR), (newest, labels[1], NEWEST_COLOR)) if stats is not None]
     if pairs and pairs[0][0].numeric:
+        histograms = []
         for stats, label, color in pairs:
             total = sum(count for _, _, count in stats.buckets) or 1.0
-            lows = [low for low, _, _ in stats.buckets]
-            widths = [max(high - low, 1e-9) for low, high, _ in stats.buckets]
-            axes.bar(lows, [count / total for _, _, count in stats.buckets], width=widths, align="edge",
-                     alpha=0.5, color=color, label=label)
-        axes.set_ylabel("fraction")
-    else:
-        values = [value for value, _ in (pairs[-1][0].top if pairs else [])][:TOP_VALUES]
-        width = 0.8 / max(len(pairs), 1)
-        for index, (stats, label, color) in enumerate(pairs):
-            counts = dict(stats.top)
-            total = stats.count or 1
-            axes.bar([i + index * width for i in range(len(values))], [counts.get(v, 0) / total for v in values],
-                     width=width, color=color, label=label)
-        axes.set_xticks([i + width * (len(pairs) - 1) / 2 for i in range(len(values))])
-        axes.set_xticklabels([v[:12] for v in values], rotation=40, ha="right", fontsize=7)
-        axes.set_ylabel("fraction")
-    axes.set_title(name, fontsize=9)
-    axes.tick_params(labelsize=7)
-    axes.legend(fontsize=7)
-    return png(figure)
+            histograms.append((label, color, [(low, high, count / total) for low, high, count in stats.buckets]))
+        return svg_charts.histogram(name, histograms)
+    values = [value for value, _ in (pairs[-1][0].top if pairs else [])][:TOP_VALUES]
+    shares = []
+    for stats, label, color in pairs:
+        counts, total = dict(stats.top), stats.count or 1
+        shares.append((label, color, [counts.get(value, 0) / total for value in values]))
+    return svg_charts.categories(name, [value[:12] for value in values], shares)
 
 
 def distance_plot(measures: List[details_lib.DriftMeasure],

@@ -1,0 +1,79 @@
+"""`svg_charts` and the page's feature plots drawn with them: well-formed SVG whose bars
+stand for the values given."""
+
+import base64
+import xml.etree.ElementTree as ElementTree
+
+import pytest
+
+from pipeline.inspect import report_page, svg_charts
+from pipeline.inspect.run_details import FeatureStats
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _parsed(uri: str) -> ElementTree.Element:
+    prefix = "data:image/svg+xml;base64,"
+    assert uri.startswith(prefix)
+    return ElementTree.fromstring(base64.b64decode(uri[len(prefix):]))
+
+
+def _bars(root: ElementTree.Element):
+    """The data bars (the legend's squares carry no title): (x, width, height, fill, value)."""
+    return [(float(r.get("x")), float(r.get("width")), float(r.get("height")), r.get("fill"),
+             float(r.find(f"{SVG}title").text))
+            for r in root.iter(f"{SVG}rect") if r.find(f"{SVG}title") is not None]
+
+
+def _texts(root: ElementTree.Element):
+    return [t.text for t in root.iter(f"{SVG}text")]
+
+
+def test_grouped_bars_are_as_tall_as_their_values_side_by_side_and_names_are_escaped():
+    root = _parsed(svg_charts.categories("payment_type", ["Cash", "A&B <co>"],
+                                         [("span 1", "#111111", [0.6, 0.3]), ("span 2", "#222222", [0.4, 0.2])]))
+    bars = _bars(root)
+    assert [(fill, value) for _, _, _, fill, value in bars] == [
+        ("#111111", 0.6), ("#111111", 0.3), ("#222222", 0.4), ("#222222", 0.2)]
+    heights = {value: height for _, _, height, _, value in bars}
+    # The axis tops out at 1 (the next of 1, 2, 2.5, 5 x 10^k above 0.6): heights in proportion.
+    assert heights[0.6] == pytest.approx(2 * heights[0.3]) == pytest.approx(1.5 * heights[0.4])
+    assert "1" in _texts(root) and "0.5" in _texts(root)
+    # A group's bars side by side, groups left to right.
+    (x_cash_1, width, *_), (x_ab_1, *_), (x_cash_2, *_), _ = bars
+    assert x_cash_2 == pytest.approx(x_cash_1 + width) and x_ab_1 > x_cash_2
+    assert {"payment_type", "A&B <co>", "span 1", "span 2"} <= set(_texts(root))
+
+
+def test_a_histogram_places_each_bucket_by_its_bounds_on_one_axis():
+    root = _parsed(svg_charts.histogram("fare", [("span 1", "#111111", [(0.0, 10.0, 0.25), (10.0, 40.0, 0.75)]),
+                                                 ("span 2", "#222222", [(20.0, 40.0, 1.0)])]))
+    (x0, w0, h0, *_), (x1, w1, h1, *_), (x2, w2, h2, *_) = _bars(root)
+    assert w1 == pytest.approx(3 * w0) and x1 == pytest.approx(x0 + w0)
+    assert x2 == pytest.approx(x0 + 2 * w0) and x2 + w2 == pytest.approx(x1 + w1)
+    assert h2 == pytest.approx(4 * h0) and h1 == pytest.approx(3 * h0)
+    assert "0" in _texts(root) and "40" in _texts(root)
+
+
+def test_bounds_that_four_digits_do_not_tell_apart_get_more():
+    root = _parsed(svg_charts.histogram("tract", [("a", "#111111", [(17031081402.0, 17031842300.0, 1.0)])]))
+    assert {"1.7031e+10", "1.7032e+10"} <= set(_texts(root))
+
+
+def test_a_chart_without_values_is_an_empty_frame():
+    for uri in (svg_charts.histogram("x", [("a", "#111111", [])]), svg_charts.categories("y", [], [])):
+        root = _parsed(uri)
+        assert _bars(root) == [] and root.get("width") == str(svg_charts.WIDTH)
+
+
+def test_the_page_s_feature_plots_show_each_span_s_shares():
+    labels = ["span 7", "span 8"]
+    previous = FeatureStats(name="company", numeric=False, count=100, missing=0.0, top=[("Flash", 60), ("Blue", 40)])
+    newest = FeatureStats(name="company", numeric=False, count=200, missing=0.0, top=[("Blue", 150), ("Flash", 50)])
+    bars = _bars(_parsed(report_page.feature_plot("company", newest, previous, labels)))
+    # The newest span's most frequent values, in its order; each span's share of each.
+    assert [value for *_, value in bars] == [0.4, 0.6, 0.75, 0.25]
+
+    numeric = FeatureStats(name="fare", numeric=True, count=4, missing=0.0, buckets=[(0.0, 5.0, 1.0), (5.0, 9.0, 3.0)])
+    bars = _bars(_parsed(report_page.feature_plot("fare", numeric, None, labels)))
+    assert [value for *_, value in bars] == [0.25, 0.75]
