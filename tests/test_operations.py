@@ -49,10 +49,8 @@ def test_each_run_writes_a_page_a_browser_renders_with_its_key_parts(finished_ru
     assert "Overall" in page.text_by_id["slices"]
     assert page.rows["drift"] > 1  # a header and a row per compared feature
     assert f"{record['eval_metrics']['auc']:.4f}" in page.text_by_id["slices"]
-    # A plot per feature (SVG), plus timings, drift, training and slices (PNG); every one embedded.
-    svg = [src for src in page.images if src.startswith("data:image/svg+xml;base64,")]
-    png = [src for src in page.images if src.startswith("data:image/png;base64,")]
-    assert len(svg) >= 18 and len(png) == 4 and len(svg) + len(png) == len(page.images)
+    # A plot per feature, plus timings, drift, training and slices; every one embedded.
+    assert len(page.images) > 20 and all(src.startswith("data:image/svg+xml;base64,") for src in page.images)
 
     screenshot = tmp_path / "page.png"
     shot = browser("--window-size=1200,2400", f"--screenshot={screenshot}", f"file://{path}")

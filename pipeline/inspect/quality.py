@@ -11,7 +11,9 @@ covers every run the store recorded, on SQLite or MySQL.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import io
 import json
 import os
 from typing import Dict, List, Optional, Tuple
@@ -119,7 +121,13 @@ def _plot(found: List[QualityPoint], slice_name: str, floor: float, title: str, 
     axes.set_ylabel("AUC")
     axes.set_title(title, fontsize=9)
     axes.legend(fontsize=7, loc="lower left")
-    return report_page.png(figure)
+    return _png(figure)
+
+
+def _png(figure) -> str:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
 def render(found: List[QualityPoint], evaluation: config.EvaluationConfig) -> str:

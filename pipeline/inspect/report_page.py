@@ -1,26 +1,22 @@
 """One self-contained HTML page per run: `<output root>/reports/<run id>.html`.
 
 The page is a Jinja2 template (`pipeline/inspect/templates/run_report.html.j2`) filled from
-`pipeline.inspect.run_details.RunDetails`; the plots are matplotlib figures embedded as PNG data
-URIs, but for the one per feature, drawn as SVG (`svg_charts`), and the CSS is inline, so
-the file opens anywhere, offline, with nothing to install.
+`pipeline.inspect.run_details.RunDetails`; the plots are SVG charts (`svg_charts`) embedded as
+data URIs, and the CSS is inline, so the file opens anywhere, offline, with nothing to
+install.
 """
 
 from __future__ import annotations
 
-import base64
-import io
+import math
 import os
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import jinja2
 
 from pipeline.inspect import run_details as details_lib
 from pipeline.inspect import svg_charts
 from pipeline.outcome import Outcome, RunReport
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
 REPORTS_DIR = "reports"
 # The id of the text of a page that stands in for a run's page being drawn.
@@ -40,32 +36,16 @@ def report_path(output_root: str, run_id: str) -> str:
     return os.path.join(output_root, REPORTS_DIR, f"{run_id}.html")
 
 
-def _figure(**options) -> Figure:
-    """A matplotlib figure; matplotlib is imported here, when a plot is drawn (0.2 s), not
-    for the placeholder a run writes before its page is drawn."""
-    from matplotlib.figure import Figure
-
-    return Figure(**options)
-
-
-def png(figure: Figure) -> str:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
-
-
 def _timings_plot(report: RunReport) -> Optional[str]:
     nodes = [node for node in report.nodes if node.seconds >= 0]
     if not nodes:
         return None
-    figure = _figure(figsize=(6.5, 0.3 * len(nodes) + 0.8))
-    axes = figure.subplots()
     colors = {"ran": "#2da44e", "cached": "#9a9a9a", "failed": "#cf222e"}
-    axes.barh([node.node_id for node in nodes], [node.seconds for node in nodes],
-              color=[colors.get(node.state, "#9a9a9a") for node in nodes])
-    axes.invert_yaxis()
-    axes.set_xlabel("seconds (grey: reused from cache, red: failed)")
-    return png(figure)
+    return svg_charts.horizontal_bars(
+        [node.node_id for node in nodes],
+        [("", [colors.get(node.state, "#9a9a9a") for node in nodes], [node.seconds for node in nodes])],
+        "seconds (grey: reused from cache, red: failed)",
+    )
 
 
 def feature_plot(name: str, newest: Optional[details_lib.FeatureStats],
@@ -93,58 +73,39 @@ def distance_plot(measures: List[details_lib.DriftMeasure],
                   label: str = "drift distance / its threshold (over 1: rejected)") -> Optional[str]:
     if not measures:
         return None
-    figure = _figure(figsize=(6.5, 0.28 * len(measures) + 0.9))
-    axes = figure.subplots()
     ratios = [m.value / m.threshold if m.threshold else 0.0 for m in measures]
-    axes.barh([m.feature for m in measures], ratios, color=["#cf222e" if m.over else "#2da44e" for m in measures])
-    axes.axvline(1.0, color="black", linewidth=1)
-    axes.invert_yaxis()
-    axes.set_xlabel(label)
-    return png(figure)
+    return svg_charts.horizontal_bars(
+        [m.feature for m in measures], [("", ["#cf222e" if m.over else "#2da44e" for m in measures], ratios)],
+        label, high=max(1.05, _rounded_up(max(ratios))), marker=1.0,
+    )
+
+
+def _rounded_up(value: float) -> float:
+    return math.ceil(value * 10) / 10
 
 
 def _training_plot(history: List[Dict[str, float]], best_epoch: int) -> Optional[str]:
     if not history:
         return None
-    figure = _figure(figsize=(6.5, 2.8))
-    axes = figure.subplots()
-    epochs = list(range(1, len(history) + 1))
-    for key, color in (("train_loss", "#1f6feb"), ("eval_loss", "#f0883e")):
-        if all(key in epoch for epoch in history):
-            axes.plot(epochs, [epoch[key] for epoch in history], marker="o", color=color, label=key)
-    axes.set_xlabel("epoch")
-    axes.set_ylabel("loss")
-    axes.set_xticks(epochs)
-    if best_epoch:
-        axes.axvline(best_epoch, color="#9a9a9a", linestyle="--", label=f"kept: epoch {best_epoch}")
+    series = [(key, color, [epoch[key] for epoch in history], "left")
+              for key, color in (("train_loss", "#1f6feb"), ("eval_loss", "#f0883e"))
+              if all(key in epoch for epoch in history)]
     if all("eval_auc" in epoch for epoch in history):
-        auc = axes.twinx()
-        auc.plot(epochs, [epoch["eval_auc"] for epoch in history], color="#2da44e", marker="s", label="eval_auc")
-        auc.set_ylabel("eval AUC")
-        auc.legend(loc="lower right", fontsize=8)
-    axes.legend(loc="upper right", fontsize=8)
-    return png(figure)
+        series.append(("eval_auc", "#2da44e", [epoch["eval_auc"] for epoch in history], "right"))
+    return svg_charts.lines(list(range(1, len(history) + 1)), series, "epoch", "loss", "eval AUC",
+                            marker=best_epoch, marker_label=f"kept: epoch {best_epoch}")
 
 
 def _slices_plot(slices: List[details_lib.SliceMetrics], has_baseline: bool) -> Optional[str]:
     shown = [s for s in slices if "auc" in s.candidate and s.candidate.get("example_count", 0) >= MIN_PLOTTED_SLICE]
     if not shown:
         return None
-    figure = _figure(figsize=(6.5, 0.3 * len(shown) + 0.9))
-    axes = figure.subplots()
-    rows = list(range(len(shown)))
-    axes.barh([r - 0.2 for r in rows], [s.candidate["auc"] for s in shown], height=0.4, color=CANDIDATE_COLOR,
-              label="candidate")
+    series = [("candidate", [CANDIDATE_COLOR] * len(shown), [s.candidate["auc"] for s in shown])]
     if has_baseline:
-        axes.barh([r + 0.2 for r in rows], [s.baseline.get("auc", 0.0) for s in shown], height=0.4,
-                  color=BASELINE_COLOR, label="baseline (serving)")
-    axes.set_yticks(rows)
-    axes.set_yticklabels([s.slice for s in shown], fontsize=7)
-    axes.invert_yaxis()
-    axes.set_xlim(0.5, 1.0)
-    axes.set_xlabel(f"AUC (slices of {MIN_PLOTTED_SLICE} examples or more)")
-    axes.legend(fontsize=8)
-    return png(figure)
+        series.append(("baseline (serving)", [BASELINE_COLOR] * len(shown),
+                       [s.baseline.get("auc", 0.0) for s in shown]))
+    return svg_charts.horizontal_bars([s.slice for s in shown], series,
+                                      f"AUC (slices of {MIN_PLOTTED_SLICE} examples or more)", low=0.5, high=1.0)
 
 
 def decision(details: details_lib.RunDetails) -> str:

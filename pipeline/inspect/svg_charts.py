@@ -1,10 +1,11 @@
-"""Small bar charts drawn as SVG text, for the plots a page has many of (one per feature).
+"""The run page's charts, drawn as SVG text: bars, horizontal bars and lines.
 
-A matplotlib figure costs a page about 0.15 s to lay out and encode as PNG; a run's page
-has one per feature (18 of its 22 plots, about 2.5 s of a run's last seconds). These
-charts are the same bars, axes, title and legend, written directly: well under a
-millisecond each. They are embedded as `data:image/svg+xml` URIs, as the PNGs are as
-`data:image/png` ones, so the page stays one self-contained file.
+A matplotlib figure cost a run's page about 0.15 s to lay out and encode as PNG, and the
+page has 22 (one per feature): about 3 s of every run's last seconds, plus 0.2 s to
+import matplotlib. These charts are the same bars, lines, axes, titles and legends,
+written directly: well under a millisecond each. They are embedded as
+`data:image/svg+xml` URIs, as the PNGs were as `data:image/png` ones, so the page stays
+one self-contained file.
 """
 
 from __future__ import annotations
@@ -14,8 +15,14 @@ import html
 import math
 from typing import List, Sequence, Tuple
 
-# The size of a chart, in pixels (the PNGs it replaces were 3.4 x 2.1 inches at 90 dpi).
+# The size of a small chart, in pixels (the PNGs it replaces were 3.4 x 2.1 inches at
+# 90 dpi), and the width of a wide one (6.5 inches).
 WIDTH, HEIGHT = 306, 189
+WIDE = 585
+# A wide chart's height per row of bars, and its margins above and below them.
+_ROW, _WIDE_TOP, _WIDE_BOTTOM = 24, 12, 44
+# About how wide a character of the labels is, at their size.
+_CHAR = 6.2
 _LEFT, _RIGHT, _TOP = 42, 8, 22
 # The bottom margin under the plot area: numbers, or names written at a slant.
 _BOTTOM_NUMBERS, _BOTTOM_NAMES = 22, 52
@@ -68,6 +75,118 @@ def histogram(title: str, series: Sequence[HistogramSeries]) -> str:
     return _data_uri(parts)
 
 
+def horizontal_bars(names: Sequence[str], series: Sequence[Tuple[str, Sequence[str], Sequence[float]]],
+                    x_label: str, low: float = 0.0, high: float = 0.0, marker: float = 0.0) -> str:
+    """A row per name, one bar per series in it (each bar its own color), from `low` to
+    `high` on the x axis (`high` 0: the largest value, rounded up); a vertical line at
+    `marker` (0: none); a legend of the series' labels that are not empty."""
+    left = 12 + _CHAR * max((len(name) for name in names), default=0)
+    height = _WIDE_TOP + _ROW * max(len(names), 1) + _WIDE_BOTTOM
+    bottom = height - _WIDE_BOTTOM
+    high = high or _nice_top(max((value for _, _, values in series for value in values), default=0.0))
+    span = (high - low) or 1.0
+    width = WIDE - left - _RIGHT
+
+    def x_of(value: float) -> float:
+        return left + max(0.0, min((value - low) / span, 1.0)) * width
+
+    parts = []
+    bar = 0.8 * _ROW / max(len(series), 1)
+    for index, (_, colors, values) in enumerate(series):
+        for row, (value, color) in enumerate(zip(values, colors)):
+            y = _WIDE_TOP + row * _ROW + 0.1 * _ROW + index * bar
+            parts.append(f'<rect x="{left:.2f}" y="{y:.2f}" width="{x_of(value) - left:.2f}" height="{bar:.2f}" '
+                         f'fill="{color}"><title>{value:.4g}</title></rect>')
+    for row, name in enumerate(names):
+        y = _WIDE_TOP + (row + 0.5) * _ROW + 4
+        parts.append(f'<text x="{left - 5:.1f}" y="{y:.1f}" font-size="10" text-anchor="end">'
+                     f'{html.escape(name)}</text>')
+    for tick in _ticks(low, high):
+        parts.append(f'<line x1="{x_of(tick):.1f}" x2="{x_of(tick):.1f}" y1="{bottom}" y2="{bottom + 4}" '
+                     f'stroke="{_AXIS_COLOR}"/><text x="{x_of(tick):.1f}" y="{bottom + 15}" font-size="9" '
+                     f'text-anchor="middle">{tick:g}</text>')
+    parts.append(f'<text x="{left + width / 2:.1f}" y="{bottom + 32}" font-size="10" '
+                 f'text-anchor="middle">{html.escape(x_label)}</text>')
+    parts.append(f'<rect x="{left:.1f}" y="{_WIDE_TOP}" width="{width:.1f}" height="{bottom - _WIDE_TOP}" '
+                 f'fill="none" stroke="{_AXIS_COLOR}"/>')
+    if marker:
+        parts.append(f'<line x1="{x_of(marker):.1f}" x2="{x_of(marker):.1f}" y1="{_WIDE_TOP}" y2="{bottom}" '
+                     'stroke="black"/>')
+    legend = [(label, colors[0], 1.0) for label, colors, _ in series if label and colors]
+    parts += _legend(legend, WIDE - _RIGHT - 130, _WIDE_TOP + 4)
+    return _data_uri(parts, WIDE, height)
+
+
+# One line of a line chart: its label, its color, its values (one per x), and the
+# axis it is read on ("left" or "right").
+Line = Tuple[str, str, Sequence[float], str]
+
+
+def lines(x_values: Sequence[int], series: Sequence[Line], x_label: str, left_label: str, right_label: str = "",
+          marker: int = 0, marker_label: str = "") -> str:
+    """Lines with a dot at each point over integer `x_values`, on a left axis and, for the
+    series that say so, a right one, each scaled to its own values; a dashed vertical
+    line at `marker` (0: none)."""
+    height, left, right, top, bottom = 270, 58, 62, 12, 270 - 58
+    width = WIDE - left - right
+    first, last = (min(x_values), max(x_values)) if x_values else (0, 1)
+
+    def x_of(x: float) -> float:
+        return left + (x - first) / ((last - first) or 1) * width
+
+    parts = [f'<rect x="{left}" y="{top}" width="{width}" height="{bottom - top}" fill="none" '
+             f'stroke="{_AXIS_COLOR}"/>']
+    for x in x_values:
+        parts.append(f'<text x="{x_of(x):.1f}" y="{bottom + 14}" font-size="9" text-anchor="middle">{x}</text>')
+    parts.append(f'<text x="{left + width / 2:.1f}" y="{bottom + 32}" font-size="10" '
+                 f'text-anchor="middle">{html.escape(x_label)}</text>')
+    for side, label, axis_x, anchor in (("left", left_label, left - 4, "end"),
+                                        ("right", right_label, WIDE - right + 4, "start")):
+        values = [v for _, _, of_line, line_side in series if line_side == side for v in of_line]
+        if not values:
+            continue
+        low, high = min(values), max(values)
+        pad = (high - low) * 0.1 or abs(high) * 0.1 or 1.0
+        low, high = low - pad, high + pad
+
+        def y_of(value: float, low: float = low, high: float = high) -> float:
+            return bottom - (value - low) / (high - low) * (bottom - top)
+
+        for tick in (low + pad, (low + high) / 2, high - pad):
+            parts.append(f'<text x="{axis_x}" y="{y_of(tick) + 3:.1f}" font-size="9" '
+                         f'text-anchor="{anchor}">{tick:.4g}</text>')
+        title_x = 12 if side == "left" else WIDE - 10
+        middle = (top + bottom) / 2
+        parts.append(f'<text x="{title_x}" y="{middle:.1f}" font-size="10" text-anchor="middle" '
+                     f'transform="rotate(-90 {title_x} {middle:.1f})">{html.escape(label)}</text>')
+        for _, color, of_line, line_side in series:
+            if line_side != side:
+                continue
+            points = " ".join(f"{x_of(x):.1f},{y_of(v):.1f}" for x, v in zip(x_values, of_line))
+            parts.append(f'<polyline points="{points}" fill="none" stroke="{color}" stroke-width="1.5"/>')
+            parts += [f'<circle cx="{x_of(x):.1f}" cy="{y_of(v):.1f}" r="3" fill="{color}"><title>{v:.4g}</title>'
+                      '</circle>' for x, v in zip(x_values, of_line)]
+    legend = [(label, color, 1.0) for label, color, _, _ in series]
+    if marker:
+        parts.append(f'<line x1="{x_of(marker):.1f}" x2="{x_of(marker):.1f}" y1="{top}" y2="{bottom}" '
+                     'stroke="#9a9a9a" stroke-dasharray="5,3"/>')
+        legend.append((marker_label, "#9a9a9a", 1.0))
+    # The legend in a row under the chart, where no line can run through it.
+    x = float(left)
+    for label, color, _ in legend:
+        parts += _legend([(label, color, 1.0)], x, bottom + 40)
+        x += 30 + _CHAR * len(label)
+    return _data_uri(parts, WIDE, height)
+
+
+def _ticks(low: float, high: float) -> List[float]:
+    """About five round values from `low` to `high`."""
+    step = _nice_top((high - low) / 5) if high > low else 1.0
+    first = math.ceil(low / step - 1e-9)
+    return [round((first + i) * step, 10) for i in range(int((high - low) / step + 1e-9) + 1)
+            if (first + i) * step <= high + 1e-9]
+
+
 def _bounds(low: float, high: float) -> Tuple[str, str]:
     """`low` and `high` written with 4 significant digits, or as many more as tell them apart."""
     for digits in range(4, 13):
@@ -108,17 +227,17 @@ def _bar(x: float, width: float, value: float, top_value: float, bottom: float, 
             f'fill="{color}" fill-opacity="{opacity}"><title>{value:.4g}</title></rect>')
 
 
-def _legend(entries: Sequence[Tuple[str, str, float]]) -> List[str]:
+def _legend(entries: Sequence[Tuple[str, str, float]], x: float = WIDTH - _RIGHT - 70,
+            top: float = _TOP + 4) -> List[str]:
     parts = []
     for row, (label, color, opacity) in enumerate(entries):
-        y = _TOP + 4 + 12 * row
-        parts.append(f'<rect x="{WIDTH - _RIGHT - 70}" y="{y}" width="9" height="9" fill="{color}" '
-                     f'fill-opacity="{opacity}"/>')
-        parts.append(f'<text x="{WIDTH - _RIGHT - 57}" y="{y + 8}" font-size="9">{html.escape(label)}</text>')
+        y = top + 12 * row
+        parts.append(f'<rect x="{x:.1f}" y="{y}" width="9" height="9" fill="{color}" fill-opacity="{opacity}"/>')
+        parts.append(f'<text x="{x + 13:.1f}" y="{y + 8}" font-size="9">{html.escape(label)}</text>')
     return parts
 
 
-def _data_uri(parts: List[str]) -> str:
-    text = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-            f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif">' + "".join(parts) + "</svg>")
+def _data_uri(parts: List[str], width: int = WIDTH, height: int = HEIGHT) -> str:
+    text = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height:.0f}" '
+            f'viewBox="0 0 {width} {height:.0f}" font-family="sans-serif">' + "".join(parts) + "</svg>")
     return "data:image/svg+xml;base64," + base64.b64encode(text.encode()).decode()

@@ -77,3 +77,60 @@ def test_the_page_s_feature_plots_show_each_span_s_shares():
     numeric = FeatureStats(name="fare", numeric=True, count=4, missing=0.0, buckets=[(0.0, 5.0, 1.0), (5.0, 9.0, 3.0)])
     bars = _bars(_parsed(report_page.feature_plot("fare", numeric, None, labels)))
     assert [value for *_, value in bars] == [0.25, 0.75]
+
+
+def test_horizontal_bars_run_from_the_axis_low_end_and_mark_a_value():
+    root = _parsed(svg_charts.horizontal_bars(
+        ["Overall", "hour=1"], [("candidate", ["#111111", "#111111"], [0.9, 0.75]),
+                                ("baseline", ["#222222", "#222222"], [0.8, 0.5])],
+        "AUC", low=0.5, high=1.0, marker=0.75))
+    bars = _bars(root)
+    widths = {value: width for _, width, _, _, value in bars}
+    # Each bar as long as its value's distance from the axis' low end, 0.5.
+    assert widths[0.9] == pytest.approx(widths[0.75] * 0.4 / 0.25)
+    assert widths[0.5] == 0 and widths[0.8] == pytest.approx(widths[0.9] * 0.75)
+    assert {"Overall", "hour=1", "AUC", "candidate", "baseline"} <= set(_texts(root))
+    marker = [line for line in root.iter(f"{SVG}line") if line.get("stroke") == "black"]
+    starts = {x for x, *_ in bars}
+    assert len(marker) == 1 and len(starts) == 1
+    assert float(marker[0].get("x1")) == pytest.approx(starts.pop() + widths[0.75])
+
+
+def test_lines_put_each_series_on_its_own_axis_and_mark_the_kept_epoch():
+    root = _parsed(svg_charts.lines([1, 2, 3], [("train_loss", "#111111", [0.3, 0.2, 0.1], "left"),
+                                                ("eval_auc", "#222222", [0.90, 0.95, 0.99], "right")],
+                                    "epoch", "loss", "eval AUC", marker=2, marker_label="kept: epoch 2"))
+    points = {line.get("stroke"): [tuple(map(float, p.split(","))) for p in line.get("points").split()]
+              for line in root.iter(f"{SVG}polyline")}
+    loss, auc = points["#111111"], points["#222222"]
+    # Falling loss, rising AUC (SVG's y grows downwards), each filling its own axis.
+    assert [y for _, y in loss] == sorted(y for _, y in loss) and [y for _, y in auc] == sorted(
+        (y for _, y in auc), reverse=True)
+    assert loss[0][1] == pytest.approx(auc[-1][1]) and loss[-1][1] == pytest.approx(auc[0][1])
+    dashed = [line for line in root.iter(f"{SVG}line") if line.get("stroke-dasharray")]
+    assert len(dashed) == 1 and float(dashed[0].get("x1")) == pytest.approx(loss[1][0])
+    assert {"loss", "eval AUC", "epoch", "kept: epoch 2", "train_loss", "eval_auc"} <= set(_texts(root))
+
+
+def test_a_run_page_draws_without_matplotlib(tmp_path):
+    import subprocess
+    import sys
+
+    script = """
+import sys
+from pipeline.inspect import report_page, run_details
+from pipeline.outcome import NodeRun, Outcome, RunReport
+stats = run_details.FeatureStats(name="fare", numeric=True, count=4, missing=0.0, buckets=[(0.0, 5.0, 1.0)])
+report = RunReport(outcome=Outcome.PUSHED, run_id="r1", nodes=[NodeRun("Trainer", "ran", 3.0)])
+details = run_details.RunDetails(report=report, stats={1: {"fare": stats}, 2: {"fare": stats}}, previous_span=1,
+                                 newest_span=2, history=[{"train_loss": 0.3, "eval_loss": 0.2, "eval_auc": 0.9}],
+                                 best_epoch=1)
+path = report_page.write(sys.argv[1], details)
+print(path, "matplotlib" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    path, imported = done.stdout.split()
+    assert imported == "False"
+    text = open(path, encoding="utf-8").read()
+    assert text.count("data:image/svg+xml;base64,") == 3  # timings, the feature, training
