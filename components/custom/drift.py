@@ -238,7 +238,7 @@ def computed_in_process(total_rows: int, rate: float, options: PipelineOptions) 
     """Whether the spans' statistics are computed in the component's process: when Beam
     runs there anyway, and the rows read into them (`total_rows` at the sample `rate`)
     are at most `IN_PROCESS_ROWS`."""
-    return total_rows * rate <= IN_PROCESS_ROWS and beam_runs_here(options)
+    return round(total_rows * rate) <= IN_PROCESS_ROWS and beam_runs_here(options)
 
 
 def _beyond_exact_counts(result: Dict[int, statistics_pb2.DatasetFeatureStatisticsList]) -> bool:

@@ -74,9 +74,10 @@ def distance_plot(measures: List[details_lib.DriftMeasure],
     if not measures:
         return None
     ratios = [m.value / m.threshold if m.threshold else 0.0 for m in measures]
+    finite = [ratio for ratio in ratios if math.isfinite(ratio)]
     return svg_charts.horizontal_bars(
         [m.feature for m in measures], [("", ["#cf222e" if m.over else "#2da44e" for m in measures], ratios)],
-        label, high=max(1.05, _rounded_up(max(ratios))), marker=1.0,
+        label, high=max(1.05, _rounded_up(max(finite, default=0.0))), marker=1.0,
     )
 
 

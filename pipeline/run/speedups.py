@@ -492,12 +492,14 @@ def _read_a_file_at_a_time(original: Callable) -> Callable:
 
 def _decode_threads(pipeline) -> int:
     """Threads that decode a file's records while it is read: one per core where Beam runs
-    each bundle on this process's one thread (the DirectRunner in memory); one where its
-    workers already share the cores (Beam's threads or worker processes)."""
+    each bundle on this process's one thread (the DirectRunner with one worker, its
+    default); one where its workers already share the cores (Beam's threads or worker
+    processes, any worker count but 1)."""
     from apache_beam.options.pipeline_options import DirectOptions
 
     direct = pipeline.options.view_as(DirectOptions)
-    if direct.direct_running_mode in ("multi_threading", "multi_processing") and direct.direct_num_workers != 1:
+    # Any other worker count than 1 (0: one per core) shares out bundles, whatever the mode.
+    if direct.direct_num_workers != 1:
         return 1
     return os.cpu_count() or 1
 

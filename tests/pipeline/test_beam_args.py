@@ -186,7 +186,7 @@ def test_ingestion_gets_a_thread_per_core_from_the_row_threshold_on():
 
 
 @pytest.mark.parametrize("sized", [True, False])
-def test_only_statistics_and_evaluation_get_the_worker_processes_and_ingestion_threads(tmp_path, monkeypatch, sized):
+def test_only_the_evaluation_gets_worker_processes_and_ingestion_threads(tmp_path, monkeypatch, sized):
     from tfx.dsl.components.base.base_beam_component import BaseBeamComponent
 
     from pipeline import pipeline as pipeline_lib

@@ -290,8 +290,10 @@ def test_the_gate_computes_in_its_process_only_where_beam_runs_in_it(args, here)
 
 @pytest.mark.parametrize("total_rows, spans_count, here", [
     (15_000, 16, True),  # data/: every row
-    (300_000, 3, True),  # every row, at the limit
-    (400_000, 40, False),  # every row (10,000 a span), beyond the limit
+    (300_000, 12, True),  # every row (25,000 a span), at the limit
+    (300_012, 12, True),  # a sample of 25,000 rows a span: 300,000 rows, at the limit
+    (529_279, 12, True),  # the same, where the rate times the rows is a little above 300,000 in floating point
+    (300_001, 13, False),  # every row (23,077 a span), beyond the limit
     (1_000_000, 8, True),  # a sample of 25,000 rows a span: 200,000 rows
     (10_000_000, 8, True),
     (10_000_000, 20, False),  # a sample of 500,000 rows

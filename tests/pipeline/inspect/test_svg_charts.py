@@ -134,3 +134,30 @@ print(path, "matplotlib" in sys.modules)
     assert imported == "False"
     text = open(path, encoding="utf-8").read()
     assert text.count("data:image/svg+xml;base64,") == 3  # timings, the feature, training
+
+
+def test_values_a_diverged_run_or_odd_data_give_still_draw_a_well_formed_chart():
+    nan, inf = float("nan"), float("inf")
+    # A loss that became NaN: the line breaks there, the other points keep their scale.
+    root = _parsed(svg_charts.lines([1, 2, 3, 4], [("train_loss", "#111111", [0.3, 0.2, nan, 0.1], "left")],
+                                    "epoch", "loss", marker=9, marker_label="kept: epoch 9"))
+    runs = [line.get("points") for line in root.iter(f"{SVG}polyline")]
+    assert len(runs) == 2 and "nan" not in " ".join(runs)
+    assert not [line for line in root.iter(f"{SVG}line") if line.get("stroke-dasharray")]  # epoch 9: not drawn
+    # A drift distance that is NaN or infinite, a name with a control character, a long name.
+    uri = report_page.distance_plot([_drift("fare", nan), _drift("tips", inf), _drift("a\x01b" + "x" * 90, 0.5)])
+    root = _parsed(uri)
+    assert "nan" not in base64.b64decode(uri.split(",")[1]).decode().replace(">nan<", "")
+    assert any(text.startswith("a\ufffdb") and len(text) == svg_charts._LONGEST_NAME for text in _texts(root))
+    assert all(float(r.get("width")) >= 0 for r in root.iter(f"{SVG}rect"))
+    # A constant feature: one bucket of no width, drawn in the middle of its axis.
+    (x, width, height, *_), = _bars(_parsed(svg_charts.histogram("flag", [("a", "#111111", [(1.0, 1.0, 1.0)])])))
+    assert width >= 2 and height > 0 and svg_charts._LEFT < x < svg_charts.WIDTH - svg_charts._RIGHT - width
+    # Infinite bucket bounds are left out.
+    assert _bars(_parsed(svg_charts.histogram("x", [("a", "#111111", [(-inf, 0.0, 0.5), (0.0, 1.0, 0.5)])])))
+
+
+def _drift(feature, value):
+    from pipeline.inspect.run_details import DriftMeasure
+
+    return DriftMeasure(feature=feature, measure="L_INFTY", value=value, threshold=1.0)

@@ -90,3 +90,15 @@ def test_a_check_started_ahead_runs_on_its_own_thread_and_gives_the_count_or_the
     _write(empty, [])
     with pytest.raises(preflight.BadDataError, match=r"no-records\.gz.*holds no records"):
         preflight.start_check(span_files + [empty]).result(timeout=60)
+
+
+def test_a_check_started_ahead_neither_holds_the_process_nor_hides_an_unexpected_error(span_files, monkeypatch):
+    import threading
+
+    def broken(files):
+        assert threading.current_thread().daemon  # a process that ends does not wait for it
+        raise RuntimeError("unexpected")
+
+    monkeypatch.setattr(preflight, "check_records", broken)
+    with pytest.raises(RuntimeError, match="unexpected"):
+        preflight.start_check(span_files).result(timeout=60)

@@ -497,20 +497,25 @@ def test_a_truncated_file_read_a_file_at_a_time_is_named(tmp_path):
 
 class _OneThreadDecode(beam.DoFn):
     """A decoder that fails if two threads use it, as tfx_bsl's does (it keeps state
-    between calls): each list's length, first and last records."""
+    between calls): each list's length, first and last records. Each copy's first call
+    waits until `parties` copies are in one (so that every thread of the pool starts)."""
 
     torn_down: List[int] = []
+    parties = None
 
     def setup(self):
         import threading
 
-        self._thread = threading.get_ident()
+        self._thread, self._waited = threading.get_ident(), False
 
     def process(self, records):
         import threading
         import time as clock
 
         assert threading.get_ident() == self._thread, "a decoder was shared between threads"
+        if not self._waited and self.parties is not None:
+            self._waited = True
+            self.parties.wait(timeout=30)
         clock.sleep(0.001)  # lets the lists overtake one another if they could
         yield len(records), records[0], records[-1]
 
@@ -526,11 +531,17 @@ def test_records_decoded_on_threads_come_out_in_order_each_thread_with_its_own_d
     path = str(tmp_path / "in" / "a.gz")
     one_by_one = [out for batch in beam_fns.ReadRecordBatches(30).process(path) for out in [
         (len(batch), batch[0], batch[-1])]]
+    import threading
+
     _OneThreadDecode.torn_down.clear()
-    threaded = beam_fns.ReadDecodedBatches(30, _OneThreadDecode(), threads=3)
-    threaded.setup()
-    got = list(threaded.process(path)) + list(threaded.process(path))
-    threaded.teardown()
+    _OneThreadDecode.parties = threading.Barrier(3)  # every thread starts: each copy's first call waits for 3
+    try:
+        threaded = beam_fns.ReadDecodedBatches(30, _OneThreadDecode(), threads=3)
+        threaded.setup()
+        got = list(threaded.process(path)) + list(threaded.process(path))
+        threaded.teardown()
+    finally:
+        _OneThreadDecode.parties = None
     assert len(one_by_one) == 70 and got == one_by_one * 2
     # A copy a thread, each torn down.
     assert len(set(_OneThreadDecode.torn_down)) == len(_OneThreadDecode.torn_down) == 3
@@ -557,6 +568,7 @@ def test_records_decoded_on_threads_name_a_file_that_cannot_be_read_to_its_end(t
     (["--direct_running_mode=in_memory"], os.cpu_count()),
     (["--direct_running_mode=multi_threading", "--direct_num_workers=1"], os.cpu_count()),
     (["--direct_running_mode=multi_threading", "--direct_num_workers=0"], 1),
+    (["--direct_running_mode=in_memory", "--direct_num_workers=2"], 1),
     (["--direct_running_mode=multi_processing", "--direct_num_workers=2"], 1),
 ])
 def test_records_are_decoded_on_a_thread_per_core_only_where_beam_runs_a_bundle_on_one_thread(args, threads):
