@@ -48,24 +48,26 @@ def output_name(index: int, total: int) -> str:
 
 
 class SplitFile(beam.DoFn):
-    """Writes one input file's records to one file per output split, by `split_index`."""
+    """Writes one input file's records to one file per output split, by `split_index`;
+    yields `(split index, records written to it)` for each split."""
 
     def __init__(self, split_uris: List[str], buckets: List[int], total_files: int):
         self._split_uris, self._buckets, self._total = split_uris, buckets, total_files
 
-    def process(self, item: Tuple[int, str]) -> Iterator[int]:
+    def process(self, item: Tuple[int, str]) -> Iterator[Tuple[int, int]]:
         index, path = item
         name = output_name(index, self._total)
         writers = [tf.io.TFRecordWriter(os.path.join(uri, name), "GZIP") for uri in self._split_uris]
-        count = 0
+        counts = [0] * len(writers)
         try:
             for record in records(path):
-                writers[split_index(record, self._buckets)].write(record)
-                count += 1
+                split = split_index(record, self._buckets)
+                writers[split].write(record)
+                counts[split] += 1
         finally:
             for writer in writers:
                 writer.close()
-        yield count
+        yield from enumerate(counts)
 
 
 class CopyFile(beam.DoFn):

@@ -36,7 +36,7 @@ from tfx.utils import proto_utils
 
 from components import SCHEMA_FILE
 from components.custom import beam_fns
-from components.support import spans
+from components.support import spans, split_rows
 
 # The Examples artifact's record of the files read: JSON, input split -> paths under input_base.
 SOURCE_FILES_PROPERTY = "source_files"
@@ -68,7 +68,8 @@ class FileExecutor(import_executor.Executor):
 
     - hash-split output (train/eval buckets): each file's records are read and written
       to one file per split by the same SHA-256 of their bytes TFX uses, so a
-      deterministically serialized record lands in the split TFX would put it in;
+      deterministically serialized record lands in the split TFX would put it in; the
+      rows written to each split are recorded (`components.support.split_rows`);
     - input splits kept as they are (a window's spans): each file is copied unchanged.
 
     Memory does not grow with the data, and any Beam runner spreads the files over its
@@ -120,6 +121,9 @@ class FileExecutor(import_executor.Executor):
                     | "Files" >> beam.Create(found)
                     | "Spread" >> beam.Reshuffle()
                     | "SplitFiles" >> beam.ParDo(beam_fns.SplitFile(uris, buckets, len(found)))
+                    | "RowsPerSplit" >> beam.CombinePerKey(sum)
+                    | "AllSplits" >> beam.combiners.ToList()
+                    | "WriteRows" >> beam.Map(_write_split_rows, examples.uri, split_names)
                 )
             else:
                 for split in input_config.splits:
@@ -134,6 +138,14 @@ class FileExecutor(import_executor.Executor):
                     )
         examples_utils.set_payload_format(examples, payload)
         examples.set_string_custom_property(SOURCE_FILES_PROPERTY, json.dumps(sources))
+
+
+def _write_split_rows(counts: List[Tuple[int, int]], uri: str, split_names: List[str]) -> None:
+    """The rows written to each split (`components.support.split_rows`)."""
+    rows = dict.fromkeys(split_names, 0)
+    for index, count in counts:
+        rows[split_names[index]] += count
+    split_rows.write(uri, rows)
 
 
 class ImportExampleGen(import_component.ImportExampleGen):

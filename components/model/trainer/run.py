@@ -20,6 +20,7 @@ from tfx.types import standard_component_specs
 
 from components.compat import keras
 from components.model.trainer import data, export, loop, model, settings, warm_start
+from components.support import split_rows
 
 TRAINING_SUMMARY_FILE = "training_summary.json"
 # Under the Trainer's folder: `<key>/` per training in progress (see `checkpoint_dir`).
@@ -127,7 +128,9 @@ def _datasets(
     transformed caches under `cache_dir` (kept until the model is exported, with the
     checkpoints: a resumed Trainer does not transform again)."""
     transform = data.transform_fn(tf_transform_output)
-    train_examples = data.count_records(fn_args.train_files)
+    train_examples = split_rows.rows_in(fn_args.train_files)
+    if train_examples is None:
+        train_examples = data.count_records(fn_args.train_files)
     batch_size = data.effective_batch_size(config, train_examples)
     if batch_size != config.batch_size:
         logging.info("%d training examples: batches of %d instead of %d, for %d steps an epoch",

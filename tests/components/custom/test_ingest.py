@@ -9,7 +9,7 @@ from tfx.proto import example_gen_pb2
 from tfx.types import standard_artifacts
 
 from components.custom import ingest
-from components.support import spans
+from components.support import spans, split_rows
 
 
 def _fingerprint(data_root):
@@ -107,6 +107,9 @@ def test_the_file_executor_splits_every_record_as_tfx_does(repo, tmp_path, copy_
     assert sorted(ours["train"] + ours["eval"]) == sorted(inputs)  # the bytes as they came
     assert len(inputs) == 207 + 203 + 201
     assert 0.1 < len(ours["eval"]) / (len(ours["train"]) + len(ours["eval"])) < 0.3
+    # The rows written to each split, counted while splitting, for the Trainer.
+    assert split_rows.read(str(tmp_path / "ours")) == {"eval": len(ours["eval"]), "train": len(ours["train"])}
+    assert split_rows.rows_in([str(tmp_path / "ours" / "Split-train" / "*")]) == len(ours["train"])
 
 
 @pytest.mark.slow
@@ -122,6 +125,8 @@ def test_the_file_executor_copies_input_splits_unchanged(repo, tmp_path, copy_sp
     assert (tmp_path / "ours" / "Split-eval" / copied[0]).read_bytes() == next(
         (data_root / "span-16").iterdir()).read_bytes()
     assert len(ours["train_1"]) == 203 and len(ours["eval"]) == 201
+    # Copied, not read: no record of the rows; the Trainer counts them itself.
+    assert split_rows.read(str(tmp_path / "ours")) is None
 
 
 def test_the_file_executor_refuses_other_payload_formats(tmp_path):

@@ -222,3 +222,43 @@ def test_beyond_the_in_memory_limit_the_trainer_trains_from_a_transformed_cache_
         [stale.name, f"{key}-worker-1"])
     assert worker.is_dir()
     assert os.listdir(stale) == ["ckpt-1.index"]
+
+
+def test_the_trainer_takes_its_training_rows_from_example_gen_s_record_and_counts_without_one(
+    tmp_path, examples_file, transform_output_dir, monkeypatch, caplog
+):
+    """An Examples artifact whose split rows ImportExampleGen recorded is not read through
+    to count them: the record decides the path (its 25 rows are within the in-memory
+    limit of 30, the file's 40 rows, counted once the record is gone, are not)."""
+    import shutil
+
+    from components.support import split_rows
+
+    artifact = tmp_path / "examples"
+    for split in ("train", "eval"):
+        (artifact / f"Split-{split}").mkdir(parents=True)
+        shutil.copy(examples_file, artifact / f"Split-{split}" / "data.gz")
+    split_rows.write(str(artifact), {"train": 25, "eval": 40})
+    monkeypatch.setattr(run.data, "IN_MEMORY_ROWS", 30)
+    counted = []
+    monkeypatch.setattr(run.data, "count_records", lambda patterns: counted.append(patterns) or 40)
+    fn_args = _fn_args(tmp_path / "recorded", examples_file, transform_output_dir)
+    fn_args.train_files = [str(artifact / "Split-train" / "*")]
+    fn_args.custom_config = {"train": {"epochs": 1, "early_stopping_patience": 0}, "export": {"warmup_requests": 0}}
+    with caplog.at_level(logging.INFO):
+        run.run_fn(fn_args)
+    assert counted == []
+    assert "25 training examples: transformed once, held in memory" in caplog.text
+    # Without the record, the files are counted.
+    (artifact / split_rows.FILE).unlink()
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        run.run_fn(_moved(fn_args, tmp_path / "counted"))
+    assert counted == [[str(artifact / "Split-train" / "*")]]
+    assert "40 training examples > 30: transformed once into a cache on disk" in caplog.text
+
+
+def _moved(fn_args, root):
+    """`fn_args` writing under `root` (a new execution's folders)."""
+    fn_args.serving_model_dir, fn_args.model_run_dir = str(root / "serving"), str(root / "model_run")
+    return fn_args
