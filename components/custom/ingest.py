@@ -36,7 +36,8 @@ from tfx.utils import proto_utils
 
 from components import SCHEMA_FILE
 from components.custom import beam_fns
-from components.support import spans, split_rows
+from components.model import split_rows
+from components.support import spans
 
 # The Examples artifact's record of the files read: JSON, input split -> paths under input_base.
 SOURCE_FILES_PROPERTY = "source_files"
@@ -69,7 +70,7 @@ class FileExecutor(import_executor.Executor):
     - hash-split output (train/eval buckets): each file's records are read and written
       to one file per split by the same SHA-256 of their bytes TFX uses, so a
       deterministically serialized record lands in the split TFX would put it in; the
-      rows written to each split are recorded (`components.support.split_rows`);
+      rows written to each split are recorded (`components.model.split_rows`);
     - input splits kept as they are (a window's spans): each file is copied unchanged.
 
     Memory does not grow with the data, and any Beam runner spreads the files over its
@@ -141,7 +142,7 @@ class FileExecutor(import_executor.Executor):
 
 
 def _write_split_rows(counts: List[Tuple[int, int]], uri: str, split_names: List[str]) -> None:
-    """The rows written to each split (`components.support.split_rows`)."""
+    """The rows written to each split (`components.model.split_rows`)."""
     rows = dict.fromkeys(split_names, 0)
     for index, count in counts:
         rows[split_names[index]] += count

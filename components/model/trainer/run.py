@@ -19,8 +19,8 @@ from tfx.components.trainer.fn_args_utils import FnArgs
 from tfx.types import standard_component_specs
 
 from components.compat import keras
+from components.model import split_rows
 from components.model.trainer import data, export, loop, model, settings, warm_start
-from components.support import split_rows
 
 TRAINING_SUMMARY_FILE = "training_summary.json"
 # Under the Trainer's folder: `<key>/` per training in progress (see `checkpoint_dir`).

@@ -9,7 +9,8 @@ from tfx.proto import example_gen_pb2
 from tfx.types import standard_artifacts
 
 from components.custom import ingest
-from components.support import spans, split_rows
+from components.model import split_rows
+from components.support import spans
 
 
 def _fingerprint(data_root):

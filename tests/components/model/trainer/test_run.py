@@ -232,7 +232,7 @@ def test_the_trainer_takes_its_training_rows_from_example_gen_s_record_and_count
     limit of 30, the file's 40 rows, counted once the record is gone, are not)."""
     import shutil
 
-    from components.support import split_rows
+    from components.model import split_rows
 
     artifact = tmp_path / "examples"
     for split in ("train", "eval"):

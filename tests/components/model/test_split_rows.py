@@ -1,6 +1,6 @@
 """The rows per split ImportExampleGen records, as the Trainer reads them."""
 
-from components.support import split_rows
+from components.model import split_rows
 
 
 def test_the_rows_of_the_splits_named_by_tfx_s_patterns_are_summed(tmp_path):
