@@ -70,6 +70,17 @@ class SplitFile(beam.DoFn):
         yield from enumerate(counts)
 
 
+def write_split_rows(counts: List[Tuple[int, int]], uri: str, split_names: List[str]) -> None:
+    """Records the rows `SplitFile` wrote to each split, from its `(split index, rows)`
+    pairs summed by index (`components.model.split_rows`)."""
+    from components.model import split_rows
+
+    rows = dict.fromkeys(split_names, 0)
+    for index, count in counts:
+        rows[split_names[index]] += count
+    split_rows.write(uri, rows)
+
+
 class CopyFile(beam.DoFn):
     """Copies one input file, as it is, into its split."""
 

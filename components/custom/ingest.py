@@ -36,7 +36,6 @@ from tfx.utils import proto_utils
 
 from components import SCHEMA_FILE
 from components.custom import beam_fns
-from components.model import split_rows
 from components.support import spans
 
 # The Examples artifact's record of the files read: JSON, input split -> paths under input_base.
@@ -124,7 +123,7 @@ class FileExecutor(import_executor.Executor):
                     | "SplitFiles" >> beam.ParDo(beam_fns.SplitFile(uris, buckets, len(found)))
                     | "RowsPerSplit" >> beam.CombinePerKey(sum)
                     | "AllSplits" >> beam.combiners.ToList()
-                    | "WriteRows" >> beam.Map(_write_split_rows, examples.uri, split_names)
+                    | "WriteRows" >> beam.Map(beam_fns.write_split_rows, examples.uri, split_names)
                 )
             else:
                 for split in input_config.splits:
@@ -139,14 +138,6 @@ class FileExecutor(import_executor.Executor):
                     )
         examples_utils.set_payload_format(examples, payload)
         examples.set_string_custom_property(SOURCE_FILES_PROPERTY, json.dumps(sources))
-
-
-def _write_split_rows(counts: List[Tuple[int, int]], uri: str, split_names: List[str]) -> None:
-    """The rows written to each split (`components.model.split_rows`)."""
-    rows = dict.fromkeys(split_names, 0)
-    for index, count in counts:
-        rows[split_names[index]] += count
-    split_rows.write(uri, rows)
 
 
 class ImportExampleGen(import_component.ImportExampleGen):

@@ -28,14 +28,19 @@ def write(artifact_uri: str, rows: Mapping[str, int]) -> None:
 
 
 def read(artifact_uri: str) -> Optional[dict]:
-    """The recorded rows per split, or None if the artifact has no record."""
+    """The recorded rows per split, or None if the artifact has no record (or one that is
+    not a JSON object: whoever reads it counts the rows instead)."""
     import tensorflow as tf
 
     path = posixpath.join(artifact_uri, FILE)
     if not tf.io.gfile.exists(path):
         return None
     with tf.io.gfile.GFile(path) as handle:
-        return json.load(handle)
+        try:
+            recorded = json.load(handle)
+        except ValueError:
+            return None
+    return recorded if isinstance(recorded, dict) else None
 
 
 def rows_in(file_patterns: Sequence[str]) -> Optional[int]:

@@ -20,7 +20,7 @@ def test_a_worker_unpickling_our_dofns_does_not_import_tfx():
     import cloudpickle
 
     pickled = cloudpickle.dumps([beam_fns.SplitFile(["/a", "/b"], [4, 5], 2), beam_fns.CopyFile("/a", 1),
-                                 beam_fns.ReadSpanFile(None, 0.5), beam_fns.by_span])
+                                 beam_fns.ReadSpanFile(None, 0.5), beam_fns.by_span, beam_fns.write_split_rows])
     loaded = subprocess.run(
         [sys.executable, "-c", "import pickle, sys; pickle.loads(sys.stdin.buffer.read()); "
                                "print(sorted(m for m in sys.modules if m == 'tfx' or m.startswith('tfx.')))"],
@@ -28,3 +28,10 @@ def test_a_worker_unpickling_our_dofns_does_not_import_tfx():
     )
     assert loaded.stdout.decode().strip() == "[]"
     assert b"components.custom.beam_fns" in pickled
+
+
+def test_the_split_rows_are_summed_by_split_and_a_split_without_rows_is_recorded(tmp_path):
+    from components.model import split_rows
+
+    beam_fns.write_split_rows([(0, 7), (2, 0), (0, 5)], str(tmp_path), ["train", "eval", "holdout"])
+    assert split_rows.read(str(tmp_path)) == {"eval": 0, "holdout": 0, "train": 12}

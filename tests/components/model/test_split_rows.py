@@ -22,3 +22,9 @@ def test_anything_but_a_recorded_split_s_files_is_left_to_be_counted(tmp_path):
     assert split_rows.rows_in([f"{tmp_path}/1/Split-train/data-0.gz"]) is None  # one file, not the split
     assert split_rows.rows_in([f"{tmp_path}/1/train/*"]) is None
     assert split_rows.rows_in([str(tmp_path / "examples.gz")]) is None
+
+
+def test_a_record_that_is_not_a_json_object_is_left_to_be_counted(tmp_path):
+    for content in ("{not json", "[1, 2]", '{"train": "many"}'):
+        (tmp_path / split_rows.FILE).write_text(content)
+        assert split_rows.rows_in([f"{tmp_path}/Split-train/*"]) is None, content
