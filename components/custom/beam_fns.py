@@ -71,8 +71,8 @@ class SplitFile(beam.DoFn):
 
 
 def write_split_rows(counts: List[Tuple[int, int]], uri: str, split_names: List[str]) -> None:
-    """Records the rows `SplitFile` wrote to each split, from its `(split index, rows)`
-    pairs summed by index (`components.model.split_rows`)."""
+    """Records the rows `SplitFile` wrote to each split: its `(split index, rows)` pairs of
+    every file, summed by split (`components.model.split_rows`)."""
     from components.model import split_rows
 
     rows = dict.fromkeys(split_names, 0)

@@ -121,7 +121,6 @@ class FileExecutor(import_executor.Executor):
                     | "Files" >> beam.Create(found)
                     | "Spread" >> beam.Reshuffle()
                     | "SplitFiles" >> beam.ParDo(beam_fns.SplitFile(uris, buckets, len(found)))
-                    | "RowsPerSplit" >> beam.CombinePerKey(sum)
                     | "AllSplits" >> beam.combiners.ToList()
                     | "WriteRows" >> beam.Map(beam_fns.write_split_rows, examples.uri, split_names)
                 )
