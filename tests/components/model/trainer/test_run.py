@@ -141,7 +141,7 @@ run.run_fn(tfx.components.FnArgs(**fn_args))
 """
 
 # High enough a learning rate that eval loss improves, then stops improving.
-RESUME_CONFIG = {"train": {"epochs": 8, "early_stopping_patience": 2, "learning_rate": 0.3},
+RESUME_CONFIG = {"train": {"epochs": 8, "early_stopping_patience": 2, "learning_rate": 1.0},
                  "export": {"warmup_requests": 0}}
 
 
@@ -167,7 +167,8 @@ def test_a_killed_trainer_is_resumed_by_the_next_execution_and_exports_the_same_
     uninterrupted, tmp_path, examples_file, transform_output_dir, rows, to_example, repo, caplog
 ):
     summary = _summary(uninterrupted)
-    assert summary["best_epoch"] + 1 < summary["epochs_run"], "the kill must fall between the best epoch and the stop"
+    assert summary["best_epoch"] + 1 < summary["epochs_run"], (
+        f"the kill must fall between the best epoch and the stop: {summary['history']}")
     killed_after = summary["best_epoch"] + 1
     killed = _tfx_execution(tmp_path, 1, examples_file, transform_output_dir)
     done = subprocess.run(
