@@ -61,7 +61,7 @@ import types
 import warnings
 import weakref
 from types import ModuleType
-from typing import Callable, Dict, Iterator, List, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 ENV = "TAXI_PIPELINE_SPEEDUPS"
 LOCAL_RUNNER = "pipeline.run.local_runner"
@@ -356,8 +356,15 @@ def tfma_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
       caller given its own copies of the arrays.
       `_BinaryConfusionMatrixCombiner` was handed the function as a default argument at
       import; a combiner built with that default gets the shared one.
+    - `model_util.get_callable`: TFMA calls the model's serving signature with each
+      batch of serialized examples by position; a SavedModel's signature takes keywords
+      only, so every call first failed, TensorFlow's error message printing the whole
+      batch, before TensorFlow retried it by position: 20 ms against 2.7 ms a batch of
+      1,000. A signature of one input is handed out as `_ByKeyword`, which passes a lone
+      positional argument by that input's name.
     """
     from tensorflow_model_analysis.metrics import binary_confusion_matrices, metric_util
+    from tensorflow_model_analysis.utils import model_util
 
     original = metric_util.to_label_prediction_example_weight
     shared = _shared_per_example(original)
@@ -368,7 +375,47 @@ def tfma_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
             "__init__",
             lambda old: _given_instead(old, "_extract_label_prediction_and_weight", original, shared),
         ),
+        (model_util, "get_callable", _signatures_by_keyword),
     ]
+
+
+def _signatures_by_keyword(original: Callable) -> Callable:
+    """`original` (TFMA's `get_callable`), a signature of one input wrapped in `_ByKeyword`."""
+
+    @functools.wraps(original)
+    def get_callable(*args, **kwargs):
+        function = original(*args, **kwargs)
+        name = _single_keyword_input(function)
+        return function if name is None else _ByKeyword(function, name)
+
+    return get_callable
+
+
+def _single_keyword_input(function: object) -> Optional[str]:
+    """The input's name of a function whose structured signature is one keyword input."""
+    structured = getattr(function, "structured_input_signature", None)
+    if not isinstance(structured, tuple) or len(structured) != 2:
+        return None
+    positional, keywords = structured
+    if positional or not isinstance(keywords, dict) or len(keywords) != 1:
+        return None
+    return next(iter(keywords))
+
+
+class _ByKeyword:
+    """A function of one keyword input, also called with that input by position; every
+    other attribute is the function's own."""
+
+    def __init__(self, function: Callable, name: str):
+        self._function, self._name = function, name
+
+    def __call__(self, *args, **kwargs):
+        if len(args) == 1 and not kwargs:
+            return self._function(**{self._name: args[0]})
+        return self._function(*args, **kwargs)
+
+    def __getattr__(self, attribute: str):
+        return getattr(self._function, attribute)
 
 
 def _shared_per_example(original: Callable) -> Callable:

@@ -726,6 +726,69 @@ def test_a_confusion_matrix_combiner_built_with_tfma_s_default_gets_the_shared_f
     assert combiner(extract_label_prediction_and_weight=original)._extract_label_prediction_and_weight is original
 
 
+def test_tfma_calls_the_serving_signature_by_position_through_get_callable():
+    from tensorflow_model_analysis.utils import model_util
+
+    source = inspect.getsource(model_util)
+    assert "get_callable(model, signature_name, required)" in source
+    assert "signature(tf.constant(inputs, dtype=tf.string))" in source
+
+
+class _Recording:
+    """A function of one keyword input that records how it was called."""
+
+    structured_input_signature = ((), {"examples": "spec"})
+    structured_outputs = {"probability": "spec"}
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+        return "scores"
+
+
+def test_a_signature_of_one_input_is_called_by_its_name_when_given_it_by_position():
+    from tensorflow_model_analysis.utils import model_util
+
+    function = _Recording()
+    two_inputs = types.SimpleNamespace(structured_input_signature=((), {"a": 1, "b": 2}))
+    by_position = types.SimpleNamespace(structured_input_signature=(("a",), {}))
+    original = model_util.get_callable
+    with speedups._patched(speedups.tfma_patches()):
+        wrapped = model_util.get_callable(types.SimpleNamespace(signatures={"serving_default": function}),
+                                          "serving_default")
+        for other in (two_inputs, by_position):
+            assert model_util.get_callable(types.SimpleNamespace(signatures={"s": other}), "s") is other
+    assert model_util.get_callable is original
+    assert wrapped is not function
+    assert wrapped("batch") == "scores"
+    wrapped(examples="keyword")
+    wrapped("a", "b")
+    assert function.calls == [((), {"examples": "batch"}), ((), {"examples": "keyword"}), (("a", "b"), {})]
+    assert wrapped.structured_outputs == function.structured_outputs
+    assert hasattr(wrapped, "structured_input_signature")
+
+
+@pytest.mark.timeout(120)
+def test_a_saved_model_s_signature_called_by_position_gives_what_it_gives_by_keyword(tmp_path):
+    import numpy as np
+    import tensorflow as tf
+    from tensorflow_model_analysis.utils import model_util
+
+    module = tf.Module()
+    module.serve = tf.function(lambda examples: {"length": tf.strings.length(examples)},
+                               input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+    tf.saved_model.save(module, str(tmp_path), signatures={"serving_default": module.serve})
+    loaded = tf.saved_model.load(str(tmp_path))
+    batch = tf.constant([b"a", b"bcd", b""])
+    with speedups._patched(speedups.tfma_patches()):
+        signature = model_util.get_callable(loaded, "serving_default")
+    assert isinstance(signature, speedups._ByKeyword)
+    np.testing.assert_array_equal(signature(batch)["length"], [1, 3, 0])
+    np.testing.assert_array_equal(signature(batch)["length"], signature(examples=batch)["length"])
+
+
 def _in_the_worker(torn_down_marker):
     import atexit
     import os
