@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 from tfx import v1 as tfx
 
+from components.model import features
 from components.model.trainer import export, run, settings
 
 CUSTOM_CONFIG = {"train": {"epochs": 2, "early_stopping_patience": 0}, "export": {"warmup_requests": 5}}
@@ -140,37 +141,49 @@ tf.train.CheckpointManager.save = save_then_die
 run.run_fn(tfx.components.FnArgs(**fn_args))
 """
 
-# High enough a learning rate that eval loss improves, then stops improving.
-RESUME_CONFIG = {"train": {"epochs": 8, "early_stopping_patience": 2, "learning_rate": 1.0},
+# Evaluated on the training rows with their labels flipped (`flipped_examples_file`): the
+# more an epoch learns, the worse its eval loss, so that the first epoch stays the best
+# and training stops early, whatever the data order and the stack's numerics.
+RESUME_CONFIG = {"train": {"epochs": 8, "early_stopping_patience": 2, "learning_rate": 0.3},
                  "export": {"warmup_requests": 0}}
 
 
-def _tfx_execution(pipeline_root, execution_id, examples_file, transform_output_dir) -> dict:
+@pytest.fixture(scope="module")
+def flipped_examples_file(tmp_path_factory, rows, to_example) -> str:
+    """`rows` with every label flipped, as one GZIP TFRecord file."""
+    path = str(tmp_path_factory.mktemp("flipped") / "rows.tfrecord.gz")
+    with tf.io.TFRecordWriter(path, options="GZIP") as writer:
+        for row in rows:
+            writer.write(to_example({**row, features.LABEL_KEY: [1 - row[features.LABEL_KEY][0]]}))
+    return path
+
+
+def _tfx_execution(pipeline_root, execution_id, examples_file, transform_output_dir, eval_file=None) -> dict:
     """The FnArgs, as keywords, that LocalDagRunner gives Trainer execution `execution_id`."""
     trainer = pipeline_root / "Trainer"
     return dict(
-        train_files=[examples_file], eval_files=[examples_file], transform_output=transform_output_dir,
+        train_files=[examples_file], eval_files=[eval_file or examples_file], transform_output=transform_output_dir,
         serving_model_dir=str(trainer / "model" / str(execution_id) / "Format-Serving"),
         model_run_dir=str(trainer / "model_run" / str(execution_id)), base_model=None, custom_config=RESUME_CONFIG,
     )
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory, examples_file, transform_output_dir):
-    fn_args = tfx.components.FnArgs(
-        **_tfx_execution(tmp_path_factory.mktemp("uninterrupted"), 1, examples_file, transform_output_dir))
+def uninterrupted(tmp_path_factory, examples_file, flipped_examples_file, transform_output_dir):
+    fn_args = tfx.components.FnArgs(**_tfx_execution(
+        tmp_path_factory.mktemp("uninterrupted"), 1, examples_file, transform_output_dir, flipped_examples_file))
     run.run_fn(fn_args)
     return fn_args
 
 
 def test_a_killed_trainer_is_resumed_by_the_next_execution_and_exports_the_same_model(
-    uninterrupted, tmp_path, examples_file, transform_output_dir, rows, to_example, repo, caplog
+    uninterrupted, tmp_path, examples_file, flipped_examples_file, transform_output_dir, rows, to_example, repo, caplog
 ):
     summary = _summary(uninterrupted)
     assert summary["best_epoch"] + 1 < summary["epochs_run"], (
         f"the kill must fall between the best epoch and the stop: {summary['history']}")
     killed_after = summary["best_epoch"] + 1
-    killed = _tfx_execution(tmp_path, 1, examples_file, transform_output_dir)
+    killed = _tfx_execution(tmp_path, 1, examples_file, transform_output_dir, flipped_examples_file)
     done = subprocess.run(
         [sys.executable, "-c", KILLED_TRAINER, json.dumps(killed), str(killed_after)],
         capture_output=True, text=True, cwd=str(repo),
@@ -179,7 +192,8 @@ def test_a_killed_trainer_is_resumed_by_the_next_execution_and_exports_the_same_
     checkpoints = tmp_path / "Trainer" / "checkpoints"
     assert len(os.listdir(checkpoints)) == 1
 
-    rerun = tfx.components.FnArgs(**_tfx_execution(tmp_path, 2, examples_file, transform_output_dir))
+    rerun = tfx.components.FnArgs(
+        **_tfx_execution(tmp_path, 2, examples_file, transform_output_dir, flipped_examples_file))
     with caplog.at_level(logging.INFO):
         run.run_fn(rerun)
     assert f"resumed from checkpoint at epoch {killed_after} of 8" in caplog.text
