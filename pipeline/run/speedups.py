@@ -415,6 +415,8 @@ class _ByKeyword:
         return self._function(*args, **kwargs)
 
     def __getattr__(self, attribute: str):
+        if attribute in ("_function", "_name"):  # not set yet (a copy): no recursion
+            raise AttributeError(attribute)
         return getattr(self._function, attribute)
 
 

@@ -33,10 +33,11 @@ Transform = Callable[[Dict[str, object]], Mapping[str, tf.Tensor]]
 # Raw examples per call of the Transform graph while building the dataset.
 _TRANSFORM_BATCH = 1024
 # Up to this many rows, the transformed rows are held in memory; beyond, cached on disk.
-# Memory holds about 116 bytes a row, twice that while an epoch runs (its permuted copy):
-# 2M rows take 0.23-0.46 GB; beyond, the cache keeps the Trainer's memory flat. Measured
-# (run_fn alone on a 1M run's 950k training rows, tfx-1.16, four alternating pairs):
-# 26.1 s in memory against 30.5 s through the cache (medians), 90 MB more at peak.
+# Memory holds about 116 bytes a row, twice that while an epoch runs (its permuted copy)
+# and for a moment while the columns are joined: 2M rows take 0.23-0.46 GB; beyond, the
+# cache keeps the Trainer's memory flat. Measured (run_fn alone on a 1M run's 950k
+# training rows, tfx-1.16, four alternating pairs): 26.1 s in memory against 30.5 s
+# through the cache (medians), 90 MB more at peak.
 IN_MEMORY_ROWS = 2_000_000
 # Files the cache is written from at once, `_TRANSFORM_BATCH` records from each in turn
 # (about 0.3 MB of reader each): files may hold rows of one span each, and chunks written
@@ -221,8 +222,9 @@ def count_rows(rows: Batch) -> int:
 
 
 def batched(rows: Batch, batch_size: int, shuffle_seed: Optional[int] = None) -> tf.data.Dataset:
-    """Batches of `rows`, in order, or, given a seed, in a new permutation each epoch
-    (each new iterator), reproducible from the seed.
+    """Batches of `rows`, in order, or, given a seed, in a permutation drawn from the seed
+    alone (each iteration of the dataset gives the same batches; each epoch of the
+    Trainer builds its dataset with a seed of its own, see `run.epoch_batches`).
 
     Batches are sliced from the columns (permuted first): tf.data never handles a row
     of 16 tensors on its own, which cost more than the training step itself.
@@ -233,16 +235,14 @@ def batched(rows: Batch, batch_size: int, shuffle_seed: Optional[int] = None) ->
         return starts.map(
             _plain(lambda start: tf.nest.map_structure(lambda column: column[start : start + batch_size], rows))
         )
-    # Each iteration draws a permutation of the row numbers in one op and gathers every
-    # column by it at once (a second copy of the rows while the epoch runs); its full
-    # batches are then rows of a [batches, batch_size] reshape, sliced by tf.data without
-    # a function call per batch. Gathering per batch cost four times as much.
+    # An iteration permutes the row numbers in one stateless op (no global seed involved)
+    # and gathers every column by them at once (a second copy of the rows while the epoch
+    # runs); its full batches are then rows of a [batches, batch_size] reshape, sliced by
+    # tf.data without a function call per batch. Gathering per batch cost four times as much.
     full = total // batch_size * batch_size
 
-    def permuted_batches(draw: tf.Tensor) -> tf.data.Dataset:
-        order = tf.random.experimental.stateless_shuffle(
-            tf.range(total, dtype=tf.int64), seed=tf.stack([draw, tf.constant(shuffle_seed, tf.int64)])
-        )
+    def permuted_batches(seed: tf.Tensor) -> tf.data.Dataset:
+        order = tf.random.experimental.stateless_shuffle(tf.range(total, dtype=tf.int64), seed=seed)
         permuted = tf.nest.map_structure(lambda column: tf.gather(column, order), rows)
         batches = tf.data.Dataset.from_tensor_slices(
             tf.nest.map_structure(lambda column: tf.reshape(column[:full], [-1, batch_size]), permuted)
@@ -253,8 +253,8 @@ def batched(rows: Batch, batch_size: int, shuffle_seed: Optional[int] = None) ->
             )
         return batches
 
-    draws = tf.data.Dataset.random(seed=shuffle_seed, rerandomize_each_iteration=True).take(1)
-    return draws.flat_map(_plain(permuted_batches)).prefetch(tf.data.AUTOTUNE)
+    seed = tf.constant([shuffle_seed, 0], tf.int64)
+    return tf.data.Dataset.from_tensors(seed).flat_map(_plain(permuted_batches)).prefetch(tf.data.AUTOTUNE)
 
 
 def make_dataset(

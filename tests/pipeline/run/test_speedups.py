@@ -2,6 +2,7 @@
 leaving, they compute what the originals compute, and one setting turns them off."""
 
 import bz2
+import copy
 import gc
 import inspect
 import os
@@ -768,6 +769,7 @@ def test_a_signature_of_one_input_is_called_by_its_name_when_given_it_by_positio
     assert function.calls == [((), {"examples": "batch"}), ((), {"examples": "keyword"}), (("a", "b"), {})]
     assert wrapped.structured_outputs == function.structured_outputs
     assert hasattr(wrapped, "structured_input_signature")
+    assert copy.copy(wrapped)("copied") == "scores" and function.calls[-1] == ((), {"examples": "copied"})
 
 
 @pytest.mark.timeout(120)

@@ -201,6 +201,10 @@ def test_a_killed_trainer_is_resumed_by_the_next_execution_and_exports_the_same_
     assert resumed["resumed_from_epoch"] == killed_after
     for key in ("best_epoch", "epochs_run", "steps"):
         assert resumed[key] == summary[key], key
+    # The epochs after the kill trained on the batches the uninterrupted run saw.
+    for key in ("train_loss", "eval_loss"):
+        np.testing.assert_allclose([epoch[key] for epoch in resumed["history"]],
+                                   [epoch[key] for epoch in summary["history"]], rtol=1e-6, err_msg=key)
     examples = tf.constant([to_example(r, include_label=False) for r in rows])
     scores = [
         tf.saved_model.load(fn_args.serving_model_dir).signatures[export.SERVING_SIGNATURE](examples=examples)
