@@ -88,7 +88,10 @@ class Steps:
         """`step` on the next batches of an iterator, at most `steps_per_call` of them,
         in one traced `tf.while_loop`; its signature is the dataset's fixed element spec
         (batch dimension None)."""
-        key = (step.__name__, repr(element_spec))
+        # By the specs in nest's sorted order: a dataset loaded from disk (the transformed
+        # cache) gives its dicts' keys in another order each time, which must not trace
+        # the loop again.
+        key = (step.__name__, _in_sorted_order(element_spec))
         if key not in self.steps_loops:
             examples_seen, steps_per_call = self.examples_seen, max(1, self.steps_per_call)
 
@@ -124,6 +127,15 @@ class Steps:
     def reset_metrics(self) -> None:
         for metric in (self.train_loss, self.eval_loss, self.eval_auc):
             metric.reset_state()
+
+
+def _in_sorted_order(structure) -> str:
+    """`structure`'s repr with every dict's items in the sorted order of their keys."""
+    if isinstance(structure, dict):
+        return "{" + ", ".join(f"{key!r}: {_in_sorted_order(value)}" for key, value in sorted(structure.items())) + "}"
+    if isinstance(structure, (tuple, list)):
+        return f"{type(structure).__name__}({', '.join(_in_sorted_order(value) for value in structure)})"
+    return repr(structure)
 
 
 def make_steps(

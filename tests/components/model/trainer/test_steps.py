@@ -46,6 +46,20 @@ def test_steps_per_call_runs_every_batch_once_and_traces_once(signature, synthet
     assert steps.trace_counts() == traced_once
 
 
+def test_datasets_whose_dicts_list_the_same_features_in_another_order_share_one_traced_loop(signature, synthetic):
+    """As the transformed cache's datasets do: each load lists the features in another order."""
+    model = model_lib.build_model()
+    steps = steps_lib.make_steps(model, steps_lib.make_optimizer(model, settings.TrainConfig()), signature,
+                                 steps_per_call=3)
+    forward = synthetic.dataset()
+    backward = forward.map(lambda columns, labels: ({name: columns[name] for name in reversed(list(columns))}, labels))
+    assert repr(forward.element_spec) != repr(backward.element_spec)
+    strategy = tf.distribute.get_strategy()
+    for dataset in (forward, backward, forward):
+        assert steps.run_epoch(dataset, True, strategy) == synthetic.examples
+    assert steps.trace_counts()["loop_train_step"] == 1
+
+
 def test_reset_metrics_starts_the_next_epoch_from_zero(signature, synthetic):
     model = model_lib.build_model()
     steps = steps_lib.make_steps(model, steps_lib.make_optimizer(model, settings.TrainConfig()), signature)
