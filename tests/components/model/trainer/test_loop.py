@@ -58,19 +58,22 @@ def test_a_run_resumed_after_any_epoch_ends_as_the_uninterrupted_run(
     # The rows in a new order each epoch, as the Trainer draws them.
     rows = synthetic.dataset().unbatch().batch(synthetic.examples).get_single_element()
     train_batches = run.epoch_batches(rows, synthetic.batch_size, seed=5)
-    # A learning rate this high overshoots: eval loss improves, then stops improving.
-    config = _config(synthetic, epochs=10, learning_rate=0.5, early_stopping_patience=3)
+    # Evaluated with the labels flipped: every epoch that learns makes the eval loss worse,
+    # so the first epoch stays the best and training stops early, whatever the row order.
+    flipped = synthetic.dataset(1).map(lambda columns, labels: (columns, 1 - labels))
+    config = _config(synthetic, epochs=10, learning_rate=0.05, early_stopping_patience=3)
 
     def train(epochs: int, folder: str):
         keras.utils.set_random_seed(7)
         model = model_lib.build_model()
-        result = loop.train(model, train_batches, synthetic.dataset(1), signature,
+        result = loop.train(model, train_batches, flipped, signature,
                             dataclasses.replace(config, epochs=epochs), str(tmp_path / folder))
         return model, result
 
     model, uninterrupted = train(config.epochs, "uninterrupted")
     assert uninterrupted.trace_counts == traced_once
-    assert uninterrupted.best_epoch + 1 < uninterrupted.epochs_run < config.epochs, "early stopping must happen"
+    assert uninterrupted.best_epoch + 1 < uninterrupted.epochs_run < config.epochs, (
+        f"early stopping must happen: {uninterrupted.history}")
     # Killed while waiting for an improvement, and killed after deciding to stop.
     for killed_after in (uninterrupted.best_epoch + 1, uninterrupted.epochs_run):
         folder = f"killed_after_{killed_after}"
