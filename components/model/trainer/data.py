@@ -231,30 +231,31 @@ def batched(rows: Batch, batch_size: int, shuffle_seed: Optional[int] = None) ->
     """
     total = count_rows(rows)
     if shuffle_seed is None:
-        starts = tf.data.Dataset.range(0, total, batch_size)
-        return starts.map(
-            _plain(lambda start: tf.nest.map_structure(lambda column: column[start : start + batch_size], rows))
-        )
+        return _sliced(rows, total, batch_size)
+
     # An iteration permutes the row numbers in one stateless op (no global seed involved)
     # and gathers every column by them at once (a second copy of the rows while the epoch
-    # runs); its full batches are then rows of a [batches, batch_size] reshape, sliced by
-    # tf.data without a function call per batch. Gathering per batch cost four times as much.
-    full = total // batch_size * batch_size
-
+    # runs). Gathering per batch cost four times as much.
     def permuted_batches(seed: tf.Tensor) -> tf.data.Dataset:
         order = tf.random.experimental.stateless_shuffle(tf.range(total, dtype=tf.int64), seed=seed)
-        permuted = tf.nest.map_structure(lambda column: tf.gather(column, order), rows)
-        batches = tf.data.Dataset.from_tensor_slices(
-            tf.nest.map_structure(lambda column: tf.reshape(column[:full], [-1, batch_size]), permuted)
-        )
-        if total > full:
-            batches = batches.concatenate(
-                tf.data.Dataset.from_tensors(tf.nest.map_structure(lambda column: column[full:], permuted))
-            )
-        return batches
+        return _sliced(tf.nest.map_structure(lambda column: tf.gather(column, order), rows), total, batch_size)
 
     seed = tf.constant([shuffle_seed, 0], tf.int64)
     return tf.data.Dataset.from_tensors(seed).flat_map(_plain(permuted_batches)).prefetch(tf.data.AUTOTUNE)
+
+
+def _sliced(rows: Batch, total: int, batch_size: int) -> tf.data.Dataset:
+    """`rows` in batches, in order: the full batches as rows of a `[batches, batch_size]`
+    reshape, sliced by tf.data without a function call per batch, then the partial one."""
+    full = total // batch_size * batch_size
+    batches = tf.data.Dataset.from_tensor_slices(
+        tf.nest.map_structure(lambda column: tf.reshape(column[:full], [-1, batch_size]), rows)
+    )
+    if total > full:
+        batches = batches.concatenate(
+            tf.data.Dataset.from_tensors(tf.nest.map_structure(lambda column: column[full:], rows))
+        )
+    return batches
 
 
 def make_dataset(

@@ -88,9 +88,9 @@ class Steps:
         """`step` on the next batches of an iterator, at most `steps_per_call` of them,
         in one traced `tf.while_loop`; its signature is the dataset's fixed element spec
         (batch dimension None)."""
-        # By the specs in nest's sorted order: a dataset loaded from disk (the transformed
-        # cache) gives its dicts' keys in another order each time, which must not trace
-        # the loop again.
+        # By the specs with every dict's keys sorted: a dataset loaded from disk (the
+        # transformed cache) lists its features in another order at each load, which must
+        # not trace the loop again.
         key = (step.__name__, _in_sorted_order(element_spec))
         if key not in self.steps_loops:
             examples_seen, steps_per_call = self.examples_seen, max(1, self.steps_per_call)
