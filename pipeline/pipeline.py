@@ -49,6 +49,8 @@ class NodeId:
     SERVING_CHECK = "ServingCheck"
     PUSHER = "Pusher"
 AUC_THRESHOLDS = 1000
+# The Evaluator's `custom_extractors` (TFX's hook), by module path.
+EVAL_EXTRACTORS_MODULE = "components.custom.eval_extractors"
 
 
 def _eval_config(evaluation: EvaluationConfig) -> tfma_config.EvalConfig:
@@ -260,6 +262,8 @@ def _training(
         baseline_model=baseline.outputs["model"],
         example_splits=[splits.eval],
         eval_config=_eval_config(evaluation),
+        # TFMA's extractors, reading only the example columns the eval config names.
+        module_path=EVAL_EXTRACTORS_MODULE,
     ).with_id(NodeId.EVALUATOR)
     return Training(transform, baseline, trainer, evaluator)
 
