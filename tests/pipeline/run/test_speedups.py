@@ -463,8 +463,8 @@ def test_tf_examples_read_a_file_at_a_time_give_tfx_bsl_s_own_rows(tmp_path, bat
     assert "BeamSource" not in tf_example_record.TFExampleRecord.__dict__  # inherited again
     assert len(expected) == 2734 and got == expected
     assert len(projected) == 2734 and all('"fare"' in row and '"hour"' not in row for row in projected)
-    # A file's records in lists of the size asked for (tfx_bsl's cap of 1,000 when none is).
-    limit = batch_size or 1000
+    # A file's records in lists of the size asked for (`READ_BATCH` when none is).
+    limit = batch_size or speedups.READ_BATCH
 
     def lists_of(records):
         return [limit] * (records // limit) + [records % limit] * bool(records % limit)
