@@ -476,11 +476,16 @@ def _given_instead(original_init: Callable, attribute: str, given: object, inste
 
 
 # The rows of each batch an Examples artifact is read in (`tfxio_patches`) when the reader
-# asks for no size (StatisticsGen, Transform and the Evaluator ask for none). At 1M rows,
-# two alternating pairs of runs each: StatisticsGen 11.3 and 12.7 s at tfx_bsl's cap of
-# 1,000 rows, 9.4-9.8 s at 4,096, 9.2-9.6 s at 8,192; Transform and the Evaluator within
-# their spread at either. Four batches of this size are held per decoding thread's lead.
+# names no size at all: StatisticsGen and the Evaluator. At 1M rows, two alternating pairs
+# of runs each: StatisticsGen 11.3 and 12.7 s at tfx_bsl's cap of 1,000 rows, 9.4-9.8 s at
+# 4,096, 9.2-9.6 s at 8,192; the Evaluator within its spread at either. Transform passes
+# `None` (its desired batch size, unset) and keeps tfx_bsl's cap: it was no faster at
+# 4,096, and its quantile sketches depend on how the rows are batched (at 4,096 the 1M
+# run's bucket boundaries moved, and with them the Trainer's epochs). Four batches of this
+# size are held per decoding thread's lead.
 READ_BATCH = 4096
+# `BeamSource`'s batch size when its caller passes none (not even `None`).
+_NO_SIZE = object()
 
 
 def tfxio_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
@@ -494,8 +499,9 @@ def tfxio_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
       straight into lists of records (`beam_fns.RecordBatchesOfFiles`), decoded by
       tfx_bsl's own decoder (on a thread per core while the file is read, where Beam
       runs each bundle on one thread of this process: `_decode_threads`): the same rows,
-      in batches of the size asked for or, where none is (tfx_bsl grows its batches from
-      1 up to a cap of 1,000), of `READ_BATCH` rows. So
+      in batches of the size asked for, of tfx_bsl's cap of 1,000 rows where the reader
+      leaves the size to tfx_bsl (`None`: tfx_bsl grows its batches from 1 up to that
+      cap), or of `READ_BATCH` rows where it names none at all. So
       sums are added up in another order (a mean or standard deviation may differ in
       its last bit), and a schema-less decoding, StatisticsGen's, meets an optional
       feature earlier, which TFDV then lists earlier: the same inferred schema, in
@@ -518,19 +524,20 @@ def tfxio_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
 
 def _read_a_file_at_a_time(original: Callable) -> Callable:
     @functools.wraps(original)
-    def BeamSource(self, batch_size=None):
+    def BeamSource(self, batch_size=_NO_SIZE):
         import apache_beam as beam
         from tfx_bsl.coders import batch_util
         from tfx_bsl.tfxio import tf_example_record
 
         from components.custom import beam_fns
 
+        asked = None if batch_size is _NO_SIZE else batch_size
         if batch_util._UseByteSizeBatching():
-            return original(self, batch_size)
+            return original(self, asked)
 
         def expand(pipeline):
             if not (isinstance(pipeline, beam.pvalue.PBegin) and _workers_here(pipeline.pipeline)):
-                return pipeline | "TFXIO" >> original(self, batch_size)
+                return pipeline | "TFXIO" >> original(self, asked)
             decode = tf_example_record._DecodeBatchExamplesDoFn(
                 self._GetSchemaForDecoding(), self.raw_record_column_name
             )
@@ -539,7 +546,8 @@ def _read_a_file_at_a_time(original: Callable) -> Callable:
                 pipeline
                 | "ReadRecordBatches"
                 >> beam_fns.RecordBatchesOfFiles(
-                    files, batch_size or READ_BATCH, decode, _decode_threads(pipeline.pipeline)
+                    files, READ_BATCH if batch_size is _NO_SIZE else asked or batch_util._BATCH_SIZE_CAP,
+                    decode, _decode_threads(pipeline.pipeline),
                 )
             )
 

@@ -420,8 +420,12 @@ def _schema():
     return schema
 
 
+_NO_SIZE = "no size"
+
+
 def _rows_read(tfxio, out_prefix: str, batch_size=None):
-    """The rows of every record batch `tfxio.BeamSource` gives, and the batches' sizes."""
+    """The rows of every record batch `tfxio.BeamSource` gives, and the batches' sizes;
+    with `batch_size` `_NO_SIZE`, `BeamSource` is called without one."""
     import json
 
     def rows(batch):
@@ -430,7 +434,7 @@ def _rows_read(tfxio, out_prefix: str, batch_size=None):
                 for i in range(batch.num_rows)]
 
     with beam.Pipeline(argv=["--runner=DirectRunner", "--direct_running_mode=in_memory"]) as pipeline:
-        batches = pipeline | tfxio.BeamSource(batch_size)
+        batches = pipeline | tfxio.BeamSource(*([] if batch_size == _NO_SIZE else [batch_size]))
         _ = batches | "Rows" >> beam.FlatMap(rows) | "WriteRows" >> beam.io.WriteToText(out_prefix + "-rows")
         _ = batches | "Sizes" >> beam.Map(lambda batch: batch.num_rows) | beam.io.WriteToText(out_prefix + "-sizes")
 
@@ -445,9 +449,11 @@ def _rows_read(tfxio, out_prefix: str, batch_size=None):
     return sorted(lines("-rows")), [int(size) for size in lines("-sizes")]
 
 
-@pytest.mark.parametrize("batch_size", [None, 100])
-def test_tf_examples_read_a_file_at_a_time_give_tfx_bsl_s_own_rows(tmp_path, batch_size):
+@pytest.mark.parametrize("batch_size", [_NO_SIZE, None, 100])
+def test_tf_examples_read_a_file_at_a_time_give_tfx_bsl_s_own_rows(tmp_path, monkeypatch, batch_size):
     from tfx_bsl.tfxio import tf_example_record
+
+    monkeypatch.setattr(speedups, "READ_BATCH", 700)  # files of 2,100, 500 and 134 records
 
     (tmp_path / "in").mkdir()
     patterns = _tfrecord_files(tmp_path / "in")
@@ -463,8 +469,9 @@ def test_tf_examples_read_a_file_at_a_time_give_tfx_bsl_s_own_rows(tmp_path, bat
     assert "BeamSource" not in tf_example_record.TFExampleRecord.__dict__  # inherited again
     assert len(expected) == 2734 and got == expected
     assert len(projected) == 2734 and all('"fare"' in row and '"hour"' not in row for row in projected)
-    # A file's records in lists of the size asked for (`READ_BATCH` when none is).
-    limit = batch_size or speedups.READ_BATCH
+    # A file's records in lists of the size asked for: tfx_bsl's cap of 1,000 for None
+    # (Transform's), `READ_BATCH` when none is named (StatisticsGen's, the Evaluator's).
+    limit = {_NO_SIZE: 700, None: 1000}.get(batch_size, batch_size)
 
     def lists_of(records):
         return [limit] * (records // limit) + [records % limit] * bool(records % limit)
@@ -608,6 +615,14 @@ def test_the_tfx_bsl_internals_the_reading_relies_on_are_where_it_expects_them()
 
     assert tf_example_record.TFExampleRecord.BeamSource is record_based_tfxio.RecordBasedTFXIO.BeamSource
     assert batch_util._BATCH_SIZE_CAP == 1000 and callable(batch_util._UseByteSizeBatching)
+    # StatisticsGen and the Evaluator name no batch size; Transform passes its desired one.
+    from tfx.components.evaluator import executor as evaluator_executor
+    from tfx.components.statistics_gen import executor as statistics_executor
+    from tfx.components.transform import executor as transform_executor
+
+    assert "tfxio.BeamSource()" in inspect.getsource(statistics_executor)
+    assert "tfxio.BeamSource()" in inspect.getsource(evaluator_executor)
+    assert "tfxio.BeamSource(desired_batch_size)" in inspect.getsource(transform_executor)
     assert list(inspect.signature(tf_example_record._DecodeBatchExamplesDoFn.__init__).parameters) == [
         "self", "schema", "raw_record_column_name"]
     source = inspect.getsource(tf_example_record.TFExampleRecord._RawRecordBeamSourceInternal)
