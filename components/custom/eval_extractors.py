@@ -10,7 +10,9 @@ is named. Which ones is read from the eval config itself: a column is kept when 
 appears anywhere in the config (a model spec's keys, a slicing spec's features or values,
 a metric's own settings), and every column is kept when the config can read features that
 it does not name (slices written as SQL, a metric from a module of its own, a model's
-preprocessing functions). The model reads the serialized examples, which stay.
+preprocessing functions, a model signature other than the serving one, which may take
+features by name) or when there is no config. The serving signature reads the serialized
+examples, which stay.
 
 The 1M-row run's Evaluator (50,000 eval rows, two Beam worker processes), the executor
 alone: 21.2 s with every column, 18.6-19.7 s with the label and the two slices' columns.
@@ -27,6 +29,8 @@ from tensorflow_model_analysis import constants
 from tensorflow_model_analysis.api import model_eval_lib
 from tensorflow_model_analysis.extractors import extractor
 
+from components.model.trainer.settings import SERVING_SIGNATURE
+
 # The stage that keeps the columns read, ahead of TFMA's own.
 STAGE_NAME = "KeepColumnsRead"
 # Settings under which the evaluation reads features the config need not name.
@@ -37,6 +41,8 @@ def columns_read(eval_config: Any) -> Optional[FrozenSet[str]]:
     """The names in `eval_config` (an `EvalConfig`) that may be features: every string,
     key or value, anywhere in it, a metric's JSON settings included; None when the
     evaluation may read features it does not name."""
+    if any(spec.signature_name not in ("", SERVING_SIGNATURE) for spec in eval_config.model_specs):
+        return None
     config = json_format.MessageToDict(eval_config, preserving_proto_field_name=True)
     names = set()
     for key, value in _items(config):
@@ -49,11 +55,12 @@ def columns_read(eval_config: Any) -> Optional[FrozenSet[str]]:
 
 
 def _items(value: Any, key: str = "") -> Iterator[tuple]:
-    """`(key, value)` of every node of a JSON-like value, a metric's `config` (JSON text)
-    read as JSON."""
+    """`(key, value)` of every node of a JSON-like value, a metric's `config` (JSON text,
+    its outer braces optional, as TFMA reads it) read as JSON."""
     if key == "config" and isinstance(value, str):
+        text = value.strip()
         try:
-            value = json.loads(value)
+            value = json.loads(text if text.startswith("{") else "{" + text + "}")
         except ValueError:
             pass
     yield key, value
@@ -82,14 +89,14 @@ def keep_columns(extracts: dict, names: FrozenSet[str]) -> dict:
 
 
 def custom_extractors(eval_shared_model: Any, eval_config: Any, tensor_adapter_config: Any) -> List[Any]:
-    """TFMA's default extractors for this evaluation, after `keep_columns` when the config
-    says every feature it reads (`columns_read`)."""
+    """TFMA's default extractors for this evaluation, after `keep_columns` when there is a
+    config and it says every feature the evaluation reads (`columns_read`)."""
     extractors = list(
         model_eval_lib.default_extractors(
             eval_shared_model=eval_shared_model, eval_config=eval_config, tensor_adapter_config=tensor_adapter_config
         )
     )
-    names = columns_read(eval_config)
+    names = columns_read(eval_config) if eval_config is not None else None
     if names is None:
         return extractors
     return [extractor.Extractor(stage_name=STAGE_NAME, ptransform=beam.Map(keep_columns, names))] + extractors

@@ -68,14 +68,18 @@ def test_the_pipelines_config_reads_its_label_and_slice_features_only(tmp_path):
 def test_a_feature_named_in_a_metrics_settings_or_slice_values_is_kept():
     eval_config = _config()
     eval_config.metrics_specs[0].metrics.add(class_name="NDCG", config='{"gain_key": "fare"}')
+    # TFMA also reads a metric's settings written without their outer braces.
+    eval_config.metrics_specs[0].metrics.add(class_name="NDCG", config='"gain_key": "trip_miles"')
     eval_config.slicing_specs.add(feature_values={"company": "company-1"})
     names = eval_extractors.columns_read(eval_config)
-    assert {"fare", "company", "trip_start_hour", "big_tip"} <= names
+    assert {"fare", "trip_miles", "company", "trip_start_hour", "big_tip"} <= names
+    assert "trip_seconds" not in names
 
 
-@pytest.mark.parametrize("reads_any", ["sql", "module", "preprocessing"])
+@pytest.mark.parametrize("reads_any", ["sql", "module", "preprocessing", "signature"])
 def test_a_config_that_can_read_unnamed_features_keeps_every_column(reads_any):
-    eval_config = _config(preprocessing_function_names=["transform_features"] if reads_any == "preprocessing" else [])
+    eval_config = _config(preprocessing_function_names=["transform_features"] if reads_any == "preprocessing" else [],
+                          signature_name="by_features" if reads_any == "signature" else "serving_default")
     if reads_any == "sql":
         eval_config.slicing_specs.add(slice_keys_sql="SELECT STRUCT(company) FROM example")
     if reads_any == "module":
@@ -83,6 +87,11 @@ def test_a_config_that_can_read_unnamed_features_keeps_every_column(reads_any):
     assert eval_extractors.columns_read(eval_config) is None
     stages = [e.stage_name for e in eval_extractors.custom_extractors(None, eval_config, None)]
     assert eval_extractors.STAGE_NAME not in stages
+
+
+def test_no_eval_config_keeps_every_column():
+    stages = [e.stage_name for e in eval_extractors.custom_extractors(None, None, None)]
+    assert stages and eval_extractors.STAGE_NAME not in stages
 
 
 def test_keep_columns_keeps_the_named_columns_and_the_serialized_examples():
