@@ -532,6 +532,7 @@ def _read_a_file_at_a_time(original: Callable) -> Callable:
         from components.custom import beam_fns
 
         asked = None if batch_size is _NO_SIZE else batch_size
+        size = READ_BATCH if batch_size is _NO_SIZE else asked or batch_util._BATCH_SIZE_CAP
         if batch_util._UseByteSizeBatching():
             return original(self, asked)
 
@@ -546,8 +547,7 @@ def _read_a_file_at_a_time(original: Callable) -> Callable:
                 pipeline
                 | "ReadRecordBatches"
                 >> beam_fns.RecordBatchesOfFiles(
-                    files, READ_BATCH if batch_size is _NO_SIZE else asked or batch_util._BATCH_SIZE_CAP,
-                    decode, _decode_threads(pipeline.pipeline),
+                    files, size, decode, _decode_threads(pipeline.pipeline)
                 )
             )
 
