@@ -363,8 +363,11 @@ def tfma_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
       1,000. A signature of one input is handed out as `_ByKeyword`, which passes a lone
       positional argument by that input's name.
     """
+    from tensorflow_model_analysis.evaluators import metrics_plots_and_validations_evaluator as evaluator
     from tensorflow_model_analysis.metrics import binary_confusion_matrices, metric_util
     from tensorflow_model_analysis.utils import model_util
+
+    from pipeline.run import metric_updates
 
     original = metric_util.to_label_prediction_example_weight
     shared = _shared_per_example(original)
@@ -374,6 +377,11 @@ def tfma_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
             binary_confusion_matrices._BinaryConfusionMatrixCombiner,
             "__init__",
             lambda old: _given_instead(old, "_extract_label_prediction_and_weight", original, shared),
+        ),
+        (
+            evaluator._ComputationsCombineFn,
+            "add_input",
+            lambda old: metric_updates.replacing(old, original, (original, shared)),
         ),
         (model_util, "get_callable", _signatures_by_keyword),
     ]
