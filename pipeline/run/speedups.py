@@ -25,7 +25,9 @@ Off with `TAXI_PIPELINE_SPEEDUPS=0` in the environment (or `taxi-pipeline run
 - TFDV's equi-width histograms are computed from arrays (`tfdv_patches`), to the same
   bits.
 - TFMA's metrics share each example's label, prediction and weight, extracted once per
-  example instead of once per metric and slice (`tfma_patches`).
+  example instead of once per metric and slice, and TFMA's commonest combiners (example
+  count, confusion matrices, calibration and its histogram) add them directly, to the
+  same bits (`tfma_patches`, `pipeline.run.metric_updates`).
 - The DirectRunner's `multi_processing` workers (the Evaluator's from 300,000 rows on,
   any component's the user sends there) run with Beam's, TFDV's and TFMA's speed-ups
   too (`in_workers`).
@@ -356,6 +358,14 @@ def tfma_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
       caller given its own copies of the arrays.
       `_BinaryConfusionMatrixCombiner` was handed the function as a default argument at
       import; a combiner built with that default gets the shared one.
+    - `_ComputationsCombineFn.add_input`: each of those combiners still looked the
+      example up again, reshaped and flattened it, before adding a number to a sum: 92 µs
+      per example and slice for the pipeline's four combiners. `metric_updates` adds the
+      same numbers from one label and prediction per example, where the combiner and the
+      example are the plain case (TFMA's own classes, unweighted, a label of 0 or 1, a
+      finite prediction), and leaves the rest to TFMA: 21 µs. The Evaluator's executor
+      alone on the 1M run's artifacts: 18.7-19.8 s -> 14.3-14.4 s (two worker processes),
+      24.0 -> 14.5 s (in the run's process), the same metrics.
     - `model_util.get_callable`: TFMA calls the model's serving signature with each
       batch of serialized examples by position; a SavedModel's signature takes keywords
       only, so every call first failed, TensorFlow's error message printing the whole
