@@ -15,7 +15,7 @@ reduces to:
 
 - the combiner: TFMA's own class (not a subclass), unweighted examples, no sub key, no
   aggregation or class weights, no example ids;
-- the example: one label of 0 or 1, one finite prediction, TFMA's weight of 1.
+- the example: one label of 0 or 1 (not -0.0), one finite prediction, TFMA's weight of 1.
 
 Then each combiner's sum gets the same terms, in the same order, computed the same way
 (the same float products; the example count adds NumPy's `np.sum(np.array(1.0))` as
@@ -143,7 +143,9 @@ def _row(extract: Callable, inputs, eval_config, model_name: str, output_name: s
         return None
     label_item, prediction_item = label.item(), prediction.item()
     label_value, prediction_value = float(label_item), float(prediction_item)
-    if label_value not in (0.0, 1.0) or not math.isfinite(prediction_value) or float(weight.item()) != 1.0:
+    # -0.0 is left to TFMA too: its fractional labels make it 0.0, which a sum keeps apart.
+    if (label_value not in (0.0, 1.0) or math.copysign(1.0, label_value) < 0
+            or not math.isfinite(prediction_value) or float(weight.item()) != 1.0):
         return None
     return _Row(label_value, prediction_value, label_item, prediction_item)
 
@@ -217,15 +219,15 @@ def add_input(self, accumulator, element):
         direct.append((update, rows))
     results = []
     for combiner, value, inputs, chosen in zip(self._combiners, accumulator, own, direct):
-        if chosen is None:
-            combiner_input = inputs if inputs is not None else default
-            try:
+        combiner_input = inputs if inputs is not None else default
+        try:
+            if chosen is None:
                 value = combiner.add_inputs(value, combiner_input)
-            except Exception as e:
-                raise RuntimeError(f'add_input failed on "{combiner}" with inputs:\n{combiner_input}') from e
-        else:
-            update, rows = chosen
-            for row in rows:
-                value = update(combiner, value, row)
+            else:
+                update, rows = chosen
+                for row in rows:
+                    value = update(combiner, value, row)
+        except Exception as e:  # as TFMA wraps a combiner's failure
+            raise RuntimeError(f'add_input failed on "{combiner}" with inputs:\n{combiner_input}') from e
         results.append(value)
     return tuple(results)

@@ -36,7 +36,7 @@ def _combine_fn(eval_config: config_pb2.EvalConfig) -> evaluator._ComputationsCo
 def _inputs(rng: np.random.Generator, n: int, odd: bool):
     """`n` examples as TFMA's evaluator hands them to the combiners: a label of 0 or 1
     (int or float), a float32 probability; with `odd`, some of them TFMA's code must take:
-    fractional labels, NaN predictions, two predictions, weights."""
+    fractional labels, a label of -0.0, two predictions, weights."""
     elements = []
     for i in range(n):
         label = np.array([int(rng.integers(0, 2))], dtype=np.int64 if i % 2 else np.float32)
@@ -44,6 +44,8 @@ def _inputs(rng: np.random.Generator, n: int, odd: bool):
         weight = None
         if odd and i % 7 == 3:
             label = np.array([0.25 + 0.5 * rng.random()], dtype=np.float32)
+        elif odd and i % 17 == 8:
+            label = np.array([-0.0], dtype=np.float32)  # TFMA's fractional labels make it 0.0
         elif odd and i % 11 == 5:
             prediction = np.array([rng.random(), rng.random()], dtype=np.float32)
             label = np.array([1, 0])
