@@ -167,6 +167,10 @@ class _Replacing(NamedTuple):
 # Module state, not a closure: Beam pickles a combiner's bound methods (by reference,
 # which a module-level function allows) when it builds a bundle's operations.
 _replacing: Optional[_Replacing] = None
+# TFMA's own method as this module finds it on import, before any patch: what `add_input`
+# runs in a process where `replacing` was never called (a portable runner's worker, which
+# runs TFMA as it is, gets the patched method pickled by reference from the launcher).
+_TFMA_ADD_INPUT = evaluator._ComputationsCombineFn.add_input
 _plans: "weakref.WeakKeyDictionary[Any, List[Optional[Update]]]" = weakref.WeakKeyDictionary()
 _last = _LastExample()
 
@@ -201,6 +205,8 @@ def _rows_of(inputs_list, combiner) -> Optional[List[_Row]]:
 
 def add_input(self, accumulator, element):
     """TFMA's `_ComputationsCombineFn.add_input`, with the direct updates where they apply."""
+    if _replacing is None:
+        return _TFMA_ADD_INPUT(self, accumulator, element)
     plan = _plans.get(self)
     if plan is None:
         plan = _plans[self] = [update_for(combiner, _replacing.extractors) for combiner in self._combiners]

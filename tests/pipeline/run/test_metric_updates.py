@@ -155,3 +155,17 @@ def test_beam_pickles_the_patched_combine_function_s_methods(library):
             assert restored(restored.__self__.create_accumulator(), element)[0] == 1.0
     finally:
         pickler.set_library(pickler.DEFAULT_PICKLE_LIB)
+
+
+def test_a_process_without_the_patch_runs_tfma_s_method(monkeypatch):
+    """A portable runner's worker runs TFMA as it is, but gets the patched method pickled
+    by reference from the launching process: there it is TFMA's method."""
+    assert metric_updates._TFMA_ADD_INPUT is not metric_updates.add_input
+    assert metric_updates._TFMA_ADD_INPUT.__module__ == evaluator.__name__
+    fn = _combine_fn(_config())
+    calls = []
+    monkeypatch.setattr(metric_updates, "_replacing", None)
+    monkeypatch.setattr(metric_updates, "_TFMA_ADD_INPUT", lambda *args: calls.append(args) or "tfma")
+    element = _inputs(np.random.default_rng(4), 1, odd=False)[0]
+    assert metric_updates.add_input(fn, "accumulator", element) == "tfma"
+    assert calls == [(fn, "accumulator", element)]
