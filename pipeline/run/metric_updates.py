@@ -159,7 +159,6 @@ class _LastExample(threading.local):
 
 
 class _Replacing(NamedTuple):
-    original: Callable  # TFMA's `_ComputationsCombineFn.add_input`
     extract: Callable  # TFMA's `to_label_prediction_example_weight`, unpatched
     extractors: Tuple[Callable, ...]
 
@@ -176,11 +175,12 @@ _last = _LastExample()
 
 
 def replacing(original: Callable, extract: Callable, extractors: Sequence[Callable]) -> Callable:
-    """`add_input`, to stand for TFMA's `_ComputationsCombineFn.add_input` (`original`);
+    """`add_input`, to stand for TFMA's `_ComputationsCombineFn.add_input` (`original`, the
+    method `_TFMA_ADD_INPUT` holds since this module's import);
     `extract` is TFMA's `to_label_prediction_example_weight` (unpatched), `extractors` the
     functions a confusion-matrix combiner may hold and still be plain."""
     global _replacing
-    _replacing = _Replacing(original, extract, tuple(extractors))
+    _replacing = _Replacing(extract, tuple(extractors))
     _plans.clear()
     return add_input
 
@@ -211,7 +211,7 @@ def add_input(self, accumulator, element):
     if plan is None:
         plan = _plans[self] = [update_for(combiner, _replacing.extractors) for combiner in self._combiners]
     if not any(plan):
-        return _replacing.original(self, accumulator, element)
+        return _TFMA_ADD_INPUT(self, accumulator, element)
     default = element.get(evaluator._DEFAULT_COMBINER_INPUT_KEY)
     own = element[evaluator._COMBINER_INPUTS_KEY]
     direct: List[Optional[Tuple[Update, Sequence]]] = []
@@ -221,7 +221,7 @@ def add_input(self, accumulator, element):
             continue
         rows = default if update is _count else _rows_of(default, combiner)
         if rows is None:
-            return _replacing.original(self, accumulator, element)
+            return _TFMA_ADD_INPUT(self, accumulator, element)
         direct.append((update, rows))
     results = []
     for combiner, value, inputs, chosen in zip(self._combiners, accumulator, own, direct):
