@@ -87,9 +87,11 @@ IMAGE       := localhost/taxi-pipeline:$(IMAGE_STACK)
 image:
 	scripts/image build $(IMAGE_STACK)
 
-# The compiled pipeline run as Vertex AI runs it, each task in the image (tests/image).
+# The compiled pipeline run as Vertex AI runs it, each task in the image, on `gs://` paths
+# served by a Cloud Storage emulator built once from the Go module proxy (tests/image).
 test-image: $(STAMP) image
-	TAXI_PIPELINE_IMAGE=$(IMAGE) $(BIN)/python -m pytest tests/image $(PYTEST_ARGS)
+	@emulator=$$(scripts/gcs-emulator) && \
+	TAXI_GCS_EMULATOR=$$emulator TAXI_PIPELINE_IMAGE=$(IMAGE) $(BIN)/python -m pytest tests/image $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check pipeline components tests benchmarks setup.py

@@ -44,6 +44,7 @@ class NodeId:
     STATISTICS_GEN = "StatisticsGen"
     EXAMPLE_VALIDATOR = "ExampleValidator"
     DATA_GATE = "DataGate"
+    BASELINE = "LatestBlessedModelResolver"
     TRAINER = "Trainer"
     EVALUATOR = "Evaluator"
     SERVING_CHECK = "ServingCheck"
@@ -241,7 +242,7 @@ def _training(
         strategy_class=LatestBlessedModelStrategy,
         model=Channel(type=standard_artifacts.Model),
         model_blessing=Channel(type=staged_pusher.ServedModelBlessing),
-    ).with_id("LatestBlessedModelResolver")
+    ).with_id(NodeId.BASELINE)
     trainer = Trainer(
         run_fn=RUN_FN,
         examples=examples,

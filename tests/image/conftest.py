@@ -1,5 +1,6 @@
-"""The image tests need the pipeline image (`make image`): `make test-image` builds it and
-names it in TAXI_PIPELINE_IMAGE. Without it they are skipped, saying so."""
+"""The image tests need the pipeline image (`make image`) and the Cloud Storage emulator
+(`scripts/gcs-emulator`): `make test-image` builds both and names them in
+TAXI_PIPELINE_IMAGE and TAXI_GCS_EMULATOR. Without them they are skipped, saying so."""
 
 import dataclasses
 import http.server
@@ -8,15 +9,18 @@ import os
 import shutil
 import threading
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import pytest
 
 from tests.helpers import SLICE_SPANS
-from tests.image import vertex
+from tests.image import gcs, vertex
 from tests.image.vertex import BUCKET, BUCKET_NAME, MODEL
 
 IMAGE_ENV = "TAXI_PIPELINE_IMAGE"
+# Where a task's container finds the emulator's CA, and this machine's scratch folder.
+CA_INSIDE = "/run/taxi-harness/ca.crt"
+LOCAL = "/local"
 
 
 @pytest.fixture(scope="session")
@@ -29,25 +33,57 @@ def pipeline_image() -> str:
     return image
 
 
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory, pipeline_image) -> gcs.Emulator:
+    binary = gcs.binary()
+    if not binary:
+        pytest.skip("no Cloud Storage emulator: run `make test-image`, which builds it (scripts/gcs-emulator) "
+                    "and sets TAXI_GCS_EMULATOR")
+    server = gcs.Emulator(binary, tmp_path_factory.mktemp("gcs")).start()
+    server.create_bucket(BUCKET_NAME)
+    yield server
+    server.stop()
+
+
 @dataclasses.dataclass
 class Bucket:
-    """The local folder mounted at BUCKET in every task's container."""
+    """The job's bucket on the emulator, `gs://BUCKET_NAME`, and a local folder (`root`,
+    mounted at LOCAL) for what runs outside Vertex: a local run, scratch files."""
 
     root: Path
     image: vertex.Image
+    emulator: gcs.Emulator
 
-    def inside(self, *parts: str) -> str:
+    @staticmethod
+    def inside(*parts: str) -> str:
         return "/".join([BUCKET, *parts])
 
     @staticmethod
-    def fuse(uri: str) -> str:
-        """A gs:// URI of the bucket as the tasks see it through Cloud Storage FUSE."""
-        assert uri.startswith(f"gs://{BUCKET_NAME}/"), uri
-        return BUCKET + uri[len(f"gs://{BUCKET_NAME}"):]
+    def local(*parts: str) -> str:
+        return "/".join([LOCAL, *parts])
+
+    @staticmethod
+    def name(uri: str) -> str:
+        assert uri.startswith(BUCKET + "/"), uri
+        return uri[len(BUCKET) + 1:]
+
+    # vertex.Storage
+    def read(self, uri: str) -> Optional[bytes]:
+        return self.emulator.read(BUCKET_NAME, self.name(uri))
+
+    def delete(self, uri: str) -> None:
+        self.emulator.delete(BUCKET_NAME, self.name(uri))
+
+    def write(self, uri: str, data: bytes) -> None:
+        self.emulator.upload(BUCKET_NAME, self.name(uri), data)
+
+    def objects(self, prefix: str) -> List[str]:
+        return self.emulator.list(BUCKET_NAME, prefix.rstrip("/") + "/")
 
     def versions(self, serving: str = "serving") -> List[str]:
-        folder = self.root / serving / MODEL
-        return sorted(name for name in os.listdir(folder) if name.isdigit()) if folder.is_dir() else []
+        prefix = f"{serving}/{MODEL}/"
+        return sorted({name[len(prefix):].split("/")[0] for name in self.objects(prefix)
+                       if name[len(prefix):].split("/")[0].isdigit()})
 
     def run(self, argv: List[str], log: Path) -> str:
         """Runs `argv` in a container of the image; returns its output, failing the test
@@ -81,8 +117,11 @@ def webhook():
 
 
 @pytest.fixture(scope="module")
-def bucket(tmp_path_factory, pipeline_image, copy_spans) -> Bucket:
-    root = tmp_path_factory.mktemp("bucket")
+def bucket(tmp_path_factory, pipeline_image, emulator, copy_spans) -> Bucket:
+    root = tmp_path_factory.mktemp("local")
     copy_spans(root / "data", SLICE_SPANS)
     copy_spans(root / "local-data", SLICE_SPANS)
-    return Bucket(root, vertex.Image(pipeline_image, {str(root): BUCKET}))
+    emulator.upload_tree(BUCKET_NAME, "data", root / "data")
+    image = vertex.Image(pipeline_image, {str(root): LOCAL, str(emulator.certificates["ca"]): CA_INSIDE},
+                         hosts=emulator.add_hosts(), env=emulator.environment(CA_INSIDE))
+    return Bucket(root, image, emulator)

@@ -19,13 +19,13 @@ def test_a_failing_task_is_named_with_its_log_and_still_alerted(bucket, webhook,
     after it runs, and the exit handler still posts the failure."""
     url, received = webhook
     copy_spans(bucket.root / "short-data", SLICE_SPANS[:2])
+    bucket.emulator.upload_tree(BUCKET_NAME, "short-data", bucket.root / "short-data")
     bucket.run(["taxi-pipeline", "compile", "--image", pipeline_image,
                 "--pipeline-root", f"gs://{BUCKET_NAME}/short-root", "--data-root", bucket.inside("short-data"),
                 "--serving-dir", bucket.inside("short-serving"), "--window", str(WINDOW), "--notify", url,
-                "--output", bucket.inside("short.json")], bucket.root / "short-compile.log")
+                "--output", bucket.local("short.json")], bucket.root / "short-compile.log")
     alerts = len(received)
-    job = vertex.VertexJob(str(bucket.root / "short.json"), bucket.image, str(tmp_path / "harness"),
-                           bucket.fuse(f"gs://{BUCKET_NAME}/short-root")).run()
+    job = vertex.VertexJob(str(bucket.root / "short.json"), bucket.image, bucket, str(tmp_path / "harness")).run()
     assert job.state == "FAILED" and job.tasks["SpanWindow"].state == "FAILED", report(job)
     error = job.tasks["SpanWindow"].error
     assert "SpanWindow" in job.final_status["error"]["message"]

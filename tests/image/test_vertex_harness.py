@@ -11,7 +11,7 @@ VERDICT = "(inputs.artifacts['_DataGate.verdict'].artifacts[0].metadata['blessed
 
 def _inputs(blessed):
     return {"parameters": {}, "artifacts": {"_DataGate.verdict": {"artifacts": [
-        {"name": "a/1", "uri": "/gcs/b/v", "metadata": {"blessed": blessed}}]}}}
+        {"name": "a/1", "uri": "gs://b/v", "metadata": {"blessed": blessed}}]}}}
 
 
 def test_a_condition_reads_artifact_metadata_as_a_struct_holds_it():
@@ -28,7 +28,7 @@ def test_a_condition_that_is_not_a_bool_is_refused():
 
 def _artifact(store, title, **metadata):
     artifact = {"name": store.new_name(), "type": {"instanceSchema": f"title: {title}\ntype: object\n"},
-                "uri": f"/gcs/b/{title}", "metadata": metadata}
+                "uri": f"gs://b/{title}", "metadata": metadata}
     store.record("p", "job-1", artifact)
     return artifact
 
@@ -51,7 +51,7 @@ def test_resolver_filters_pick_the_newest_match_of_the_pipeline(tmp_path):
     )
     assert again.query("p", query) == [vertex.strip_record(model)]
     with pytest.raises(vertex.HarnessError, match="not understood"):
-        store.query("p", "uri=\"/gcs/b\"")
+        store.query("p", "uri=\"gs://b\"")
 
 
 def test_parameters_take_the_schema_2_0_0_form_of_their_definition():

@@ -1,8 +1,9 @@
 """The compiled pipeline, run as Vertex AI runs it: the JSON that `taxi-pipeline compile`
 writes inside the pipeline image, unchanged, each task in a fresh container of that image
 with the JSON's own command and arguments (tests/image/vertex.py says what the harness
-stands in for). The pipeline's locations are Cloud Storage FUSE paths, `/gcs/BUCKET/...`,
-which the harness mounts from a local folder as Vertex AI mounts the bucket.
+stands in for). The pipeline root, the data root and the serving folder are `gs://` URIs
+on a Cloud Storage emulator (tests/image/gcs.py), which the tasks reach through
+TensorFlow's and Beam's own Cloud Storage clients.
 
 The jobs run once, in module fixtures, in the order a schedule would run them: a clean
 copy of data/'s slice, then a new span with an anomaly. The tests only read what happened.
@@ -10,6 +11,7 @@ copy of data/'s slice, then a new span with an anomaly. The tests only read what
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from pathlib import Path
 
@@ -23,6 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 WINDOW = 4
 PIPELINE_ROOT = f"gs://{BUCKET_NAME}/root"
+SERVING = "serving"
 # Scores of the compiled pipeline's model and of a local run's, on the same spans and seed.
 SCORE_TOLERANCE = 1e-6
 
@@ -53,14 +56,14 @@ def compiled(bucket, webhook, pipeline_image) -> Path:
     url, _ = webhook
     bucket.run(["taxi-pipeline", "compile", "--image", pipeline_image,
                 "--pipeline-root", PIPELINE_ROOT, "--data-root", bucket.inside("data"),
-                "--serving-dir", bucket.inside("serving"), "--window", str(WINDOW), "--notify", url,
-                "--output", bucket.inside("pipeline.json")], bucket.root / "compile.log")
+                "--serving-dir", bucket.inside(SERVING), "--window", str(WINDOW), "--notify", url,
+                "--output", bucket.local("pipeline.json")], bucket.root / "compile.log")
     return bucket.root / "pipeline.json"
 
 
 @pytest.fixture(scope="module")
 def first_job(bucket, compiled, webhook) -> vertex.JobResult:
-    return vertex.VertexJob(str(compiled), bucket.image, str(bucket.root / "harness"), bucket.fuse(PIPELINE_ROOT)).run()
+    return vertex.VertexJob(str(compiled), bucket.image, bucket, str(bucket.root / "harness")).run()
 
 
 @pytest.fixture(scope="module")
@@ -69,9 +72,10 @@ def anomaly_job(bucket, compiled, first_job, webhook):
     versions = bucket.versions()
     alerts = len(webhook[1])
     # One example in 20 paid in an unknown currency: an anomaly of that span on its own.
-    write_gzip_records(bucket.root / "data" / "span-17" / "trips.tfrecord.gz",
-                       span_like(bucket.root / "data" / "span-16", 20, unknown_payment))
-    job = vertex.VertexJob(str(compiled), bucket.image, str(bucket.root / "harness"), bucket.fuse(PIPELINE_ROOT)).run()
+    span = bucket.root / "span-17" / "trips.tfrecord.gz"
+    write_gzip_records(span, span_like(bucket.root / "data" / "span-16", 20, unknown_payment))
+    bucket.write(bucket.inside("data", "span-17", span.name), span.read_bytes())
+    job = vertex.VertexJob(str(compiled), bucket.image, bucket, str(bucket.root / "harness")).run()
     return job, versions, webhook[1][alerts:]
 
 
@@ -89,12 +93,12 @@ def test_a_clean_copy_of_the_data_pushes_a_model(first_job, bucket, webhook):
     # The first job had no blessed model to resolve: no baseline, no warm start.
     assert first_job.tasks["LatestBlessedModelResolver-model-resolver"].outputs == {"model": []}
     (version,) = bucket.versions()
-    assert (bucket.root / "serving" / MODEL / version / "saved_model.pb").is_file()
+    assert bucket.read(bucket.inside(SERVING, MODEL, version, "saved_model.pb"))
     # Its model card, from the job's own examples, evaluation and serving check.
-    card = json.loads((bucket.root / "serving" / MODEL / version / "assets.extra" / "model_card.json").read_text())
+    card = json.loads(bucket.read(bucket.inside(SERVING, MODEL, version, "assets.extra", "model_card.json")))
     assert card["model"]["version"] == int(version) and len(card["training_data"]["spans"]) == WINDOW
     assert card["evaluation"]["overall"]["candidate"]["auc"] > 0.5 and " ms" in card["serving_check"]
-    assert (bucket.root / "serving" / "models.config").is_file()
+    assert b"model_version_policy" in bucket.read(bucket.inside(SERVING, "models.config"))
     # The exit handler ran last and said which version the job pushed.
     (alert,) = [body for body in webhook[1] if first_job.job_id in body["text"]]
     assert alert["outcome"] == "succeeded" and alert["version"] == int(version), alert
@@ -105,14 +109,16 @@ def test_the_pushed_model_scores_as_a_local_run_on_the_same_spans(first_job, buc
     """`taxi-pipeline retrain --window 4` in the same image, on a copy of the same spans:
     the same model, to within float noise (the seed is fixed)."""
     assert first_job.state == "SUCCEEDED", report(first_job)
-    bucket.run(["taxi-pipeline", "retrain", "--window", str(WINDOW), "--data-root", bucket.inside("local-data"),
-                "--output-root", bucket.inside("local-out"), "--serving-dir", bucket.inside("local-serving")],
+    bucket.run(["taxi-pipeline", "retrain", "--window", str(WINDOW), "--data-root", bucket.local("local-data"),
+                "--output-root", bucket.local("local-out"), "--serving-dir", bucket.local("local-serving")],
                bucket.root / "local-retrain.log")
     (vertex_version,) = bucket.versions()
-    (local_version,) = bucket.versions("local-serving")
-    output = bucket.run(["python", "-c", SCORE, bucket.inside("local-data"), "200",
-                         bucket.inside("serving", MODEL, vertex_version),
-                         bucket.inside("local-serving", MODEL, local_version)], bucket.root / "score.log")
+    (local_version,) = sorted(path.name for path in (bucket.root / "local-serving" / MODEL).iterdir()
+                              if path.name.isdigit())
+    # The pushed model is loaded from the bucket, by TensorFlow's own Cloud Storage client.
+    output = bucket.run(["python", "-c", SCORE, bucket.local("local-data"), "200",
+                         bucket.inside(SERVING, MODEL, vertex_version),
+                         bucket.local("local-serving", MODEL, local_version)], bucket.root / "score.log")
     scores = json.loads(output.strip().splitlines()[-1])
     assert scores["examples"] == 200
     assert scores["max_abs_diff"][1] <= SCORE_TOLERANCE, scores
@@ -137,3 +143,38 @@ def test_a_new_span_with_an_anomaly_skips_training_and_pushes_nothing(anomaly_jo
     (alert,) = [body for body in alerts if job.job_id in body["text"]]
     assert alert["outcome"] == "succeeded" and alert["version"] is None
     assert alert["text"].endswith(f"nothing pushed (version {versions_before[-1]} keeps serving)"), alert
+
+
+def test_every_object_the_job_wrote_came_through_the_emulator_from_this_machine(first_job, bucket):
+    """No FUSE path and no other address: every object under the pipeline root and the
+    serving folder was written by a request the emulator's front logged, from a loopback
+    address, and the tasks' containers resolve Cloud Storage's names to the emulator and
+    no other name at all."""
+    assert first_job.state == "SUCCEEDED", report(first_job)
+    requests = bucket.emulator.requests()
+    assert requests and all(ipaddress.ip_address(r.client).is_loopback for r in requests)
+    written = {r.written for r in requests if r.written and r.status < 300}
+    stored = set(bucket.objects("root")) | set(bucket.objects(SERVING))
+    assert any(name.endswith("saved_model.pb") for name in stored), sorted(stored)[:20]
+    assert stored <= written, sorted(stored - written)[:20]
+    # Both clients reached it: TensorFlow's (JSON API and uploads) and Beam's (batches).
+    hosts = {r.host for r in requests}
+    assert {"www.googleapis.com", "storage.googleapis.com"} <= hosts, hosts
+    compiled = json.dumps(json.loads((bucket.root / "pipeline.json").read_text()))
+    assert "/gcs/" not in compiled and f"gs://{BUCKET_NAME}/data" in compiled
+    output = bucket.run(["python", "-c", RESOLVE], bucket.root / "resolve.log")
+    answers = json.loads(output.strip().splitlines()[-1])
+    assert answers["www.googleapis.com"] == answers["storage.googleapis.com"] == bucket.emulator.address, answers
+    assert answers["oauth2.googleapis.com"] is None and answers["pypi.org"] is None, answers
+
+
+RESOLVE = """
+import json, socket
+def address(name):
+    try:
+        return socket.getaddrinfo(name, 443, socket.AF_INET)[0][4][0]
+    except OSError:
+        return None
+print(json.dumps({name: address(name) for name in
+                  ("www.googleapis.com", "storage.googleapis.com", "oauth2.googleapis.com", "pypi.org")}))
+"""

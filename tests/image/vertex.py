@@ -28,12 +28,12 @@ What it stands in for, as Vertex AI does it:
 What it does not do: Vertex's caching (every task runs), retries (but a container that
 buildah failed to start is started again: `START_FAILURE`), machine types and
 resource limits, Vertex ML Metadata's API (artifacts live in a JSON file), service
-accounts, Cloud Storage itself, and importer tasks (the pipeline has none: the harness
-refuses them). Vertex hands the tasks `gs://` URIs under the pipeline root; here the
-caller gives the root's Cloud Storage FUSE form (`/gcs/BUCKET/...`, which Vertex mounts in
-every task), so the output URIs are local paths the harness bind-mounts from a folder:
-TensorFlow's `gs://` file system cannot be pointed at an emulator. The job's failure
-message (`task X failed: ...`, code 13) is the harness's own wording.
+accounts, and importer tasks (the pipeline has none: the harness refuses them).
+Cloud Storage is real Cloud Storage's API, served by an emulator (tests/image/gcs.py):
+the tasks get `gs://` URIs under the pipeline root, as on Vertex, and reach the emulator
+under Cloud Storage's own host names, which their containers resolve to a loopback
+address and nothing else (no DNS). The job's failure message (`task X failed: ...`,
+code 13) is the harness's own wording.
 Each task's output goes to `<state>/<job>/logs/<task>.log` (`.driver.log` for a driver),
 and the job's states and times to `<state>/<job>/job.json`.
 """
@@ -48,13 +48,12 @@ import signal
 import subprocess
 import time
 import uuid
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import celpy
 
-# Where the tasks see the bucket: Vertex AI's Cloud Storage FUSE path of a bucket.
 BUCKET_NAME = "taxi-harness"
-BUCKET = f"/gcs/{BUCKET_NAME}"
+BUCKET = f"gs://{BUCKET_NAME}"
 MODEL = "big_tip"
 
 PROJECT_NUMBER = "0"
@@ -72,6 +71,16 @@ BUILDAH_LINE = re.compile(r"^(subprocess exited with status \d+|Error: exit stat
 # such step, so the harness starts a fresh container again, at most START_ATTEMPTS times.
 START_FAILURE = re.compile(r"sealing memfd copy|Error during reexec|write\(anonfd\)")
 START_ATTEMPTS = 3
+
+
+class Storage(Protocol):
+    """The pipeline root's storage, as this machine reads it (tasks write it themselves)."""
+
+    def read(self, uri: str) -> Optional[bytes]:
+        """The object at `uri`, or None when there is none."""
+
+    def delete(self, uri: str) -> None:
+        """Deletes the object at `uri`."""
 
 
 class HarnessError(Exception):
@@ -106,11 +115,15 @@ class JobResult:
 
 
 class Image:
-    """Runs commands in fresh containers of one image, with bind mounts."""
+    """Runs commands in fresh containers of one image, with bind mounts, host names
+    resolved as given (`name:address`) and nothing else (no DNS), and variables set."""
 
-    def __init__(self, image: str, mounts: Dict[str, str]):
+    def __init__(self, image: str, mounts: Dict[str, str], hosts: Sequence[str] = (),
+                 env: Optional[Dict[str, str]] = None):
         self.image = image
         self.mounts = mounts  # host path -> path in the container
+        self.hosts = list(hosts)
+        self.env = dict(env or {})
 
     def run(self, argv: List[str], log_path: str, timeout: float = TASK_TIMEOUT_SECONDS) -> int:
         for attempt in range(1, START_ATTEMPTS + 1):
@@ -132,7 +145,8 @@ class Image:
             START_FAILURE.search(line) or BUILDAH_LINE.match(line) for line in lines)
 
     def run_once(self, argv: List[str], log_path: str, timeout: float) -> int:
-        made = subprocess.run(["buildah", "from", "--pull-never", "--quiet", self.image],
+        made = subprocess.run(["buildah", "from", "--pull-never", "--quiet", "--dns", "none"]
+                              + [f"--add-host={host}" for host in self.hosts] + [self.image],
                               capture_output=True, text=True)
         if made.returncode != 0:
             raise HarnessError(f"no container of {self.image}: {made.stderr.strip()}")
@@ -141,6 +155,8 @@ class Image:
             command = ["buildah", "run", "--isolation", "chroot"]
             for host, inside in self.mounts.items():
                 command += ["--volume", f"{host}:{inside}"]
+            for key, value in sorted(self.env.items()):
+                command += ["--env", f"{key}={value}"]
             command += [container, "--"] + argv
             with open(log_path, "ab") as log:
                 process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -290,28 +306,22 @@ def resolve_filter(query: str, inputs: Dict[str, Any]) -> str:
 class VertexJob:
     """One PipelineJob of a compiled JSON, run here (see the module's docstring)."""
 
-    def __init__(self, job_json: str, image: Image, state_dir: str, pipeline_root: Optional[str] = None):
+    def __init__(self, job_json: str, image: Image, storage: Storage, state_dir: str):
         with open(job_json) as handle:
             self.job = json.load(handle)
         self.spec = self.job["pipelineSpec"]
         if self.spec.get("schemaVersion") != "2.0.0":
             raise HarnessError(f"schema {self.spec.get('schemaVersion')} (this harness builds 2.0.0 inputs)")
         self.image = image
+        self.storage = storage
         self.pipeline = self.spec["pipelineInfo"]["name"]
-        self.root = (pipeline_root or self.job["runtimeConfig"]["gcsOutputDirectory"]).rstrip("/")
+        self.root = self.job["runtimeConfig"]["gcsOutputDirectory"].rstrip("/")
         self.state_dir = state_dir
         self.store = ArtifactStore(os.path.join(state_dir, "artifacts.json"))
         self.job_id = f"{self.pipeline}-{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self.created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self.logs = os.path.join(state_dir, self.job_id, "logs")
         os.makedirs(self.logs, exist_ok=True)
-
-    # ---- paths: the pipeline root as the tasks see it, and as this machine sees it.
-    def host_path(self, path: str) -> str:
-        for host, inside in self.image.mounts.items():
-            if path == inside or path.startswith(inside.rstrip("/") + "/"):
-                return host + path[len(inside):]
-        raise HarnessError(f"{path} is outside every mount of the harness")
 
     def constant(self, value: str) -> str:
         match = re.fullmatch(r"\{\{\$\.(\w+)\}\}", value)
@@ -423,7 +433,6 @@ class VertexJob:
     def run_container(self, name: str, component: Dict[str, Any], container: Dict[str, Any],
                       inputs: Dict[str, Any], started: float) -> TaskResult:
         task_root = f"{self.root}/{PROJECT_NUMBER}/{self.job_id}/{name}_{uuid.uuid4().hex[:12]}"
-        os.makedirs(self.host_path(task_root), exist_ok=True)
         output_definitions = component.get("outputDefinitions", {})
         outputs = {}
         for key, definition in output_definitions.get("artifacts", {}).items():
@@ -440,7 +449,7 @@ class VertexJob:
                 "outputFile": f"{task_root}/executor_output.json",
             },
         }
-        output_file = self.host_path(executor_input["outputs"]["outputFile"])
+        output_file = executor_input["outputs"]["outputFile"]
         log = os.path.join(self.logs, f"{name}.log")
         hook = container.get("lifecycle", {}).get("preCacheCheck")
         if hook:
@@ -448,20 +457,20 @@ class VertexJob:
             status = self.image.run(self.argv(hook, executor_input), driver_log)
             if status != 0:
                 return self.failed(name, started, driver_log, f"its preCacheCheck driver exited {status}")
-            if not os.path.exists(output_file):
+            driver_output = self.read_json(output_file)
+            if driver_output is None:
                 return self.failed(name, started, driver_log, "its preCacheCheck driver wrote no output")
-            driver_output = read_json(output_file)
             kinds = component.get("inputDefinitions", {}).get("parameters", {})
             for key, value in driver_output.get("parameterValues", {}).items():
                 inputs["parameters"][key] = legacy_value(value, kinds.get(key, {}).get("type", "STRING"))
             for key, produced in driver_output.get("artifacts", {}).items():
                 if key in outputs and produced.get("artifacts"):
                     outputs[key]["artifacts"][0]["metadata"].update(produced["artifacts"][0].get("metadata", {}))
-            os.remove(output_file)
+            self.storage.delete(output_file)
         status = self.image.run(self.argv(container, executor_input), log)
         if status != 0:
             return self.failed(name, started, log, f"exited {status}")
-        produced = read_json(output_file) if os.path.exists(output_file) else {}
+        produced = self.read_json(output_file) or {}
         result = TaskResult(name, "SUCCEEDED", time.perf_counter() - started, log=log)
         for key, spec in outputs.items():
             artifact = spec["artifacts"][0]
@@ -472,11 +481,14 @@ class VertexJob:
             self.store.record(self.pipeline, self.job_id, artifact)
         result.parameters = dict(produced.get("parameterValues", {}))
         for key, spec in executor_input["outputs"]["parameters"].items():
-            path = self.host_path(spec["outputFile"])
-            if key not in result.parameters and os.path.exists(path):
-                with open(path) as handle:
-                    result.parameters[key] = handle.read()
+            value = None if key in result.parameters else self.storage.read(spec["outputFile"])
+            if value is not None:
+                result.parameters[key] = value.decode()
         return result
+
+    def read_json(self, uri: str) -> Optional[Dict[str, Any]]:
+        data = self.storage.read(uri)
+        return None if data is None else json.loads(data)
 
     def argv(self, container: Dict[str, Any], executor_input: Dict[str, Any]) -> List[str]:
         serialized = json.dumps(executor_input, separators=(",", ":"))
@@ -493,11 +505,6 @@ class VertexJob:
             lines = [line for line in handle.read().splitlines() if line.strip() and not BUILDAH_LINE.match(line)]
         return TaskResult(name, "FAILED", time.perf_counter() - started, log=log,
                           error=f"{why}; last line of {log}: {lines[-1] if lines else '(empty)'}")
-
-
-def read_json(path: str) -> Dict[str, Any]:
-    with open(path) as handle:
-        return json.load(handle)
 
 
 def report(job: JobResult) -> str:
