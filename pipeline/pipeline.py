@@ -38,7 +38,9 @@ TRAIN_SPLIT, EVAL_SPLIT = "train", "eval"
 
 
 class NodeId:
-    """Ids of the nodes whose outputs the run report reads (`pipeline.inspect.run_report`)."""
+    """Ids of the nodes other code names: the run report (`pipeline.inspect.run_report`)
+    reads their outputs; the compiled fixes (`pipeline.cloud.compiled_fixes`) find the
+    baseline's resolver tasks by its id."""
 
     EXAMPLE_GEN = "ImportExampleGen"
     STATISTICS_GEN = "StatisticsGen"
@@ -190,7 +192,10 @@ def _data_checks(
         statistics=statistics_gen.outputs["statistics"],
         schema=schema.outputs["schema"],
         anomalies=example_validator.outputs["anomalies"],
-        spans_used=span_window.outputs[window.SPANS_KEY],
+        # By value, not as an artifact: SpanWindow runs in every job (its cache is off),
+        # so its artifacts are new each time, and on Vertex a new input artifact misses
+        # the cache for the gate and everything after it, even when the window did not move.
+        spans_used=span_window.outputs[window.SPANS_KEY].future()[0].value,
         data_root=data_root,
     ).with_id(NodeId.DATA_GATE)
     return DataChecks(span_window, example_gen, statistics_gen, inferred_schema, schema, example_validator, data_gate)

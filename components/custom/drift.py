@@ -318,9 +318,9 @@ def DataGate(  # a component is named like a class
     statistics: InputArtifact[standard_artifacts.ExampleStatistics],
     schema: InputArtifact[standard_artifacts.Schema],
     anomalies: InputArtifact[standard_artifacts.ExampleAnomalies],
-    spans_used: InputArtifact[standard_artifacts.String],
     verdict: OutputArtifact[standard_artifacts.ExampleAnomalies],
     data_root: Parameter[str],
+    spans_used: Parameter[str],
     beam_pipeline: BeamComponentParameter[beam.Pipeline] = None,
 ) -> None:
     """One verdict on the data: ExampleValidator found no anomaly in any split, and the
@@ -334,7 +334,7 @@ def DataGate(  # a component is named like a class
         split_blessings = anomalies.get_json_value_custom_property(BLESSED_PROPERTY) or {}
         schema_ok = bool(split_blessings) and all(int(value) == 1 for value in split_blessings.values())
         loaded_schema = tfdv.load_schema_text(os.path.join(schema.uri, "schema.pbtxt"))
-        spans_read = window.parse_spans(spans_used.read())
+        spans_read = window.parse_spans(spans_used)
         splits = set(json.loads(statistics.split_names))
         if PREVIOUS_SPAN_SPLIT in splits:
             # Window mode (two spans at least): one split per span, named by age as

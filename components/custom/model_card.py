@@ -237,3 +237,12 @@ def write(folder: str, card: Dict[str, Any]) -> None:
         handle.write(json.dumps(card, indent=1))
     with tf.io.gfile.GFile(os.path.join(target, HTML_FILE), "w") as handle:
         handle.write(render_html(card))
+
+
+def read(version_folder: str) -> Optional[Dict[str, Any]]:
+    """The card a push wrote into a version folder, or None when it has none."""
+    path = os.path.join(version_folder, CARD_DIR, JSON_FILE)
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as handle:
+        return json.loads(handle.read())

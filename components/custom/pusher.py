@@ -6,14 +6,20 @@ TFX's own filesystem Pusher copies the model straight into `<base>/<version>/`
 for TF Serving to trip over, and a run killed after the copy but before MLMD recorded
 it pushes the same model again on the re-run. This one:
 
-- stages the copy in `<base>/.staging-<version>/` and renames it into place, so a
-  version folder is either complete or absent (TF Serving ignores non-numeric names);
+- publishes a version whole or not at all. A local folder: the copy is staged in
+  `<base>/.staging-<version>/` and renamed into place (TF Serving ignores non-numeric
+  names). Object storage (`gs://`) renames a folder object by object, so there the copy
+  goes straight to `<base>/<version>/` with `saved_model.pb` written last: a version
+  without it is not whole (`serving_config.versions` skips it), `models.config` (one
+  object, written after) never names it, and the next push removes it;
 - recognizes a model that is already the newest version (same SavedModel fingerprint)
   and records that version instead of pushing a duplicate;
-- holds `<base>/.push.lock` (`fcntl.flock`, released by the kernel when its holder
-  dies) while it chooses a version, copies and prunes, for a local serving folder: two
-  pipelines pushing to one folder get distinct versions even within one second, and a
-  staging folder found under the lock is a dead push's, never a live one's;
+- holds a lock while it chooses a version, copies and prunes: `<base>/.push.lock` with
+  `fcntl.flock` on a local folder (released by the kernel when its holder dies), or the
+  same object on Cloud Storage, created only if absent (`components.support.object_lock`,
+  a lease a dead holder's successor breaks). Two pipelines pushing to one folder get
+  distinct versions even within one second, and a staging folder or partial version
+  found under the lock is a dead push's, never a live one's;
 - keeps the newest `keep_versions` versions and deletes older ones (never the newest,
   nor one that TF Serving's `models.config` loads or labels: a pin, a rollback), plus
   stale staging folders;
@@ -35,7 +41,7 @@ import json
 import logging
 import os
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import tensorflow as tf
 from tfx import types
@@ -49,8 +55,8 @@ from tfx.utils import io_utils, proto_utils
 
 from components.custom import ingest, model_card, serving_check
 from components.model import features
-from components.support import serving_config, spans
-from components.support.serving_config import versions
+from components.support import object_lock, serving_config, spans
+from components.support.serving_config import SAVED_MODEL_FILE, version_folders, versions
 
 KEEP_VERSIONS_KEY = "keep_versions"
 SERVED_KEY = "served_blessing"
@@ -87,18 +93,55 @@ def already_pushed(model_path: str, base_directory: str) -> Optional[int]:
 
 @contextlib.contextmanager
 def push_lock(base_directory: str) -> Iterator[None]:
-    """Holds the serving folder for one push (local folders; a remote one is the
-    scheduler's to serialize, e.g. a Vertex schedule's one concurrent run)."""
+    """Holds the serving folder for one push: a local folder by `flock`, a Cloud Storage
+    one by a lock object (other remote file systems are the scheduler's to serialize)."""
     tf.io.gfile.makedirs(base_directory)
+    lock = spans.join(base_directory, LOCK_FILE)
+    if base_directory.startswith("gs://"):
+        with object_lock.held(lock):
+            yield
+        return
     if spans.is_remote(base_directory):
         yield
         return
-    fd = os.open(os.path.join(base_directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # waits: a push takes seconds
         yield
     finally:
         os.close(fd)
+
+
+def copy_whole_last(model_path: str, target: str, staged: Optional[Callable[[str, int], None]],
+                    version: int) -> None:
+    """Copies the SavedModel into `target` file by file, then `staged`'s additions, then
+    `saved_model.pb`: the one file whose presence makes the version whole."""
+    last = None
+    base = model_path.rstrip("/")
+    for folder, _, files in tf.io.gfile.walk(base):
+        relative = folder.rstrip("/")[len(base):].strip("/")
+        into = spans.join(target, relative) if relative else target
+        for name in files:
+            source, destination = spans.join(folder.rstrip("/"), name), spans.join(into, name)
+            if not relative and name == SAVED_MODEL_FILE:
+                last = (source, destination)
+                continue
+            tf.io.gfile.makedirs(into)
+            tf.io.gfile.copy(source, destination, overwrite=True)
+    if last is None:
+        raise FileNotFoundError(f"no {SAVED_MODEL_FILE} in {model_path}")
+    if staged is not None:
+        staged(target, version)
+    tf.io.gfile.copy(*last, overwrite=True)
+
+
+def remove_partial(base_directory: str) -> List[int]:
+    """Removes version folders a dead push left without `saved_model.pb` (nothing loads
+    them). Call it under `push_lock`."""
+    partial = sorted(set(version_folders(base_directory)) - set(versions(base_directory)))
+    for version in partial:
+        tf.io.gfile.rmtree(os.path.join(base_directory, str(version)))
+    return partial
 
 
 def push(model_path: str, base_directory: str, version: Optional[int] = None,
@@ -108,8 +151,11 @@ def push(model_path: str, base_directory: str, version: Optional[int] = None,
     `staged(folder, version)` adds to the staged copy before it is renamed into place (the
     model card). Call it under `push_lock`."""
     tf.io.gfile.makedirs(base_directory)
-    existing = versions(base_directory)
+    existing = version_folders(base_directory)
     version = max([version or int(time.time())] + [v + 1 for v in existing[-1:]])
+    if spans.is_remote(base_directory):
+        copy_whole_last(model_path, os.path.join(base_directory, str(version)), staged, version)
+        return version
     staging = os.path.join(base_directory, f"{STAGING_PREFIX}{version}")
     if tf.io.gfile.exists(staging):
         tf.io.gfile.rmtree(staging)
@@ -138,11 +184,33 @@ def prune(base_directory: str, keep_versions: int) -> List[int]:
     for name in tf.io.gfile.listdir(base_directory):
         if name.rstrip("/").startswith(STAGING_PREFIX):
             tf.io.gfile.rmtree(os.path.join(base_directory, name.rstrip("/")))
+    remove_partial(base_directory)
     protected = set(serving_config.protected_versions(*os.path.split(base_directory.rstrip("/"))))
     removed = [v for v in versions(base_directory)[:-keep_versions] if v not in protected]
     for version in removed:
         tf.io.gfile.rmtree(os.path.join(base_directory, str(version)))
     return removed
+
+
+def publish(model_path: str, base_directory: str, keep_versions: int,
+            staged: Optional[Callable[[str, int], None]] = None
+            ) -> Tuple[Optional[int], int, List[int], serving_config.ServingState]:
+    """Under the push lock: pushes the model unless it already is the newest version,
+    prunes, and rewrites `models.config`. Returns the version that served before, the
+    model's version, the versions removed, and what serves after."""
+    serving_dir, model_name = os.path.split(base_directory.rstrip("/"))
+    with push_lock(base_directory):
+        before = serving_config.state(serving_dir, model_name).serving
+        version = already_pushed(model_path, base_directory)
+        if version is None:
+            version = push(model_path, base_directory, staged=staged)
+            logging.info("pushed %s to %s/%d", model_path, base_directory, version)
+        else:
+            logging.info("model %s is already version %d in %s; not pushed again", model_path, version,
+                         base_directory)
+        removed = prune(base_directory, keep_versions)
+        after = serving_config.after_push(serving_dir, model_name)
+    return before, version, removed, after
 
 
 def mark_pushed(model_push: types.Artifact, destination: str, version: int) -> None:
@@ -255,16 +323,7 @@ class Executor(tfx_pusher_executor.Executor):
             card["model"]["version"] = version
             model_card.write(folder, card)
 
-        with push_lock(base):
-            before = serving_config.state(serving_dir, model_name).serving
-            version = already_pushed(model_path, base)
-            if version is None:
-                version = push(model_path, base, staged=with_card)
-                logging.info("pushed %s to %s/%d", model_path, base, version)
-            else:
-                logging.info("model %s is already version %d in %s; not pushed again", model_path, version, base)
-            removed = prune(base, keep)
-            after = serving_config.after_push(serving_dir, model_name)
+        before, version, removed, after = publish(model_path, base, keep, staged=with_card)
         if removed:
             logging.info("retention (%d versions): removed %s", keep, removed)
         if after.pinned is not None:

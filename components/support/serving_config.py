@@ -43,6 +43,7 @@ CONFIG_FILE = "models.config"
 BATCHING_FILE = "batching_parameters.txt"
 STABLE = "stable"
 PIN_FILE = ".pinned"
+SAVED_MODEL_FILE = "saved_model.pb"
 MODEL_PLATFORM = "tensorflow"
 # Server-side batching: small batches that wait at most 2 ms, so that a single request's
 # latency stays near a lone call's (measured by the serving check) and bursts share a
@@ -77,12 +78,25 @@ class ServingState:
         return max(self.loaded) if self.loaded else None
 
 
-def versions(model_dir: str) -> List[int]:
-    """The version folders TF Serving would see, oldest first."""
+def version_folders(model_dir: str) -> List[int]:
+    """Every numeric folder, whole or not, oldest first."""
     if not tf.io.gfile.isdir(model_dir):
         return []
     names = (name.rstrip("/") for name in tf.io.gfile.listdir(model_dir))
     return sorted(int(name) for name in names if name.isdigit())
+
+
+def is_whole(model_dir: str, version: int) -> bool:
+    """Whether a version folder is whole. A local one always is (a push renames it into
+    place); on object storage, where a folder cannot be renamed in one step, a push
+    writes `saved_model.pb` last, so a folder without it is a copy under way or dead."""
+    return not spans.is_remote(model_dir) or tf.io.gfile.exists(
+        os.path.join(model_dir, str(version), SAVED_MODEL_FILE))
+
+
+def versions(model_dir: str) -> List[int]:
+    """The whole version folders, oldest first: what a reader may load."""
+    return [version for version in version_folders(model_dir) if is_whole(model_dir, version)]
 
 
 def config_path(serving_dir: str) -> str:

@@ -35,6 +35,7 @@ def compile_pipeline(kfp_config: config.KubeflowConfig, output_path: str) -> Dic
         runner.set_exit_handler(notify.NotifyFinalStatus(
             final_status=tfx.orchestration.experimental.FinalStatusStr(), url=kfp_config.notify_url,
             model_dir=kfp_config.model_serving_dir, job_created=notify.JOB_CREATED,
+            data_root=kfp_config.data_root,
         ).with_id(NOTIFY_NODE_ID))
     job = runner.run(build_pipeline(kfp_config), write_out=False)
     for fix in (

@@ -12,7 +12,8 @@ from typing import Optional, Tuple
 import tensorflow as tf
 from tfx import v1 as tfx
 
-from components.support import serving_config
+from components.custom import model_card
+from components.support import serving_config, spans
 from pipeline.ops.alerts import final_status_payload, send
 
 
@@ -38,6 +39,21 @@ def pushed_since(model_dir: str, since: str) -> Tuple[Optional[int], Optional[in
     return (newest if newest is not None and newest >= int(started) else None), current.serving, True
 
 
+def newest_span_already_served(data_root: str, model_dir: str, serving: Optional[int]) -> Optional[int]:
+    """The data root's newest span, when the serving version's model card says it was
+    trained on it (so the job had nothing new to train on); else None."""
+    if not (data_root and model_dir and serving):
+        return None
+    try:
+        found = spans.span_numbers(data_root)
+        card = model_card.read(os.path.join(model_dir, str(serving)))
+    except (tf.errors.OpError, OSError, ValueError) as err:
+        logging.warning("could not tell whether %s holds anything new: %s", data_root, err)
+        return None
+    trained = (card or {}).get("training_data", {}).get("spans", [])
+    return found[-1] if found and trained and found[-1] <= max(trained) else None
+
+
 # The job's creation time, which Vertex AI (and KFP) put in place of this whole-value constant.
 JOB_CREATED = "{{$.pipeline_job_create_time_utc}}"
 
@@ -48,7 +64,11 @@ def NotifyFinalStatus(  # a component is named like a class
     url: tfx.dsl.components.Parameter[str],
     model_dir: tfx.dsl.components.Parameter[str] = "",
     job_created: tfx.dsl.components.Parameter[str] = JOB_CREATED,
+    data_root: tfx.dsl.components.Parameter[str] = "",
 ) -> None:
     """The compiled pipeline's exit handler: posts the run's final status to `url`, with
-    the version this job pushed to `model_dir`, or the one still serving."""
-    send(url, final_status_payload(final_status, *pushed_since(model_dir, job_created)))
+    the version this job pushed to `model_dir`, or the one still serving, and whether the
+    data root held anything that model was not trained on."""
+    pushed, serving, determined = pushed_since(model_dir, job_created)
+    newest = newest_span_already_served(data_root, model_dir, serving) if determined and pushed is None else None
+    send(url, final_status_payload(final_status, pushed, serving, determined, newest))

@@ -84,10 +84,11 @@ def run_payload(command: str, exit_code: int, report: Any, error: str, outcome: 
 
 
 def final_status_payload(final_status: str, pushed: Optional[int] = None, serving: Optional[int] = None,
-                         determined: bool = True) -> Dict[str, Any]:
+                         determined: bool = True, newest_span: Optional[int] = None) -> Dict[str, Any]:
     """The alert for Vertex's final status (`PipelineTaskFinalStatus` as JSON), with the
     version this job pushed (`pushed`) and the one serving (`serving`); `determined`
-    False when whether the job pushed could not be told."""
+    False when whether the job pushed could not be told; `newest_span` the newest span of
+    the data root when the serving model was trained on it already (nothing new)."""
     try:
         status = json.loads(final_status)
     except ValueError:
@@ -105,8 +106,11 @@ def final_status_payload(final_status: str, pushed: Optional[int] = None, servin
         text += f"; pushed model version {pushed}"
         if serving != pushed:
             text += f" ({serving_text}: a pin or rollback holds it)"
+    elif newest_span is not None and serving and state == "SUCCEEDED":
+        text += f"; nothing new: span {newest_span} is the newest, and version {serving}, which keeps serving, " \
+                "was trained on it"
     else:
         text += f"; nothing pushed ({f'version {serving} keeps serving' if serving else serving_text})"
     return {"text": text, "outcome": state.lower(), "exit_code": 0 if state == "SUCCEEDED" else 1,
             "pipeline_job": job, "error": error, "version": pushed if determined else None,
-            "serving_version": serving}
+            "serving_version": serving, "nothing_new": pushed is None and newest_span is not None}

@@ -1,12 +1,13 @@
 """The compiled pipeline, run as Vertex AI runs it: the JSON that `taxi-pipeline compile`
 writes inside the pipeline image, unchanged, each task in a fresh container of that image
-with the JSON's own command and arguments (tests/image/vertex.py says what the harness
-stands in for). The pipeline root, the data root and the serving folder are `gs://` URIs
-on a Cloud Storage emulator (tests/image/gcs.py), which the tasks reach through
-TensorFlow's and Beam's own Cloud Storage clients.
+with the JSON's own command and arguments, with Vertex's cache on (tests/image/vertex.py
+says what the harness stands in for). The pipeline root, the data root and the serving
+folder are `gs://` URIs on a Cloud Storage emulator (tests/image/gcs.py), which the tasks
+reach through TensorFlow's and Beam's own Cloud Storage clients.
 
 The jobs run once, in module fixtures, in the order a schedule would run them: a clean
-copy of data/'s slice, then a new span with an anomaly. The tests only read what happened.
+copy of data/'s slice; the same data again; a new span whose model the serving check
+refuses; then a new span with an anomaly. The tests only read what happened.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import span_like, unknown_payment, write_gzip_records
+from tests.helpers import SLICE_SPANS, span_like, unknown_payment, write_gzip_records
 from tests.image import vertex
 from tests.image.vertex import BUCKET_NAME, MODEL, report
 
@@ -66,17 +67,45 @@ def first_job(bucket, compiled, webhook) -> vertex.JobResult:
     return vertex.VertexJob(str(compiled), bucket.image, bucket, str(bucket.root / "harness")).run()
 
 
-@pytest.fixture(scope="module")
-def anomaly_job(bucket, compiled, first_job, webhook):
-    """The next scheduled job, after a span with an anomaly landed."""
-    versions = bucket.versions()
-    alerts = len(webhook[1])
-    # One example in 20 paid in an unknown currency: an anomaly of that span on its own.
-    span = bucket.root / "span-17" / "trips.tfrecord.gz"
-    write_gzip_records(span, span_like(bucket.root / "data" / "span-16", 20, unknown_payment))
-    bucket.write(bucket.inside("data", "span-17", span.name), span.read_bytes())
+def _new_span(bucket, span: int, change=None) -> None:
+    """A span like span 16 lands in the bucket (`change` edits its examples)."""
+    path = bucket.root / f"span-{span}" / "trips.tfrecord.gz"
+    write_gzip_records(path, span_like(bucket.root / "data" / "span-16", 20, change or (lambda example: None)))
+    bucket.write(bucket.inside("data", f"span-{span}", path.name), path.read_bytes())
+
+
+def _job(bucket, compiled: Path, webhook):
+    versions, alerts = bucket.versions(), len(webhook[1])
     job = vertex.VertexJob(str(compiled), bucket.image, bucket, str(bucket.root / "harness")).run()
     return job, versions, webhook[1][alerts:]
+
+
+@pytest.fixture(scope="module")
+def unchanged_job(bucket, compiled, first_job, webhook):
+    """The next scheduled job, with no new span."""
+    return _job(bucket, compiled, webhook)
+
+
+@pytest.fixture(scope="module")
+def refused_job(bucket, compiled, unchanged_job, webhook):
+    """A new, clean span, and a job whose serving check refuses the model the Evaluator
+    blesses: the same pipeline compiled with a latency budget no model meets."""
+    url, _ = webhook
+    bucket.run(["taxi-pipeline", "compile", "--image", bucket.image.image,
+                "--pipeline-root", PIPELINE_ROOT, "--data-root", bucket.inside("data"),
+                "--serving-dir", bucket.inside(SERVING), "--window", str(WINDOW), "--notify", url,
+                "--latency-budget-ms", "0.0001", "--output", bucket.local("refusing.json")],
+               bucket.root / "compile-refusing.log")
+    _new_span(bucket, 17)
+    return _job(bucket, bucket.root / "refusing.json", webhook)
+
+
+@pytest.fixture(scope="module")
+def anomaly_job(bucket, compiled, refused_job, webhook):
+    """The next scheduled job, after a span with an anomaly landed."""
+    # One example in 20 paid in an unknown currency: an anomaly of that span on its own.
+    _new_span(bucket, 18, unknown_payment)
+    return _job(bucket, compiled, webhook)
 
 
 def test_a_clean_copy_of_the_data_pushes_a_model(first_job, bucket, webhook):
@@ -122,6 +151,49 @@ def test_the_pushed_model_scores_as_a_local_run_on_the_same_spans(first_job, buc
     scores = json.loads(output.strip().splitlines()[-1])
     assert scores["examples"] == 200
     assert scores["max_abs_diff"][1] <= SCORE_TOLERANCE, scores
+
+
+def test_a_job_with_no_new_span_executes_nothing_after_the_window_and_says_nothing_new(unchanged_job, first_job,
+                                                                                      bucket):
+    """Vertex's cache, as KFP keys it: the window is read again (SpanWindow's cache is off),
+    and every task after it hits the cache, the gate included (it takes the window's spans
+    by value), so nothing trains, nothing is pushed, and the alert says why."""
+    job, versions_before, alerts = unchanged_job
+    states = report(job)
+    assert job.state == "SUCCEEDED", states
+    assert job.tasks["SpanWindow"].state == "SUCCEEDED", states
+    for name in ("ImportSchemaGen", "ImportExampleGen", "StatisticsGen", "ExampleValidator", "InferredSchemaGen",
+                 "DataGate", "Transform", "Trainer", "Evaluator", "ServingCheck", "Pusher"):
+        assert job.tasks[name].state == "CACHED", states
+    # A hit hands on the first job's very artifacts.
+    assert job.tasks["Trainer"].outputs["model"] == first_job.tasks["Trainer"].outputs["model"]
+    assert bucket.versions() == versions_before
+    (alert,) = [body for body in alerts if job.job_id in body["text"]]
+    assert alert["outcome"] == "succeeded" and alert["nothing_new"] and alert["version"] is None, alert
+    assert f"nothing new: span {SLICE_SPANS[-1]} is the newest" in alert["text"], alert
+
+
+def test_a_model_the_serving_check_refuses_is_not_pushed_and_never_becomes_the_baseline(refused_job, anomaly_job,
+                                                                                         first_job, bucket):
+    job, versions_before, alerts = refused_job
+    states = report(job)
+    assert job.state == "SUCCEEDED", states
+    for name in ("Transform", "Trainer", "Evaluator", "ServingCheck", "Pusher"):
+        assert job.tasks[name].state == "SUCCEEDED", states
+    # Trained on the new span, warm-started from the serving model, blessed by the
+    # Evaluator against it, refused by the serving check: nothing pushed.
+    (baseline,) = job.tasks["LatestBlessedModelResolver-model-resolver"].outputs["model"]
+    assert baseline["uri"] == first_job.tasks["Trainer"].outputs["model"][0]["uri"]
+    (evaluated,) = job.tasks["Evaluator"].outputs["blessing"]
+    assert evaluated["metadata"]["blessed"] == 1, evaluated
+    (checked,) = job.tasks["ServingCheck"].outputs["blessing"]
+    assert checked["metadata"]["blessed"] == 0, checked
+    assert bucket.versions() == versions_before
+    # The next job's baseline is the model that still serves, not the refused one.
+    later, _, _ = anomaly_job
+    (model,) = later.tasks["LatestBlessedModelResolver-model-resolver"].outputs["model"]
+    assert model["uri"] == first_job.tasks["Trainer"].outputs["model"][0]["uri"], report(later)
+    assert model["uri"] != job.tasks["Trainer"].outputs["model"][0]["uri"]
 
 
 def test_a_new_span_with_an_anomaly_skips_training_and_pushes_nothing(anomaly_job, first_job, bucket):

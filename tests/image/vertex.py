@@ -41,6 +41,7 @@ and the job's states and times to `<state>/<job>/job.json`.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -90,12 +91,13 @@ class HarnessError(Exception):
 @dataclasses.dataclass
 class TaskResult:
     name: str
-    state: str  # SUCCEEDED, FAILED, SKIPPED, NOT_TRIGGERED
+    state: str  # SUCCEEDED, CACHED, FAILED, SKIPPED, NOT_TRIGGERED
     seconds: float = 0.0
     log: str = ""
     error: str = ""
     outputs: Dict[str, List[Dict[str, Any]]] = dataclasses.field(default_factory=dict)
     parameters: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    cache_key: str = ""
 
 
 @dataclasses.dataclass
@@ -145,32 +147,58 @@ class Image:
             START_FAILURE.search(line) or BUILDAH_LINE.match(line) for line in lines)
 
     def run_once(self, argv: List[str], log_path: str, timeout: float) -> int:
+        return self.start(argv, log_path).wait(timeout)
+
+    def start(self, argv: List[str], log_path: str) -> "Running":
+        """Starts `argv` in a fresh container; `wait()` or `kill()` the result."""
         made = subprocess.run(["buildah", "from", "--pull-never", "--quiet", "--dns", "none"]
                               + [f"--add-host={host}" for host in self.hosts] + [self.image],
                               capture_output=True, text=True)
         if made.returncode != 0:
             raise HarnessError(f"no container of {self.image}: {made.stderr.strip()}")
         container = made.stdout.strip()
+        command = ["buildah", "run", "--isolation", "chroot"]
+        for host, inside in self.mounts.items():
+            command += ["--volume", f"{host}:{inside}"]
+        for key, value in sorted(self.env.items()):
+            command += ["--env", f"{key}={value}"]
+        command += [container, "--"] + argv
+        log = open(log_path, "ab")  # noqa: SIM115 (closed by Running)
         try:
-            command = ["buildah", "run", "--isolation", "chroot"]
-            for host, inside in self.mounts.items():
-                command += ["--volume", f"{host}:{inside}"]
-            for key, value in sorted(self.env.items()):
-                command += ["--env", f"{key}={value}"]
-            command += [container, "--"] + argv
-            with open(log_path, "ab") as log:
-                process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-                try:
-                    return process.wait(timeout=timeout)
-                except subprocess.TimeoutExpired:
-                    log.write(f"\n[harness] timed out after {timeout} s\n".encode())
-                    return 124
-                finally:
-                    if process.poll() is None:  # a timeout, or the test itself stopped
-                        os.killpg(process.pid, signal.SIGKILL)
-                        process.wait()
-        finally:
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError:
+            log.close()
             subprocess.run(["buildah", "rm", container], capture_output=True)
+            raise
+        return Running(process, container, log)
+
+
+class Running:
+    """A command running in a container of the image."""
+
+    def __init__(self, process: subprocess.Popen, container: str, log: Any):
+        self.process = process
+        self.container = container
+        self.log = log
+
+    def wait(self, timeout: float = TASK_TIMEOUT_SECONDS) -> int:
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.log.write(f"\n[harness] timed out after {timeout} s\n".encode())
+            return 124
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        """Kills the command and everything it started (a timeout, or a test's fault), then
+        removes the container."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        if not self.log.closed:
+            self.log.close()
+            subprocess.run(["buildah", "rm", self.container], capture_output=True)
 
 
 class ArtifactStore:
@@ -218,6 +246,55 @@ class ArtifactStore:
             raise HarnessError(f"resolver filter clause not understood: {clause!r}")
         found = [a for a in self.data["artifacts"] if a["pipeline"] == pipeline and all(t(a) for t in tests)]
         return [strip_record(found[-1])] if found else []
+
+
+def cache_key(image: str, container: Dict[str, Any], executor_input: Dict[str, Any],
+              output_definitions: Dict[str, Any]) -> str:
+    """A task's cache key, as KFP's backend computes it (`backend/src/v2/cacheutils/cache.go`,
+    GenerateCacheKey and GenerateFingerPrint; docs/vertex.md quotes them): the SHA-256 of
+    the compact, key-sorted JSON of the input artifacts' names, the input parameters' values,
+    the output artifacts' specs (name, type and metadata, the URI wiped), the output
+    parameters' types, and the container's image and unresolved command and arguments.
+    Vertex AI documents the same inputs, and the container's environment too."""
+    inputs, outputs = executor_input["inputs"], executor_input["outputs"]
+    key: Dict[str, Any] = {
+        "inputArtifactNames": {
+            name: {"artifactNames": [artifact["name"] for artifact in spec["artifacts"]]}
+            for name, spec in inputs["artifacts"].items()},
+        "inputParameterValues": inputs["parameters"],
+        "outputArtifactsSpec": {
+            name: {"name": name, "type": spec["artifacts"][0]["type"], "metadata": spec["artifacts"][0]["metadata"]}
+            for name, spec in outputs["artifacts"].items() if spec["artifacts"]},
+        "outputParametersSpec": {name: definition.get("parameterType") or definition.get("type", "")
+                                 for name, definition in output_definitions.get("parameters", {}).items()},
+        "containerSpec": {"image": image, "cmdArgs": list(container["command"]) + list(container.get("args", [])),
+                          "env": container.get("env", [])},
+    }
+    text = json.dumps(key, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class Cache:
+    """What KFP's cache holds: per pipeline name and key, the outputs of the last
+    successful execution, which a hit hands on unchanged (the same artifacts, so the tasks
+    after a hit can hit too)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.data: Dict[str, Any] = {}
+        if os.path.exists(path):
+            with open(path) as handle:
+                self.data = json.load(handle)
+
+    def get(self, pipeline: str, key: str) -> Optional[Dict[str, Any]]:
+        return self.data.get(f"{pipeline}/{key}")
+
+    def put(self, pipeline: str, key: str, outputs: Dict[str, Any], parameters: Dict[str, Any]) -> None:
+        self.data[f"{pipeline}/{key}"] = {"outputs": outputs, "parameters": parameters}
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as handle:
+            json.dump(self.data, handle, indent=1)
+        os.replace(tmp, self.path)
 
 
 def strip_record(artifact: Dict[str, Any]) -> Dict[str, Any]:
@@ -306,7 +383,7 @@ def resolve_filter(query: str, inputs: Dict[str, Any]) -> str:
 class VertexJob:
     """One PipelineJob of a compiled JSON, run here (see the module's docstring)."""
 
-    def __init__(self, job_json: str, image: Image, storage: Storage, state_dir: str):
+    def __init__(self, job_json: str, image: Image, storage: Storage, state_dir: str, enable_caching: bool = True):
         with open(job_json) as handle:
             self.job = json.load(handle)
         self.spec = self.job["pipelineSpec"]
@@ -318,6 +395,7 @@ class VertexJob:
         self.root = self.job["runtimeConfig"]["gcsOutputDirectory"].rstrip("/")
         self.state_dir = state_dir
         self.store = ArtifactStore(os.path.join(state_dir, "artifacts.json"))
+        self.cache = Cache(os.path.join(state_dir, "cache.json")) if enable_caching else None
         self.job_id = f"{self.pipeline}-{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self.created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self.logs = os.path.join(state_dir, self.job_id, "logs")
@@ -428,10 +506,11 @@ class VertexJob:
             return TaskResult(name, "SUCCEEDED", time.perf_counter() - started, outputs=outputs)
         if "container" not in executor:
             raise HarnessError(f"{name}: executor kind {sorted(executor)} not run by this harness")
-        return self.run_container(name, component, executor["container"], inputs, started)
+        cached = bool(task.get("cachingOptions", {}).get("enableCache")) and self.cache is not None
+        return self.run_container(name, component, executor["container"], inputs, started, cached)
 
     def run_container(self, name: str, component: Dict[str, Any], container: Dict[str, Any],
-                      inputs: Dict[str, Any], started: float) -> TaskResult:
+                      inputs: Dict[str, Any], started: float, cached: bool = False) -> TaskResult:
         task_root = f"{self.root}/{PROJECT_NUMBER}/{self.job_id}/{name}_{uuid.uuid4().hex[:12]}"
         output_definitions = component.get("outputDefinitions", {})
         outputs = {}
@@ -467,6 +546,11 @@ class VertexJob:
                 if key in outputs and produced.get("artifacts"):
                     outputs[key]["artifacts"][0]["metadata"].update(produced["artifacts"][0].get("metadata", {}))
             self.storage.delete(output_file)
+        fingerprint = cache_key(self.image.image, container, executor_input, output_definitions) if cached else ""
+        hit = self.cache.get(self.pipeline, fingerprint) if fingerprint else None
+        if hit is not None:
+            return TaskResult(name, "CACHED", time.perf_counter() - started, outputs=hit["outputs"],
+                              parameters=hit["parameters"], cache_key=fingerprint)
         status = self.image.run(self.argv(container, executor_input), log)
         if status != 0:
             return self.failed(name, started, log, f"exited {status}")
@@ -484,6 +568,9 @@ class VertexJob:
             value = None if key in result.parameters else self.storage.read(spec["outputFile"])
             if value is not None:
                 result.parameters[key] = value.decode()
+        if fingerprint:
+            self.cache.put(self.pipeline, fingerprint, result.outputs, result.parameters)
+            result.cache_key = fingerprint
         return result
 
     def read_json(self, uri: str) -> Optional[Dict[str, Any]]:

@@ -11,11 +11,11 @@ def test_transform_and_trainer_read_the_window_splits():
     assert pipeline_lib.window_splits(None).train == ("train",)
 
 
-def test_the_nodes_the_report_reads_have_the_ids_it_reads_them_by(tmp_path):
+def test_the_nodes_other_code_names_have_the_ids_it_names_them_by(tmp_path):
     run_config = config.RunConfig(output_root=str(tmp_path)).resolved()
     ids = {component.id for component in local_runner.build_pipeline(run_config, ["span-1", "span-2"]).components}
     expected = {value for name, value in vars(pipeline_lib.NodeId).items() if not name.startswith("_")}
-    assert len(expected) == 8 and expected <= ids
+    assert len(expected) == 9 and expected <= ids
 
 
 def test_transform_writes_no_analyzer_cache_that_no_run_would_read(tmp_path):

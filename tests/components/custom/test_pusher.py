@@ -145,3 +145,35 @@ def test_what_the_push_adds_to_its_staged_copy_lands_with_the_version_or_not_at_
     with pytest.raises(OSError, match="no space"):
         pusher.push(_model(tmp_path, "b", b"fb"), base, version=400, staged=broken)
     assert sorted(os.listdir(base)) == ["300"]  # no version without its card, no staging folder left
+
+
+def test_on_object_storage_a_version_is_copied_in_place_with_saved_model_pb_last(tmp_path, monkeypatch):
+    """`ram://` stands for an object store here: no folder rename, so the copy goes to
+    the version folder and `saved_model.pb` comes last, after what `staged` adds."""
+    base = f"ram://{tmp_path.name}/serving"
+    copied = []
+    real_copy = tf.io.gfile.copy
+    monkeypatch.setattr(tf.io.gfile, "copy", lambda src, dst, overwrite=False: (
+        copied.append(dst[len(base) + 1:]), real_copy(src, dst, overwrite))[1])
+    version = pusher.push(_model(tmp_path, "a", b"fa"), base, version=100,
+                          staged=lambda folder, v: copied.append(f"staged {v}"))
+    assert version == 100
+    assert copied[-2:] == ["staged 100", "100/saved_model.pb"], copied
+    assert sorted(copied[:-2]) == ["100/fingerprint.pb", "100/variables/variables.index"]
+    assert pusher.versions(base) == [100]
+
+
+def test_on_object_storage_a_version_without_saved_model_pb_is_not_one_and_is_removed(tmp_path):
+    base = f"ram://{tmp_path.name}/serving"
+    model = _model(tmp_path, "a", b"fa")
+    pusher.push(model, base, version=100)
+    # A push killed mid-copy: files of version 101, not its saved_model.pb.
+    tf.io.gfile.makedirs(f"{base}/101/variables")
+    with tf.io.gfile.GFile(f"{base}/101/variables/variables.index", "wb") as handle:
+        handle.write(b"index")
+    assert pusher.versions(base) == [100]
+    assert pusher.already_pushed(model, base) == 100
+    # The next push takes a version past the dead one's, then removes the dead one.
+    assert pusher.push(_model(tmp_path, "b", b"fb"), base, version=50) == 102
+    pusher.prune(base, keep_versions=5)
+    assert sorted(name.rstrip("/") for name in tf.io.gfile.listdir(base)) == ["100", "102"]

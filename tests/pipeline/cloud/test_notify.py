@@ -54,3 +54,25 @@ def test_the_alert_names_the_push_or_what_keeps_serving():
     failed = alerts.final_status_payload(json.dumps({"state": "FAILED", "error": {"code": 13, "message": "task X"}}))
     assert failed["text"] == "taxi pipeline run ended: FAILED: task X; nothing pushed (no model serving)"
     assert failed["exit_code"] == 1 and failed["outcome"] == "failed"
+
+
+def test_nothing_new_is_said_when_the_serving_model_was_trained_on_the_newest_span(tmp_path):
+    from components.custom import model_card
+
+    data_root, model_dir = tmp_path / "data", tmp_path / "serving" / "big_tip"
+    for span in (3, 4):
+        (data_root / f"span-{span}").mkdir(parents=True)
+    card = model_dir / "1700000500" / model_card.CARD_DIR / model_card.JSON_FILE
+    card.parent.mkdir(parents=True)
+    card.write_text(json.dumps({"model": {"name": "big_tip", "version": 1700000500},
+                                "training_data": {"spans": [3, 4]}}))
+    assert notify.newest_span_already_served(str(data_root), str(model_dir), 1700000500) == 4
+    payload = alerts.final_status_payload(STATUS, None, 1700000500, True, 4)
+    assert payload["nothing_new"] and payload["version"] is None
+    assert payload["text"].endswith("nothing new: span 4 is the newest, and version 1700000500, which keeps serving, "
+                                    "was trained on it"), payload["text"]
+    # A span the model has not seen: not "nothing new" (the gate or a failure held it back).
+    (data_root / "span-5").mkdir()
+    assert notify.newest_span_already_served(str(data_root), str(model_dir), 1700000500) is None
+    assert notify.newest_span_already_served(str(data_root), str(model_dir), None) is None
+    assert notify.newest_span_already_served(str(tmp_path / "nowhere"), str(model_dir), 1700000500) is None

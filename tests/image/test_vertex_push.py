@@ -1,0 +1,165 @@
+"""The Pusher on `gs://`, in the image, against the Cloud Storage emulator: a version is
+whole or absent for every reader at every moment, a push killed midway leaves nothing a
+reader loads and the next push works, and two pushes at once each get a whole version.
+
+The pushes run `pusher.publish` (what the Pusher's executor runs under its lock) in
+containers of the image, on small SavedModels made there; a reader runs beside them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.image.vertex import MODEL
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+
+SERVING = "push-serving"
+# Asset files in each model: enough objects that a copy takes seconds, to be caught midway.
+ASSETS = 150
+
+MAKE_MODELS = """
+import os, sys
+import tensorflow as tf
+root, count, assets = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for index in range(count):
+    module = tf.Module()
+    module.weight = tf.Variable(float(index + 1))
+    module.score = tf.function(lambda x: x * module.weight, input_signature=[tf.TensorSpec([None], tf.float32)])
+    path = f"{root}/model-{index}"
+    tf.saved_model.save(module, path, signatures={"serving_default": module.score})
+    os.makedirs(f"{path}/assets", exist_ok=True)
+    for asset in range(assets):
+        with open(f"{path}/assets/part-{asset:04d}.txt", "w") as handle:
+            handle.write(f"{index} {asset}\\n" * 50)
+print("made", count)
+"""
+
+PUSH = """
+import sys
+from components.custom import pusher
+before, version, removed, after = pusher.publish(sys.argv[1], sys.argv[2], keep_versions=10)
+print("pushed", version)
+"""
+
+# Loads every version a reader may load, as soon as it may: those `models.config` names
+# (what TF Serving loads) and those `versions()` lists, until the stop file appears.
+READER = """
+import json, os, sys, time
+import tensorflow as tf
+from components.support import serving_config
+serving_dir, model, stop, out = sys.argv[1:5]
+model_dir = f"{serving_dir}/{model}"
+loaded, failed, rounds = set(), [], 0
+print("reading", flush=True)
+while not os.path.exists(stop):
+    rounds += 1
+    config = serving_config.read_config(serving_dir)
+    named = []
+    if config is not None:
+        for entry in config.model_config_list.config:
+            named += list(entry.model_version_policy.specific.versions)
+    for version in sorted(set(named) | set(serving_config.versions(model_dir))):
+        if version in loaded:
+            continue
+        try:
+            scored = tf.saved_model.load(f"{model_dir}/{version}").signatures["serving_default"](
+                tf.constant([1.0]))
+            assert len(tf.io.gfile.listdir(f"{model_dir}/{version}/assets")) > 0
+            loaded.add(version)
+        except Exception as err:
+            failed.append(f"{version}: {type(err).__name__}: {str(err)[:200]}")
+    time.sleep(0.05)
+with open(out, "w") as handle:
+    json.dump({"loaded": sorted(loaded), "failed": failed, "rounds": rounds}, handle)
+"""
+
+
+@pytest.fixture(scope="module")
+def models(bucket) -> str:
+    bucket.run(["python", "-c", MAKE_MODELS, bucket.local("models"), "4", str(ASSETS)], bucket.root / "models.log")
+    return bucket.local("models")
+
+
+def _push(bucket, model: str, log: str):
+    return bucket.image.start(["python", "-c", PUSH, model, bucket.inside(SERVING, MODEL)],
+                              str(bucket.root / log))
+
+
+def _pushed(bucket, log: str) -> int:
+    lines = [line for line in (bucket.root / log).read_text(errors="replace").splitlines() if line.startswith("pushed")]
+    assert lines, (bucket.root / log).read_text(errors="replace")[-3000:]
+    return int(lines[-1].split()[1])
+
+
+def test_readers_never_load_a_partial_version_and_two_pushes_at_once_get_one_whole_version_each(bucket, models):
+    stop = bucket.root / "reader.stop"
+    reader = bucket.image.start(["python", "-c", READER, bucket.inside(SERVING), MODEL, bucket.local("reader.stop"),
+                                 bucket.local("reader.json")], str(bucket.root / "reader.log"))
+    try:
+        deadline = time.monotonic() + 300
+        while "reading" not in (bucket.root / "reader.log").read_text(errors="replace"):
+            assert reader.process.poll() is None and time.monotonic() < deadline, \
+                (bucket.root / "reader.log").read_text(errors="replace")[-3000:]
+            time.sleep(0.5)
+        assert _push(bucket, f"{models}/model-0", "push-0.log").wait() == 0
+        # Two at once: the lock object serializes them.
+        both = [_push(bucket, f"{models}/model-{index}", f"push-{index}.log") for index in (1, 2)]
+        assert [push.wait() for push in both] == [0, 0], [
+            (bucket.root / f"push-{index}.log").read_text(errors="replace")[-2000:] for index in (1, 2)]
+        time.sleep(3)  # the reader's last round sees the last version
+    finally:
+        stop.touch()
+        reader.wait(120)
+    pushed = [_pushed(bucket, f"push-{index}.log") for index in range(3)]
+    assert len(set(pushed)) == 3, pushed
+    seen = json.loads((bucket.root / "reader.json").read_text())
+    assert seen["failed"] == [], seen
+    assert set(pushed) <= set(seen["loaded"]), seen
+    # Every pushed version is whole in the bucket: its saved_model.pb and every asset.
+    for version in pushed:
+        names = bucket.objects(f"{SERVING}/{MODEL}/{version}")
+        assert f"{SERVING}/{MODEL}/{version}/saved_model.pb" in names
+        assert sum("/assets/" in name for name in names) == ASSETS
+    assert not [name for name in bucket.objects(SERVING) if name.endswith(".push.lock")]
+
+
+def test_a_push_killed_midway_leaves_nothing_a_reader_loads_and_the_next_push_works(bucket, models):
+    before = bucket.versions(SERVING)
+    requests = len(bucket.emulator.requests())
+    push = _push(bucket, f"{models}/model-3", "push-killed.log")
+    deadline = time.monotonic() + 300
+    try:
+        while True:  # kill it once it has copied part of the model's assets
+            copied = [r.written for r in bucket.emulator.requests()[requests:]
+                      if r.written and f"{SERVING}/{MODEL}/" in r.written and "/assets/" in r.written]
+            if len(copied) >= ASSETS // 3:
+                break
+            assert push.process.poll() is None and time.monotonic() < deadline, \
+                (bucket.root / "push-killed.log").read_text(errors="replace")[-3000:]
+            time.sleep(0.05)
+    finally:
+        push.kill()
+    partial = copied[0].split("/")[2]
+    assert partial not in before
+    assert any(name.startswith(f"{SERVING}/{MODEL}/{partial}/") for name in bucket.objects(SERVING))
+    # Not a version to any reader: versions() skips it, models.config does not name it.
+    assert int(partial) not in _readable(bucket)
+    assert f"versions: {partial}" not in bucket.read(bucket.inside(SERVING, "models.config")).decode()
+    # The next push breaks the dead holder's lease, pushes a whole version, removes the partial one.
+    assert _push(bucket, f"{models}/model-3", "push-after.log").wait() == 0
+    version = _pushed(bucket, "push-after.log")
+    assert version > int(partial)
+    readable = _readable(bucket)
+    assert version in readable and int(partial) not in readable
+    assert not any(name.startswith(f"{SERVING}/{MODEL}/{partial}/") for name in bucket.objects(SERVING))
+
+
+def _readable(bucket) -> list:
+    output = bucket.run(["python", "-c", "import json, sys\nfrom components.support import serving_config\n"
+                         "print(json.dumps(serving_config.versions(sys.argv[1])))", bucket.inside(SERVING, MODEL)],
+                        bucket.root / "readable.log")
+    return json.loads(output.strip().splitlines()[-1])
