@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from typing import Dict, List, Optional
 
 import tensorflow as tf
@@ -103,16 +104,31 @@ def config_path(serving_dir: str) -> str:
     return os.path.join(serving_dir, CONFIG_FILE)
 
 
+# TensorFlow's Cloud Storage file system keeps an object's size for this long
+# (GCS_STAT_CACHE_MAX_AGE, default 5 s) and reads that many bytes: a config another
+# process rewrote longer in that time reads truncated once.
+STAT_CACHE_SECONDS = 5.5
+
+
 def read_config(serving_dir: str) -> Optional[model_server_config_pb2.ModelServerConfig]:
     path = config_path(serving_dir)
+    try:
+        return _read_config(path)
+    except text_format.ParseError as err:
+        if not spans.is_remote(path):
+            raise ServingConfigError(f"{path} is not a TF Serving model config: {err}") from err
+    time.sleep(STAT_CACHE_SECONDS)
+    try:
+        return _read_config(path)
+    except text_format.ParseError as err:
+        raise ServingConfigError(f"{path} is not a TF Serving model config: {err}") from err
+
+
+def _read_config(path: str) -> Optional[model_server_config_pb2.ModelServerConfig]:
     if not tf.io.gfile.exists(path):
         return None
     with tf.io.gfile.GFile(path) as handle:
-        text = handle.read()
-    try:
-        return text_format.Parse(text, model_server_config_pb2.ModelServerConfig())
-    except text_format.ParseError as err:
-        raise ServingConfigError(f"{path} is not a TF Serving model config: {err}") from err
+        return text_format.Parse(handle.read(), model_server_config_pb2.ModelServerConfig())
 
 
 def _model_entry(config: Optional[model_server_config_pb2.ModelServerConfig], model_name: str):

@@ -52,6 +52,7 @@ def make_certificates(folder: Path, address: str) -> Dict[str, Path]:
           .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
           .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=2))
           .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
           .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
                                        content_commitment=False, key_encipherment=False, data_encipherment=False,
                                        key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
@@ -63,6 +64,11 @@ def make_certificates(folder: Path, address: str) -> Dict[str, Path]:
               .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=2))
               .add_extension(x509.SubjectAlternativeName(names), critical=False)
               .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+              # Python 3.13's default context verifies strictly (VERIFY_X509_STRICT): without
+              # these, "certificate verify failed: Missing Authority Key Identifier".
+              .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+              .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+              .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
               .sign(ca_key, hashes.SHA256()))
     folder.mkdir(parents=True, exist_ok=True)
     paths = {"ca": folder / "ca.crt", "cert": folder / "server.crt", "key": folder / "server.key"}
