@@ -257,9 +257,14 @@ def _mark_served(served: types.Artifact, blessing: types.Artifact, model: types.
     served.set_int_custom_property(evaluator_constants.ARTIFACT_PROPERTY_BLESSED_KEY, int(pushed))
     if pushed:
         model_id = evaluator_constants.ARTIFACT_PROPERTY_CURRENT_MODEL_ID_KEY
-        served.set_int_custom_property(
-            model_id, blessing.get_int_custom_property(model_id) if blessing.has_custom_property(model_id) else model.id
-        )
+        if blessing.has_custom_property(model_id):
+            # As the blessing holds it: an MLMD id locally, but on Vertex the model's
+            # resource name, a string (TFX's entry point rewrites the Evaluator's), which
+            # the compiled baseline resolver matches against the model's name.
+            served.mlmd_artifact.custom_properties[model_id].CopyFrom(
+                blessing.mlmd_artifact.custom_properties[model_id])
+        else:
+            served.set_int_custom_property(model_id, model.id)
         served.set_string_custom_property(evaluator_constants.ARTIFACT_PROPERTY_CURRENT_MODEL_URI_KEY, model.uri)
 
 

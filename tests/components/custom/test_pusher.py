@@ -177,3 +177,22 @@ def test_on_object_storage_a_version_without_saved_model_pb_is_not_one_and_is_re
     assert pusher.push(_model(tmp_path, "b", b"fb"), base, version=50) == 102
     pusher.prune(base, keep_versions=5)
     assert sorted(name.rstrip("/") for name in tf.io.gfile.listdir(base)) == ["100", "102"]
+
+
+def test_the_served_blessing_names_the_model_as_the_blessing_does_an_id_or_vertex_s_resource_name():
+    from tfx.types import standard_artifacts
+
+    model = standard_artifacts.Model()
+    model.id = 7
+    for value in (7, "projects/0/locations/l/metadataStores/default/artifacts/10"):
+        blessing, served = standard_artifacts.ModelBlessing(), pusher.ServedModelBlessing()
+        if isinstance(value, int):
+            blessing.set_int_custom_property("current_model_id", value)
+        else:  # what TFX's Vertex entry point leaves on the Evaluator's blessing
+            blessing.set_string_custom_property("current_model_id", value)
+        pusher._mark_served(served, blessing, model, pushed=True)
+        assert served.get_custom_property("current_model_id") == value
+        assert served.get_int_custom_property("blessed") == 1
+    refused = pusher.ServedModelBlessing()
+    pusher._mark_served(refused, blessing, model, pushed=False)
+    assert refused.get_int_custom_property("blessed") == 0 and not refused.has_custom_property("current_model_id")
