@@ -25,7 +25,12 @@ What it stands in for, as Vertex AI does it:
   harness recorded in the same state folder, newest first, limit 1 (none on a first run);
 - runtime constants that are whole values (`{{$.pipeline_job_uuid}}` and the like).
 
-What it does not do: Vertex's caching (every task runs), retries (but a container that
+- Vertex's cache, on unless the job is made with `enable_caching=False`: a task whose
+  `cachingOptions.enableCache` is true is keyed as KFP's backend keys it (`cache_key`), after
+  its `preCacheCheck` driver ran, and a hit within the same pipeline name hands on the last
+  successful execution's outputs, the same artifacts, without running the container.
+
+What it does not do: retries (but a container that
 buildah failed to start is started again: `START_FAILURE`), machine types and
 resource limits, Vertex ML Metadata's API (artifacts live in a JSON file), service
 accounts, and importer tasks (the pipeline has none: the harness refuses them).
