@@ -170,11 +170,14 @@ class DataChecks:
 
 def _data_checks(
     data_root: str, schema_path: str, schema_digest: str, window_size: Optional[int], span_listing: str,
-    evaluation: EvaluationConfig,
+    evaluation: EvaluationConfig, serving_model_dir: str,
 ) -> DataChecks:
     """SpanWindow → ImportExampleGen → StatisticsGen → the schemas → ExampleValidator → DataGate."""
     span_window = window.SpanWindow(
-        data_root=data_root, window_size=window_size or 0, listing=span_listing
+        data_root=data_root, window_size=window_size or 0, listing=span_listing,
+        # No listing: a compiled pipeline, where no run state stops a job that has nothing
+        # new before the DAG runs; the window asks the serving model what it was trained on.
+        model_dir=serving_model_dir if not span_listing else "",
     ).with_id(window.NODE_ID)
     example_gen = _example_gen(data_root, span_window, window_size, evaluation)
     statistics_gen = StatisticsGen(examples=example_gen.outputs["examples"])
@@ -196,6 +199,7 @@ def _data_checks(
         # so its artifacts are new each time, and on Vertex a new input artifact misses
         # the cache for the gate and everything after it, even when the window did not move.
         spans_used=span_window.outputs[window.SPANS_KEY].future()[0].value,
+        fresh=span_window.outputs[window.FRESH_KEY].future()[0].value,
         data_root=data_root,
     ).with_id(NodeId.DATA_GATE)
     return DataChecks(span_window, example_gen, statistics_gen, inferred_schema, schema, example_validator, data_gate)
@@ -358,7 +362,8 @@ def create_pipeline(
       metadata_connection_config: MLMD connection; None lets the orchestrator choose.
       enable_cache: Reuse outputs of executions whose inputs did not change.
     """
-    data = _data_checks(data_root, schema_path, schema_digest, window_size, span_listing, evaluation)
+    data = _data_checks(data_root, schema_path, schema_digest, window_size, span_listing, evaluation,
+                        serving_model_dir)
     with Cond(data.is_valid()):
         training = _training(data, window_splits(window_size), train, export_settings, evaluation, code_version,
                              warm_start)

@@ -321,6 +321,7 @@ def DataGate(  # a component is named like a class
     verdict: OutputArtifact[standard_artifacts.ExampleAnomalies],
     data_root: Parameter[str],
     spans_used: Parameter[str],
+    fresh: Parameter[int] = 1,
     beam_pipeline: BeamComponentParameter[beam.Pipeline] = None,
 ) -> None:
     """One verdict on the data: ExampleValidator found no anomaly in any split, and the
@@ -331,6 +332,14 @@ def DataGate(  # a component is named like a class
     split keys become list indexes.)
     """
     try:
+        if not fresh:
+            # SpanWindow found the serving model trained on exactly this window: nothing
+            # to train on (in a compiled pipeline, where no run state stops the job before).
+            verdict.set_int_custom_property(BLESSED_PROPERTY, 0)
+            verdict.set_string_custom_property(
+                REPORT_PROPERTY, f"nothing new: the serving model was trained on spans {spans_used}")
+            verdict.set_string_custom_property(SPAN_CHECKS_PROPERTY, "{}")
+            return
         split_blessings = anomalies.get_json_value_custom_property(BLESSED_PROPERTY) or {}
         schema_ok = bool(split_blessings) and all(int(value) == 1 for value in split_blessings.values())
         loaded_schema = tfdv.load_schema_text(os.path.join(schema.uri, "schema.pbtxt"))

@@ -23,6 +23,7 @@ its inputs, so it runs on every job even when the job is submitted with caching 
 on (`aiplatform.PipelineJob(..., enable_caching=True)` overrides per-task settings).
 """
 
+import os
 from typing import List, Tuple
 
 from google.protobuf import json_format
@@ -31,12 +32,15 @@ from tfx.dsl.component.experimental.decorators import component
 from tfx.proto import example_gen_pb2
 from tfx.types import standard_artifacts
 
-from components.support import spans
+from components.support import serving_config, spans
 
 NODE_ID = "SpanWindow"
 # Output keys: ImportExampleGen's input_config (JSON), and the spans chosen ("10,11,12").
 INPUT_CONFIG_KEY = "input_config"
 SPANS_KEY = "spans_used"
+# 1 when the window holds data the serving model was not trained on (or no serving model
+# is asked about), else 0: the data gate's `fresh` parameter.
+FRESH_KEY = "fresh"
 # The parameter a compiled pipeline sets to the pipeline job's id (see `SpanWindow`).
 JOB_PARAMETER = "job"
 ALL_SPANS_SPLIT = "all"
@@ -77,7 +81,9 @@ def SpanWindow(  # a component is named like a class
     listing: Parameter[str],
     input_config: OutputArtifact[standard_artifacts.String],
     spans_used: OutputArtifact[standard_artifacts.String],
+    fresh: OutputArtifact[standard_artifacts.Integer],
     job: Parameter[str] = "",
+    model_dir: Parameter[str] = "",
 ) -> None:
     """Writes ImportExampleGen's `input_config` and the spans it covers.
 
@@ -85,6 +91,9 @@ def SpanWindow(  # a component is named like a class
     those, or the data changed after the run was planned and the run stops, naming both.
     `job` is only checked: in a compiled pipeline it is the pipeline job's id (see
     `pipeline.cloud.compiled_fixes`), so no two jobs share this node's cache key.
+    `model_dir`, given, is the serving model's folder: `fresh` is 0 when the model serving
+    there was trained on exactly these spans (its model card says which), so the gate
+    stops a job that has nothing new to train on (see `trained_on`).
     """
     if job.startswith("{{$"):
         raise ValueError(
@@ -108,3 +117,15 @@ def SpanWindow(  # a component is named like a class
         )
     input_config.value = json_format.MessageToJson(config, sort_keys=True, preserving_proto_field_name=True)
     spans_used.value = ",".join(str(span) for span in numbers)
+    fresh.value = 0 if model_dir and trained_on(model_dir) == numbers else 1
+
+
+def trained_on(model_dir: str) -> List[int]:
+    """The spans the version serving from `model_dir` was trained on, as its model card
+    says; [] when nothing serves or it has no card."""
+    # Imported here: the model card reads the gate's outputs, and the gate this module's.
+    from components.custom import model_card
+
+    serving = serving_config.state(*os.path.split(model_dir.rstrip("/"))).serving
+    card = model_card.read(os.path.join(model_dir, str(serving))) if serving is not None else None
+    return sorted((card or {}).get("training_data", {}).get("spans", []))

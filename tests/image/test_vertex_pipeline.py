@@ -153,20 +153,27 @@ def test_the_pushed_model_scores_as_a_local_run_on_the_same_spans(first_job, buc
     assert scores["max_abs_diff"][1] <= SCORE_TOLERANCE, scores
 
 
-def test_a_job_with_no_new_span_executes_nothing_after_the_window_and_says_nothing_new(unchanged_job, first_job,
-                                                                                      bucket):
-    """Vertex's cache, as KFP keys it: the window is read again (SpanWindow's cache is off),
-    and every task after it hits the cache, the gate included (it takes the window's spans
-    by value), so nothing trains, nothing is pushed, and the alert says why."""
+def test_a_job_with_no_new_span_trains_nothing_pushes_nothing_and_says_nothing_new(unchanged_job, first_job,
+                                                                                   bucket):
+    """Vertex's cache, as KFP keys it, and the gate: the window is read again (SpanWindow's
+    cache is off) and finds the serving model trained on exactly its spans; every task
+    before the gate hits the cache; the gate says "nothing new" (its verdict 0 is the
+    condition of everything after it), so nothing trains, nothing is pushed, and the alert
+    says why. Without it, the next job's baseline (the model the first job pushed) would
+    change the Trainer's cache key, and every job would train and push again."""
     job, versions_before, alerts = unchanged_job
     states = report(job)
     assert job.state == "SUCCEEDED", states
     assert job.tasks["SpanWindow"].state == "SUCCEEDED", states
-    for name in ("ImportSchemaGen", "ImportExampleGen", "StatisticsGen", "ExampleValidator", "InferredSchemaGen",
-                 "DataGate", "Transform", "Trainer", "Evaluator", "ServingCheck", "Pusher"):
+    for name in ("ImportSchemaGen", "ImportExampleGen", "StatisticsGen", "ExampleValidator", "InferredSchemaGen"):
         assert job.tasks[name].state == "CACHED", states
     # A hit hands on the first job's very artifacts.
-    assert job.tasks["Trainer"].outputs["model"] == first_job.tasks["Trainer"].outputs["model"]
+    assert job.tasks["ImportExampleGen"].outputs["examples"] == first_job.tasks["ImportExampleGen"].outputs["examples"]
+    (verdict,) = job.tasks["DataGate"].outputs["verdict"]
+    assert verdict["metadata"]["blessed"] == 0 and "nothing new" in verdict["metadata"]["report"], verdict
+    assert job.tasks["Transform"].state == "SKIPPED", states
+    for name in ("Trainer", "Evaluator", "ServingCheck", "Pusher"):
+        assert job.tasks[name].state in ("SKIPPED", "NOT_TRIGGERED"), states
     assert bucket.versions() == versions_before
     (alert,) = [body for body in alerts if job.job_id in body["text"]]
     assert alert["outcome"] == "succeeded" and alert["nothing_new"] and alert["version"] is None, alert
