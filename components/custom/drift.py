@@ -332,7 +332,9 @@ def DataGate(  # a component is named like a class
     split keys become list indexes.)
     """
     try:
-        if not fresh:
+        # int(): TFX compiles a parameter taken from another task's output as a STRING
+        # input, so on Vertex this is "0" or "1".
+        if not int(fresh):
             # SpanWindow found the serving model trained on exactly this window: nothing
             # to train on (in a compiled pipeline, where no run state stops the job before).
             verdict.set_int_custom_property(BLESSED_PROPERTY, 0)
