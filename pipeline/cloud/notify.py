@@ -12,7 +12,7 @@ from typing import Optional, Tuple
 import tensorflow as tf
 from tfx import v1 as tfx
 
-from components.custom import model_card
+from components.custom import window
 from components.support import serving_config, spans
 from pipeline.ops.alerts import final_status_payload, send
 
@@ -46,11 +46,10 @@ def newest_span_already_served(data_root: str, model_dir: str, serving: Optional
         return None
     try:
         found = spans.span_numbers(data_root)
-        card = model_card.read(os.path.join(model_dir, str(serving)))
+        trained = window.trained_on(model_dir)
     except (tf.errors.OpError, OSError, ValueError) as err:
         logging.warning("could not tell whether %s holds anything new: %s", data_root, err)
         return None
-    trained = (card or {}).get("training_data", {}).get("spans", [])
     return found[-1] if found and trained and found[-1] <= max(trained) else None
 
 
