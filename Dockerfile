@@ -2,17 +2,19 @@
 # in a virtual environment (/opt/taxi), on a plain Debian base. Every compiled task runs
 # `python -m tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor ...` in it.
 #
-#   make image                                   # here: a Debian 13 base by mmdebstrap, buildah
+#   make image                                   # here: both stacks' images (scripts/image)
 #   docker build -t REGION-docker.pkg.dev/PROJECT/REPO/taxi-pipeline:tfx-1.21 .
 #   docker build --build-arg STACK=tfx-1.16 --build-arg TF_USE_LEGACY_KERAS=1 \
-#       --build-arg BASE_IMAGE=gcr.io/tfx-oss-public/tfx:1.16.0 --build-arg PYTHON=python3.10 \
+#       --build-arg BASE_IMAGE=docker.io/library/python:3.10-slim-bookworm --build-arg PYTHON=python3.10 \
 #       -t .../taxi-pipeline:tfx-1.16 .
 #
 # BASE_IMAGE: any Debian-like image. A base without the stack's Python gets Debian's
-# (python3 of Debian 13 is 3.13, the tfx-1.21 stack's); TFX's own image of the version
-# can be the base too (give its Python as PYTHON). The build stops, naming both versions,
-# when the Python is not the one the lock was made on, rather than install a set of
-# packages never tested together.
+# (python3 of Debian 13 is 3.13, the tfx-1.21 stack's); tfx-1.16 needs a base with Python
+# 3.10, which no Debian release has: python:3.10 (Debian 12 with CPython in /usr/local; what
+# scripts/image makes here from Debian's packages and the machine's CPython 3.10) or TFX's
+# own image of the version (give its Python as PYTHON). The build stops, naming both
+# versions, when the Python is not the one the lock was made on, rather than install a set
+# of packages never tested together.
 # Two stages: compilers and headers (pyfarmhash builds from source on Python 3.13) stay
 # in the first, which installs the dependencies; the image is the base, Python, that
 # environment and this package. The dependencies' layers depend only on the lock,

@@ -19,7 +19,7 @@ NODES = {
 }
 COMPLETE = metadata_store_pb2.Execution.COMPLETE
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.every_stack]
 
 
 def _gzip_records(path, records):

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.every_stack]
 
 
 def test_retrain_trains_on_the_window_then_warm_starts_on_the_next_span(

@@ -14,7 +14,7 @@ from typing import List, Optional
 import pytest
 
 from tests.helpers import SLICE_SPANS
-from tests.image import gcs, vertex
+from tests.image import gcs, schedule, vertex
 from tests.image.vertex import BUCKET, BUCKET_NAME, MODEL
 
 IMAGE_ENV = "TAXI_PIPELINE_IMAGE"
@@ -125,3 +125,21 @@ def bucket(tmp_path_factory, pipeline_image, emulator, copy_spans) -> Bucket:
     image = vertex.Image(pipeline_image, {str(root): LOCAL, str(emulator.certificates["ca"]): CA_INSIDE},
                          hosts=emulator.add_hosts(), env=emulator.environment(CA_INSIDE))
     return Bucket(root, image, emulator)
+
+
+# The schedule's first two jobs (tests/image/schedule.py), in the image of the module that
+# asks for them: a clean copy of data/'s slice, then the same data again.
+@pytest.fixture(scope="module")
+def compiled(bucket, webhook, pipeline_image) -> Path:
+    return schedule.compile_job(bucket, pipeline_image, webhook[0], "pipeline.json")
+
+
+@pytest.fixture(scope="module")
+def first_job(bucket, compiled) -> vertex.JobResult:
+    return vertex.VertexJob(str(compiled), bucket.image, bucket, str(bucket.root / "harness")).run()
+
+
+@pytest.fixture(scope="module")
+def unchanged_job(bucket, compiled, first_job, webhook):
+    """The next scheduled job, with no new span."""
+    return schedule.run_job(bucket, compiled, webhook)

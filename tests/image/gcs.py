@@ -130,6 +130,7 @@ class _Forward(http.server.BaseHTTPRequestHandler):
     server: _Front
 
     def forward(self) -> None:
+        started = time.time()
         body = self.read_body()
         if self.path.startswith("/batch/"):
             body = number_batch_parts(body, self.headers.get("Content-Type", ""))
@@ -154,13 +155,16 @@ class _Forward(http.server.BaseHTTPRequestHandler):
             status = answer.status
         finally:
             backend.close()
+        # When and for how long, to tell the emulator's share of a task's time.
+        timing = {"at": round(started, 3), "ms": round((time.time() - started) * 1000, 1)}
         lines = [{"client": self.client_address[0], "method": self.command,
-                  "host": self.headers.get("Host", ""), "path": self.path, "status": status}]
+                  "host": self.headers.get("Host", ""), "path": self.path, "status": status, **timing}]
         if self.path.startswith("/batch/"):
             for method, url in re.findall(rb"^(GET|POST|PUT|PATCH|DELETE) (\S+) HTTP/1\.1\r?$", body, re.M):
                 parts = urllib.parse.urlsplit(url.decode())
                 lines.append({"client": self.client_address[0], "method": method.decode(), "host": parts.netloc,
-                              "path": parts.path + (f"?{parts.query}" if parts.query else ""), "status": status})
+                              "path": parts.path + (f"?{parts.query}" if parts.query else ""), "status": status,
+                              **timing})
         with self.server.log_lock, open(self.server.log_path, "a") as log:
             log.writelines(json.dumps(line) + "\n" for line in lines)
 
@@ -190,6 +194,8 @@ class Request:
     host: str
     path: str
     status: int
+    at: float  # when it came, seconds since the epoch
+    ms: float  # how long the front took to answer it
 
     @property
     def written(self) -> Optional[str]:

@@ -5,28 +5,25 @@ says what the harness stands in for). The pipeline root, the data root and the s
 folder are `gs://` URIs on a Cloud Storage emulator (tests/image/gcs.py), which the tasks
 reach through TensorFlow's and Beam's own Cloud Storage clients.
 
-The jobs run once, in module fixtures, in the order a schedule would run them: a clean
-copy of data/'s slice; the same data again; a new span whose model the serving check
-refuses; then a new span with an anomaly. The tests only read what happened.
+The jobs run once, in module fixtures (the first two are tests/image/conftest.py's), in
+the order a schedule would run them: a clean copy of data/'s slice; the same data again; a
+new span whose model the serving check refuses; then a new span with an anomaly. The tests
+only read what happened.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import json
-from pathlib import Path
 
 import pytest
 
-from tests.helpers import SLICE_SPANS, span_like, unknown_payment, write_gzip_records
-from tests.image import vertex
-from tests.image.vertex import BUCKET_NAME, MODEL, report
+from tests.helpers import unknown_payment
+from tests.image import schedule
+from tests.image.schedule import SERVING, WINDOW
+from tests.image.vertex import MODEL, report
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
-WINDOW = 4
-PIPELINE_ROOT = f"gs://{BUCKET_NAME}/root"
-SERVING = "serving"
 # Scores of the compiled pipeline's model and of a local run's, on the same spans and seed.
 SCORE_TOLERANCE = 1e-6
 
@@ -52,86 +49,25 @@ print(json.dumps({"examples": len(batch), "max_abs_diff": [float(np.max(np.abs(s
 """
 
 @pytest.fixture(scope="module")
-def compiled(bucket, webhook, pipeline_image) -> Path:
-    """The PipelineJob JSON, compiled inside the image by the image's own stack."""
-    url, _ = webhook
-    bucket.run(["taxi-pipeline", "compile", "--image", pipeline_image,
-                "--pipeline-root", PIPELINE_ROOT, "--data-root", bucket.inside("data"),
-                "--serving-dir", bucket.inside(SERVING), "--window", str(WINDOW), "--notify", url,
-                "--output", bucket.local("pipeline.json")], bucket.root / "compile.log")
-    return bucket.root / "pipeline.json"
-
-
-@pytest.fixture(scope="module")
-def first_job(bucket, compiled, webhook) -> vertex.JobResult:
-    return vertex.VertexJob(str(compiled), bucket.image, bucket, str(bucket.root / "harness")).run()
-
-
-def _new_span(bucket, span: int, change=None) -> None:
-    """A span like span 16 lands in the bucket (`change` edits its examples)."""
-    path = bucket.root / f"span-{span}" / "trips.tfrecord.gz"
-    write_gzip_records(path, span_like(bucket.root / "data" / "span-16", 20, change or (lambda example: None)))
-    bucket.write(bucket.inside("data", f"span-{span}", path.name), path.read_bytes())
-
-
-def _job(bucket, compiled: Path, webhook):
-    versions, alerts = bucket.versions(), len(webhook[1])
-    job = vertex.VertexJob(str(compiled), bucket.image, bucket, str(bucket.root / "harness")).run()
-    return job, versions, webhook[1][alerts:]
-
-
-@pytest.fixture(scope="module")
-def unchanged_job(bucket, compiled, first_job, webhook):
-    """The next scheduled job, with no new span."""
-    return _job(bucket, compiled, webhook)
-
-
-@pytest.fixture(scope="module")
 def refused_job(bucket, compiled, unchanged_job, webhook):
     """A new, clean span, and a job whose serving check refuses the model the Evaluator
     blesses: the same pipeline compiled with a latency budget no model meets."""
-    url, _ = webhook
-    bucket.run(["taxi-pipeline", "compile", "--image", bucket.image.image,
-                "--pipeline-root", PIPELINE_ROOT, "--data-root", bucket.inside("data"),
-                "--serving-dir", bucket.inside(SERVING), "--window", str(WINDOW), "--notify", url,
-                "--latency-budget-ms", "0.0001", "--output", bucket.local("refusing.json")],
-               bucket.root / "compile-refusing.log")
-    _new_span(bucket, 17)
-    return _job(bucket, bucket.root / "refusing.json", webhook)
+    refusing = schedule.compile_job(bucket, bucket.image.image, webhook[0], "refusing.json",
+                                    "--latency-budget-ms", "0.0001")
+    schedule.new_span(bucket, 17)
+    return schedule.run_job(bucket, refusing, webhook)
 
 
 @pytest.fixture(scope="module")
 def anomaly_job(bucket, compiled, refused_job, webhook):
     """The next scheduled job, after a span with an anomaly landed."""
     # One example in 20 paid in an unknown currency: an anomaly of that span on its own.
-    _new_span(bucket, 18, unknown_payment)
-    return _job(bucket, compiled, webhook)
+    schedule.new_span(bucket, 18, unknown_payment)
+    return schedule.run_job(bucket, compiled, webhook)
 
 
 def test_a_clean_copy_of_the_data_pushes_a_model(first_job, bucket, webhook):
-    states = report(first_job)
-    assert first_job.state == "SUCCEEDED", states
-    ran = {name for name, task in first_job.tasks.items() if task.state == "SUCCEEDED"}
-    assert {"ImportExampleGen", "DataGate", "Transform", "Trainer", "Evaluator", "ServingCheck", "Pusher",
-            "NotifyFinalStatus"} <= ran, states
-    # ImportExampleGen's preCacheCheck driver ran and fingerprinted the window's four spans.
-    (examples,) = first_job.tasks["ImportExampleGen"].outputs["examples"]
-    assert examples["metadata"]["input_fingerprint"].count("split:") == WINDOW
-    assert "Calculated fingerprint" in Path(first_job.tasks["ImportExampleGen"].log.replace(".log", ".driver.log"))\
-        .read_text(errors="replace")
-    # The first job had no blessed model to resolve: no baseline, no warm start.
-    assert first_job.tasks["LatestBlessedModelResolver-model-resolver"].outputs == {"model": []}
-    (version,) = bucket.versions()
-    assert bucket.read(bucket.inside(SERVING, MODEL, version, "saved_model.pb"))
-    # Its model card, from the job's own examples, evaluation and serving check.
-    card = json.loads(bucket.read(bucket.inside(SERVING, MODEL, version, "assets.extra", "model_card.json")))
-    assert card["model"]["version"] == int(version) and len(card["training_data"]["spans"]) == WINDOW
-    assert card["evaluation"]["overall"]["candidate"]["auc"] > 0.5 and " ms" in card["serving_check"]
-    assert b"model_version_policy" in bucket.read(bucket.inside(SERVING, "models.config"))
-    # The exit handler ran last and said which version the job pushed.
-    (alert,) = [body for body in webhook[1] if first_job.job_id in body["text"]]
-    assert alert["outcome"] == "succeeded" and alert["version"] == int(version), alert
-    assert alert["text"].endswith(f"pushed model version {version}")
+    schedule.first_job_pushed(first_job, bucket, webhook)
 
 
 def test_the_pushed_model_scores_as_a_local_run_on_the_same_spans(first_job, bucket):
@@ -155,29 +91,7 @@ def test_the_pushed_model_scores_as_a_local_run_on_the_same_spans(first_job, buc
 
 def test_a_job_with_no_new_span_trains_nothing_pushes_nothing_and_says_nothing_new(unchanged_job, first_job,
                                                                                    bucket):
-    """Vertex's cache, as KFP keys it, and the gate: the window is read again (SpanWindow's
-    cache is off) and finds the serving model trained on exactly its spans; every task
-    before the gate hits the cache; the gate says "nothing new" (its verdict 0 is the
-    condition of everything after it), so nothing trains, nothing is pushed, and the alert
-    says why. Without it, the next job's baseline (the model the first job pushed) would
-    change the Trainer's cache key, and every job would train and push again."""
-    job, versions_before, alerts = unchanged_job
-    states = report(job)
-    assert job.state == "SUCCEEDED", states
-    assert job.tasks["SpanWindow"].state == "SUCCEEDED", states
-    for name in ("ImportSchemaGen", "ImportExampleGen", "StatisticsGen", "ExampleValidator", "InferredSchemaGen"):
-        assert job.tasks[name].state == "CACHED", states
-    # A hit hands on the first job's very artifacts.
-    assert job.tasks["ImportExampleGen"].outputs["examples"] == first_job.tasks["ImportExampleGen"].outputs["examples"]
-    (verdict,) = job.tasks["DataGate"].outputs["verdict"]
-    assert verdict["metadata"]["blessed"] == 0 and "nothing new" in verdict["metadata"]["report"], verdict
-    assert job.tasks["Transform"].state == "SKIPPED", states
-    for name in ("Trainer", "Evaluator", "ServingCheck", "Pusher"):
-        assert job.tasks[name].state in ("SKIPPED", "NOT_TRIGGERED"), states
-    assert bucket.versions() == versions_before
-    (alert,) = [body for body in alerts if job.job_id in body["text"]]
-    assert alert["outcome"] == "succeeded" and alert["nothing_new"] and alert["version"] is None, alert
-    assert f"nothing new: span {SLICE_SPANS[-1]} is the newest" in alert["text"], alert
+    schedule.nothing_new(unchanged_job, first_job, bucket)
 
 
 def test_a_model_the_serving_check_refuses_is_not_pushed_and_never_becomes_the_baseline(refused_job, anomaly_job,
@@ -225,38 +139,4 @@ def test_a_new_span_with_an_anomaly_skips_training_and_pushes_nothing(anomaly_jo
 
 
 def test_every_object_the_job_wrote_came_through_the_emulator_from_this_machine(first_job, bucket):
-    """No FUSE path and no other address: every object under the pipeline root and the
-    serving folder was written by a request the emulator's front logged, from a loopback
-    address, and the tasks' containers resolve Cloud Storage's names to the emulator and
-    no other Google name (they have no DNS)."""
-    assert first_job.state == "SUCCEEDED", report(first_job)
-    requests = bucket.emulator.requests()
-    assert requests and all(ipaddress.ip_address(r.client).is_loopback for r in requests)
-    written = {r.written for r in requests if r.written and r.status < 300}
-    stored = set(bucket.objects("root")) | set(bucket.objects(SERVING))
-    assert any(name.endswith("saved_model.pb") for name in stored), sorted(stored)[:20]
-    assert stored <= written, sorted(stored - written)[:20]
-    # Both clients reached it: TensorFlow's (JSON API and uploads) and Beam's (batches).
-    hosts = {r.host for r in requests}
-    assert {"www.googleapis.com", "storage.googleapis.com"} <= hosts, hosts
-    compiled = json.dumps(json.loads((bucket.root / "pipeline.json").read_text()))
-    assert "/gcs/" not in compiled and f"gs://{BUCKET_NAME}/data" in compiled
-    output = bucket.run(["python", "-c", RESOLVE], bucket.root / "resolve.log")
-    answers = json.loads(output.strip().splitlines()[-1])
-    assert answers["www.googleapis.com"] == answers["storage.googleapis.com"] == bucket.emulator.address, answers
-    # Other Google names resolve to nothing (no DNS; the container's hosts file holds the
-    # machine's own entries and these).
-    assert answers["oauth2.googleapis.com"] is None and answers["metadata.google.internal"] is None, answers
-
-
-RESOLVE = """
-import json, socket
-def address(name):
-    try:
-        return socket.getaddrinfo(name, 443, socket.AF_INET)[0][4][0]
-    except OSError:
-        return None
-print(json.dumps({name: address(name) for name in
-                  ("www.googleapis.com", "storage.googleapis.com", "oauth2.googleapis.com",
-                   "metadata.google.internal")}))
-"""
+    schedule.all_traffic_local(first_job, bucket)

@@ -14,7 +14,7 @@ from components.model import features
 from components.support import spans
 from pipeline import config
 
-pytestmark = pytest.mark.slow  # Beam pipelines
+pytestmark = [pytest.mark.slow, pytest.mark.every_stack]  # Beam pipelines
 
 
 def _schema():

@@ -85,6 +85,7 @@ def _split_configs():
 
 
 @pytest.mark.slow
+@pytest.mark.every_stack
 @pytest.mark.parametrize("mode", ["multi_threading", "multi_processing"])
 def test_the_file_executor_splits_every_record_as_tfx_does(repo, tmp_path, copy_spans, mode):
     """The same records in the same splits as TFX's own executor, on spans of data/ in
@@ -114,6 +115,7 @@ def test_the_file_executor_splits_every_record_as_tfx_does(repo, tmp_path, copy_
 
 
 @pytest.mark.slow
+@pytest.mark.every_stack
 def test_the_file_executor_copies_input_splits_unchanged(repo, tmp_path, copy_spans):
     data_root = copy_spans(tmp_path / "data", (15, 16))
     input_config = example_gen_pb2.Input(splits=[

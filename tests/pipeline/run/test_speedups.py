@@ -820,6 +820,7 @@ def _in_the_worker(torn_down_marker):
 
 
 @pytest.mark.slow
+@pytest.mark.every_stack
 @pytest.mark.timeout(300)
 def test_beam_s_worker_processes_run_the_worker_speed_ups_import_only_what_their_work_needs_and_end_quietly(
         monkeypatch, capfd, tmp_path):

@@ -11,7 +11,7 @@ import pytest
 
 from components.model.trainer import run
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.every_stack, pytest.mark.timeout(300)]
 
 MAIN = os.path.join(os.path.dirname(__file__), "run_fn_main.py")
 CUSTOM_CONFIG = {"train": {"epochs": 3, "early_stopping_patience": 0}, "export": {"warmup_requests": 5}}

@@ -1,0 +1,55 @@
+"""The schedule's first two jobs again, in the other stack's image (TAXI_OTHER_STACK_IMAGE;
+`make test-image` builds tfx-1.16's): on that stack's TensorFlow, Beam and Cloud Storage
+clients, the compiled pipeline pushes a model on `gs://`, every object it wrote came
+through the emulator, and the next job with no new span hits the cache and pushes
+nothing. The whole schedule runs in the first image (test_vertex_pipeline.py); its later
+jobs test what does not depend on the stack (the gate's and the Cond's decisions, the
+resolver's query) and run there only.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.image import schedule
+from tests.image.vertex import report
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+
+OTHER_IMAGE_ENV = "TAXI_OTHER_STACK_IMAGE"
+
+
+@pytest.fixture(scope="module")
+def pipeline_image() -> str:
+    """This module's image: the other stack's (the conftest's fixtures build on it)."""
+    image = os.environ.get(OTHER_IMAGE_ENV)
+    if not image:
+        pytest.skip(f"no image of the other stack: `make test-image` builds it and sets {OTHER_IMAGE_ENV}")
+    return image
+
+
+def test_a_clean_copy_of_the_data_pushes_a_model(first_job, bucket, webhook):
+    schedule.first_job_pushed(first_job, bucket, webhook)
+
+
+def test_a_job_with_no_new_span_trains_nothing_pushes_nothing_and_says_nothing_new(unchanged_job, first_job,
+                                                                                   bucket):
+    schedule.nothing_new(unchanged_job, first_job, bucket)
+
+
+def test_every_object_the_job_wrote_came_through_the_emulator_from_this_machine(first_job, bucket):
+    schedule.all_traffic_local(first_job, bucket)
+
+
+def test_the_tasks_ran_the_other_stack(first_job, bucket, pipeline_image):
+    """Every task of the job ran this image's TFX: the version its artifacts record is the
+    one the image holds, and this image is not the first one."""
+    assert first_job.state == "SUCCEEDED", report(first_job)
+    output = bucket.run(["python", "-c", "import tfx; print(tfx.__version__)"], bucket.root / "tfx-version.log")
+    version = output.strip().splitlines()[-1]
+    recorded = {artifact["metadata"]["tfx_version"] for task in first_job.tasks.values()
+                for artifacts in task.outputs.values() for artifact in artifacts}
+    assert recorded == {version}, recorded
+    assert pipeline_image != os.environ.get("TAXI_PIPELINE_IMAGE")
