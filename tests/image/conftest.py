@@ -14,7 +14,7 @@ from typing import List, Optional
 import pytest
 
 from tests.helpers import SLICE_SPANS
-from tests.image import gcs, schedule, vertex
+from tests.image import gce_metadata, gcs, schedule, vertex
 from tests.image.vertex import BUCKET, BUCKET_NAME, MODEL
 
 IMAGE_ENV = "TAXI_PIPELINE_IMAGE"
@@ -41,6 +41,13 @@ def emulator(tmp_path_factory, pipeline_image) -> gcs.Emulator:
                     "and sets TAXI_GCS_EMULATOR")
     server = gcs.Emulator(binary, tmp_path_factory.mktemp("gcs")).start()
     server.create_bucket(BUCKET_NAME)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def metadata_server() -> gce_metadata.MetadataServer:
+    server = gce_metadata.MetadataServer().start()
     yield server
     server.stop()
 
@@ -117,13 +124,14 @@ def webhook():
 
 
 @pytest.fixture(scope="module")
-def bucket(tmp_path_factory, pipeline_image, emulator, copy_spans) -> Bucket:
+def bucket(tmp_path_factory, pipeline_image, emulator, metadata_server, copy_spans) -> Bucket:
     root = tmp_path_factory.mktemp("local")
     copy_spans(root / "data", SLICE_SPANS)
     copy_spans(root / "local-data", SLICE_SPANS)
     emulator.upload_tree(BUCKET_NAME, "data", root / "data")
     image = vertex.Image(pipeline_image, {str(root): LOCAL, str(emulator.certificates["ca"]): CA_INSIDE},
-                         hosts=emulator.add_hosts(), env=emulator.environment(CA_INSIDE))
+                         hosts=emulator.add_hosts(),
+                         env={**emulator.environment(CA_INSIDE), **metadata_server.environment()})
     return Bucket(root, image, emulator)
 
 

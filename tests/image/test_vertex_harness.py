@@ -1,10 +1,13 @@
 """The harness's own rules (tests/image/vertex.py), on small inputs: no image needed."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
-from tests.image import vertex
+from tests.image import gce_metadata, vertex
 
 VERDICT = "(inputs.artifacts['_DataGate.verdict'].artifacts[0].metadata['blessed'] == 1.0)"
 
@@ -110,3 +113,33 @@ def test_a_task_that_failed_is_not_run_again_nor_one_that_never_starts_forever(t
     never = _Starts([NOT_STARTED] * (vertex.START_ATTEMPTS + 1))
     assert never.run(["true"], str(tmp_path / "never.log")) == 1
     assert never.attempts == vertex.START_ATTEMPTS
+
+
+AUTH = """
+import json
+import google.auth
+from google.auth.transport import requests
+credentials, project = google.auth.default()
+credentials.refresh(requests.Request())
+print(json.dumps({"kind": type(credentials).__module__, "project": project, "token": credentials.token}))
+"""
+
+
+def test_the_metadata_server_gives_tasks_credentials_at_once():
+    """Google's auth library, as a task's clients call it, takes the stand-in for the
+    metadata server a Vertex machine has: Compute Engine credentials, the project and a
+    token, with no retry (without it, a task's Beam waits about 24 s in retries)."""
+    server = gce_metadata.MetadataServer().start()
+    try:
+        env = {key: value for key, value in os.environ.items()
+               if key not in ("GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CONFIG")}
+        env.update(server.environment(), CLOUDSDK_CONFIG="/nonexistent")
+        done = subprocess.run([sys.executable, "-c", AUTH], capture_output=True, text=True, env=env, timeout=120)
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stderr[-3000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answer == {"kind": "google.auth.compute_engine.credentials", "project": gce_metadata.PROJECT,
+                      "token": gce_metadata.TOKEN}, answer
+    assert "Retry" not in done.stderr, done.stderr[-2000:]
+    assert any(path.endswith("/token") for path in server.paths()), server.paths()
