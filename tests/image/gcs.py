@@ -270,8 +270,9 @@ class Emulator:
             "REQUESTS_CA_BUNDLE": ca_inside,  # google-cloud-storage (Beam's gcsio)
             "SSL_CERT_FILE": ca_inside,
             # TensorFlow's client sends this token instead of asking a metadata server.
+            # (Not NO_GCE_CHECK: Google's auth library would then skip the metadata server
+            # of tests/image/gce_metadata.py too.)
             "GOOGLE_AUTH_TOKEN_FOR_TESTING": "emulator",
-            "NO_GCE_CHECK": "true",
             # google-cloud-storage: anonymous credentials, this endpoint.
             "STORAGE_EMULATOR_HOST": f"https://{HOSTS[1]}",
             "GOOGLE_CLOUD_PROJECT": "taxi-local",

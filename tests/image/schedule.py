@@ -55,6 +55,10 @@ def first_job_pushed(first_job, bucket, webhook) -> None:
     assert examples["metadata"]["input_fingerprint"].count("split:") == WINDOW
     assert "Calculated fingerprint" in Path(first_job.tasks["ImportExampleGen"].log.replace(".log", ".driver.log"))\
         .read_text(errors="replace")
+    # Every task found its credentials where a Vertex machine has them, with no retry.
+    for name, task in first_job.tasks.items():
+        if task.log:
+            assert "unavailable metadata server" not in Path(task.log).read_text(errors="replace"), name
     # The first job had no blessed model to resolve: no baseline, no warm start.
     assert first_job.tasks["LatestBlessedModelResolver-model-resolver"].outputs == {"model": []}
     (version,) = bucket.versions()
