@@ -6,8 +6,8 @@
 # `make` picks the newest one this machine loads and says which; `make STACK=tfx-1.16 ...`
 # forces one. Each stack has its own virtual environment, .venv-<stack>, created from its
 # lock when missing or stale; .venv points at the one `make` picked.
-# `make test-all-stacks` also runs the suite on the other stack, in a Debian 13 root
-# (scripts/debian-root) when this machine cannot load it.
+# `make test-all-stacks` also runs the other stack's stack-dependent tests (SUITE below), in
+# a Debian 13 root (scripts/debian-root) when this machine cannot load it, then both images.
 
 STACKS      := $(shell scripts/stack list)
 STACK       := $(or $(STACK),$(shell scripts/stack pick 2>/dev/null))
@@ -52,12 +52,13 @@ $(STAMP): setup.py pyproject.toml $(LOCK) | stack
 run: $(STAMP)
 	$(BIN)/taxi-pipeline run
 
-# SUITE=every-stack: the tests whose outcome can depend on the stack, what test-all-stacks
-# runs on the other stacks: every test not marked slow, and the slow ones marked every_stack
-# (the whole DAG, the library speed-ups, ingestion, drift, training). The other slow tests
-# (kills, full disks, the soak, MySQL, pages, monitoring) exercise this package's own
-# orchestration; they run on the first stack, which keeps CI within its time.
+# SUITE=all (the default) or every-stack: what test-all-stacks runs on the other stacks,
+# every test not marked slow and the slow ones marked every_stack (docs/testing.md says
+# which and why).
 SUITE ?= all
+ifeq ($(filter $(SUITE),all every-stack),)
+$(error unknown SUITE '$(SUITE)'; give all or every-stack)
+endif
 SUITE_ARGS := $(if $(filter every-stack,$(SUITE)),-m "not slow or every_stack")
 test: lint test-tools
 	$(BIN)/python -m pytest $(SUITE_ARGS) $(PYTEST_ARGS)

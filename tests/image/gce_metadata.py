@@ -4,9 +4,9 @@ them. Test code.
 
 Why: Google's auth library finds a task's credentials there (`google.auth.default()`'s
 last step). Without one, every client that asks for credentials the default way, as
-Beam's gcsio does, retries for about 24 s with backoff before it goes on without them,
-in every task that touches `gs://` through Beam: time that a task on Vertex never
-spends. The library reads the server's address from GCE_METADATA_HOST and
+Beam's gcsio does, retries with backoff before it goes on without them, in every task
+that touches `gs://` through Beam (docs/vertex.md measures it): time that a task on
+Vertex never spends. The library reads the server's address from GCE_METADATA_HOST and
 GCE_METADATA_IP; the token is a fixed string, which the Cloud Storage emulator accepts
 as it accepts any.
 """
@@ -26,7 +26,7 @@ FLAVOR = ("Metadata-Flavor", "Google")
 
 def answer(path: str) -> Optional[str]:
     """What the metadata server answers for `path` (query removed), or None (404)."""
-    if path in ("", "/", "/computeMetadata/v1/"):
+    if path in ("/", "/computeMetadata/v1/"):
         return "computeMetadata/\n"
     if path == "/computeMetadata/v1/project/project-id":
         return PROJECT

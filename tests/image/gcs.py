@@ -130,8 +130,8 @@ class _Forward(http.server.BaseHTTPRequestHandler):
     server: _Front
 
     def forward(self) -> None:
-        started = time.time()
         body = self.read_body()
+        started = time.time()
         if self.path.startswith("/batch/"):
             body = number_batch_parts(body, self.headers.get("Content-Type", ""))
         headers = {key: value for key, value in self.headers.items() if key.lower() not in DROPPED}
@@ -155,7 +155,8 @@ class _Forward(http.server.BaseHTTPRequestHandler):
             status = answer.status
         finally:
             backend.close()
-        # When and for how long, to tell the emulator's share of a task's time.
+        # When, and how long the front and the emulator took to answer (the request's body
+        # read), to tell their share of a task's time; a batch's parts carry 0.
         timing = {"at": round(started, 3), "ms": round((time.time() - started) * 1000, 1)}
         lines = [{"client": self.client_address[0], "method": self.command,
                   "host": self.headers.get("Host", ""), "path": self.path, "status": status, **timing}]
@@ -164,7 +165,7 @@ class _Forward(http.server.BaseHTTPRequestHandler):
                 parts = urllib.parse.urlsplit(url.decode())
                 lines.append({"client": self.client_address[0], "method": method.decode(), "host": parts.netloc,
                               "path": parts.path + (f"?{parts.query}" if parts.query else ""), "status": status,
-                              **timing})
+                              "at": timing["at"], "ms": 0.0})
         with self.server.log_lock, open(self.server.log_path, "a") as log:
             log.writelines(json.dumps(line) + "\n" for line in lines)
 
@@ -195,7 +196,7 @@ class Request:
     path: str
     status: int
     at: float  # when it came, seconds since the epoch
-    ms: float  # how long the front took to answer it
+    ms: float  # how long the front took to answer it (0 for a batch's parts)
 
     @property
     def written(self) -> Optional[str]:

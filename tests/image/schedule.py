@@ -58,7 +58,8 @@ def first_job_pushed(first_job, bucket, webhook) -> None:
     # Every task found its credentials where a Vertex machine has them, with no retry.
     for name, task in first_job.tasks.items():
         if task.log:
-            assert "unavailable metadata server" not in Path(task.log).read_text(errors="replace"), name
+            log = Path(task.log).read_text(errors="replace").lower()
+            assert "unavailable metadata server" not in log and "metadata server unavailable" not in log, name
     # The first job had no blessed model to resolve: no baseline, no warm start.
     assert first_job.tasks["LatestBlessedModelResolver-model-resolver"].outputs == {"model": []}
     (version,) = bucket.versions()

@@ -10,6 +10,7 @@ resolver's query) and run there only.
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 
@@ -44,12 +45,22 @@ def test_every_object_the_job_wrote_came_through_the_emulator_from_this_machine(
 
 
 def test_the_tasks_ran_the_other_stack(first_job, bucket, pipeline_image):
-    """Every task of the job ran this image's TFX: the version its artifacts record is the
-    one the image holds, and this image is not the first one."""
+    """Every task of the job ran this image's TFX, the version of this image's stack, which
+    is not the first image's stack."""
     assert first_job.state == "SUCCEEDED", report(first_job)
+    stack, first_stack = _stack(pipeline_image), _stack(os.environ["TAXI_PIPELINE_IMAGE"])
+    assert stack and first_stack and stack != first_stack, (stack, first_stack)
     output = bucket.run(["python", "-c", "import tfx; print(tfx.__version__)"], bucket.root / "tfx-version.log")
     version = output.strip().splitlines()[-1]
+    assert version.startswith(stack.removeprefix("tfx-") + "."), (version, stack)
     recorded = {artifact["metadata"]["tfx_version"] for task in first_job.tasks.values()
                 for artifacts in task.outputs.values() for artifact in artifacts}
     assert recorded == {version}, recorded
-    assert pipeline_image != os.environ.get("TAXI_PIPELINE_IMAGE")
+
+
+def _stack(image: str) -> str:
+    """The stack an image was built for (the Dockerfile's TAXI_PIPELINE_STACK)."""
+    env = subprocess.run(["buildah", "inspect", "--type", "image", "--format",
+                          "{{range .OCIv1.Config.Env}}{{println .}}{{end}}", image],
+                         capture_output=True, text=True, check=True).stdout
+    return dict(line.split("=", 1) for line in env.splitlines() if "=" in line).get("TAXI_PIPELINE_STACK", "")
