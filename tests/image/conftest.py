@@ -5,7 +5,6 @@ TAXI_PIPELINE_IMAGE and TAXI_GCS_EMULATOR. Without them they are skipped, saying
 import dataclasses
 import http.server
 import json
-import os
 import shutil
 import threading
 from pathlib import Path
@@ -17,7 +16,6 @@ from tests.helpers import SLICE_SPANS
 from tests.image import gce_metadata, gcs, schedule, vertex
 from tests.image.vertex import BUCKET, BUCKET_NAME, MODEL
 
-IMAGE_ENV = "TAXI_PIPELINE_IMAGE"
 # Where a task's container finds the emulator's CA, and this machine's scratch folder.
 CA_INSIDE = "/run/taxi-harness/ca.crt"
 LOCAL = "/local"
@@ -25,10 +23,7 @@ LOCAL = "/local"
 
 @pytest.fixture(scope="session")
 def pipeline_image() -> str:
-    image = os.environ.get(IMAGE_ENV)
-    if not image:
-        pytest.skip(f"no pipeline image: run `make test-image`, which builds it and sets {IMAGE_ENV}")
-    return image
+    return schedule.image_named(schedule.IMAGE_ENV, "pipeline image")
 
 
 @pytest.fixture(scope="module")

@@ -8,15 +8,29 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 from pathlib import Path
+
+import pytest
 
 from tests.helpers import SLICE_SPANS, span_like, write_gzip_records
 from tests.image import vertex
 from tests.image.vertex import BUCKET_NAME, MODEL, report
 
+# The images `make test-image` builds: the first stack's, and the other stack's.
+IMAGE_ENV = "TAXI_PIPELINE_IMAGE"
+OTHER_IMAGE_ENV = "TAXI_OTHER_STACK_IMAGE"
 WINDOW = 4
 PIPELINE_ROOT = f"gs://{BUCKET_NAME}/root"
 SERVING = "serving"
+
+
+def image_named(env: str, what: str) -> str:
+    """The image the variable `env` names; skips the test, saying how to get it, when unset."""
+    image = os.environ.get(env)
+    if not image:
+        pytest.skip(f"no {what}: run `make test-image`, which builds it and sets {env}")
+    return image
 
 
 def compile_job(bucket, image: str, url: str, output: str, *extra: str) -> Path:

@@ -19,16 +19,10 @@ from tests.image.vertex import report
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
-OTHER_IMAGE_ENV = "TAXI_OTHER_STACK_IMAGE"
-
-
 @pytest.fixture(scope="module")
 def pipeline_image() -> str:
     """This module's image: the other stack's (the conftest's fixtures build on it)."""
-    image = os.environ.get(OTHER_IMAGE_ENV)
-    if not image:
-        pytest.skip(f"no image of the other stack: `make test-image` builds it and sets {OTHER_IMAGE_ENV}")
-    return image
+    return schedule.image_named(schedule.OTHER_IMAGE_ENV, "image of the other stack")
 
 
 def test_a_clean_copy_of_the_data_pushes_a_model(first_job, bucket, webhook):
@@ -48,7 +42,7 @@ def test_the_tasks_ran_the_other_stack(first_job, bucket, pipeline_image):
     """Every task of the job ran this image's TFX, the version of this image's stack, which
     is not the first image's stack."""
     assert first_job.state == "SUCCEEDED", report(first_job)
-    stack, first_stack = _stack(pipeline_image), _stack(os.environ["TAXI_PIPELINE_IMAGE"])
+    stack, first_stack = _stack(pipeline_image), _stack(os.environ[schedule.IMAGE_ENV])
     assert stack and first_stack and stack != first_stack, (stack, first_stack)
     output = bucket.run(["python", "-c", "import tfx; print(tfx.__version__)"], bucket.root / "tfx-version.log")
     version = output.strip().splitlines()[-1]
