@@ -17,8 +17,8 @@
 # of packages never tested together.
 # Two stages: compilers and headers (pyfarmhash builds from source on Python 3.13) stay
 # in the first, which installs the dependencies; the image is the base, Python, that
-# environment and this package. The dependencies' layers depend only on the lock,
-# setup.py and pyproject.toml, so an edit of the code rebuilds only the package's layers.
+# environment and this package. The dependencies' layers depend only on the lock and
+# setup.py, so an edit of the code or of the test settings rebuilds only the package's layers.
 ARG BASE_IMAGE=docker.io/library/debian:trixie-slim
 
 FROM ${BASE_IMAGE} AS dependencies
@@ -28,14 +28,21 @@ ARG PYTHON=python3
 # mounts the machine's); unset, pip's own.
 ARG PIP_CERT
 ENV DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN if ! { command -v g++ && "${PYTHON}" -c 'import ensurepip, os, sysconfig; \
-assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))'; } >/dev/null 2>&1; then \
-      apt-get update -qq && apt-get install -y -qq --no-install-recommends \
-        python3 python3-venv python3-dev g++ ca-certificates >/dev/null && rm -rf /var/lib/apt/lists/*; \
+# Debian's python3 packages only when the base's Python lacks venv or its headers (a
+# CPython in /usr/local has both).
+RUN missing=""; command -v g++ >/dev/null 2>&1 || missing="g++ ca-certificates"; \
+    "${PYTHON}" -c 'import ensurepip, os, sysconfig; \
+assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' >/dev/null 2>&1 \
+      || missing="${missing} python3 python3-venv python3-dev"; \
+    if [ -n "${missing}" ]; then \
+      apt-get update -qq && apt-get install -y -qq --no-install-recommends ${missing} >/dev/null \
+        && rm -rf /var/lib/apt/lists/*; \
     fi
 WORKDIR /build
 COPY locks/${STACK}.txt lock.txt
-COPY setup.py pyproject.toml ./
+# setup.py alone: the build runs on the venv's pinned setuptools (--no-build-isolation), so
+# pyproject.toml's test and lint settings do not reach these layers.
+COPY setup.py ./
 RUN set -e; \
     case "${STACK}" in tfx-1.16) want=3.10 ;; tfx-1.21) want=3.13 ;; *) echo "unknown STACK ${STACK}" >&2; exit 1 ;; esac; \
     have=$("${PYTHON}" -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
@@ -43,7 +50,7 @@ RUN set -e; \
     "${PYTHON}" -m venv /opt/taxi; \
     /opt/taxi/bin/pip install --quiet pip==24.2 setuptools==84.2.1 wheel==0.48.0; \
     mkdir -p pipeline components; \
-    /opt/taxi/bin/pip install --quiet -c lock.txt .; \
+    /opt/taxi/bin/pip install --quiet --no-build-isolation -c lock.txt .; \
     /opt/taxi/bin/pip uninstall --quiet -y taxi-tfx-pipeline; \
     rm -rf /opt/taxi/lib/python*/site-packages/tensorflow/include
 # TensorFlow's C++ headers (430 MB) serve only to compile custom ops, which nothing here does.
@@ -66,7 +73,7 @@ ENTRYPOINT []
 # This package last, so that a code edit rebuilds only these layers. The compiled pipeline
 # reads the curated schema from /pipeline/components/model/schema (pipeline.config.IMAGE_SCHEMA_DIR).
 WORKDIR /pipeline
-COPY setup.py pyproject.toml ./
+COPY setup.py ./
 COPY components ./components
 COPY pipeline ./pipeline
 RUN pip install --quiet --no-deps --no-build-isolation --no-compile . && rm -rf build *.egg-info \

@@ -43,10 +43,9 @@ stack:
 
 venv: $(STAMP)
 
-$(STAMP): setup.py pyproject.toml $(LOCK) | stack
-	@test -x $(BIN)/python || $$(scripts/stack python $(STACK)) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(PIP_TOOLS)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c $(LOCK) -e ".[test]"
+# A copy of the lock's environment, cached once per lock (scripts/venv), with this package.
+$(STAMP): setup.py $(LOCK) | stack
+	scripts/venv $(STACK) $(VENV) $(PIP_TOOLS)
 	@touch $@
 
 run: $(STAMP)

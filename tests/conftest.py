@@ -25,7 +25,8 @@ from tests.helpers import REPO_ROOT, RUN_TIMEOUT_SECONDS, SLICE_SPANS, Workspace
 # The longest modules, started first (each module runs on one worker): then they run
 # beside the others instead of after them. The rest keep their random order, but a test
 # marked `after_module` runs after the rest of its module.
-LONGEST_MODULES = ("tests/test_soak.py",)
+LONGEST_MODULES = ("tests/test_soak.py", "tests/test_crash_safety.py", "tests/test_operator.py",
+                   "tests/test_operations.py", "tests/test_beam_portable.py")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -35,7 +36,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
-    items.sort(key=lambda item: (item.nodeid.split("::")[0] not in LONGEST_MODULES,
+    def first(module: str) -> int:
+        return LONGEST_MODULES.index(module) if module in LONGEST_MODULES else len(LONGEST_MODULES)
+
+    items.sort(key=lambda item: (first(item.nodeid.split("::")[0]),
                                  item.get_closest_marker("after_module") is not None))
 
 

@@ -155,18 +155,8 @@ def tmpfs(path: Path, size_kb: int, read_only: bool = False, fill_from: Path | N
 
 def inferred_schema(output_root: Path) -> str:
     """The schema InferredSchemaGen wrote under `output_root`, as text with its features
-    and string domains in name order. TFDV lists a schema-less StatisticsGen's features in
-    the order its statistics first met them, which follows how the examples were batched
-    (tfx_bsl's Beam source starts with a batch of one record, a local run's reader with
-    1,000): the same schema, listed in another order."""
-    from google.protobuf import text_format
-    from tensorflow_metadata.proto.v0 import schema_pb2
+    and string domains in name order (`pipeline.inspect.parity.schema_in_name_order`)."""
+    from pipeline.inspect import parity
 
     (path,) = Path(output_root).glob("pipeline_root/InferredSchemaGen/schema/*/schema.pbtxt")
-    schema = text_format.Parse(path.read_text(), schema_pb2.Schema())
-    for field in ("feature", "string_domain"):
-        items = [type(item).FromString(item.SerializeToString())
-                 for item in sorted(getattr(schema, field), key=lambda item: item.name)]
-        del getattr(schema, field)[:]
-        getattr(schema, field).extend(items)
-    return text_format.MessageToString(schema)
+    return parity.schema_in_name_order(str(path))

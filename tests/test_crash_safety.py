@@ -18,10 +18,10 @@ NODES = {
 }
 
 
-def _run_until_a_node_finishes(argv, timeout, already_killed_after):
+def _run_until_a_node_finishes(argv, timeout, already_killed_after, only=None):
     """Runs the command line and SIGKILLs it as soon as a node it executed (not one served
-    from cache) has finished, the first not in `already_killed_after`; returns that
-    node (None if the run ended first) and the output."""
+    from cache) has finished, the first not in `already_killed_after` (or node `only`);
+    returns that node (None if the run ended first) and the output."""
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     seen, killed_after = [], None
     try:
@@ -29,7 +29,7 @@ def _run_until_a_node_finishes(argv, timeout, already_killed_after):
             seen.append(line)
             if line.startswith("["):
                 node, how = line.split("]", 1)[1].split()[0], line.split()[-1]
-                if how != "cached" and node not in already_killed_after and node != RESOLVER:
+                if how != "cached" and node not in already_killed_after and node != RESOLVER and only in (None, node):
                     process.send_signal(signal.SIGKILL)  # the next node is about to start
                     killed_after = node
                     break
@@ -79,11 +79,8 @@ def test_a_kill_inside_the_pusher_after_its_rename_pushes_once(
     """The Pusher renamed the version into place and was killed before MLMD recorded it:
     the re-run reuses the evaluated model and recognizes the version as its own."""
     ws = slice_workspace
-    killed_after = []
-    while "Evaluator" not in killed_after:
-        node, status, out = _run_until_a_node_finishes(cli_argv("run", *ws.locations()), run_timeout, killed_after)
-        assert node is not None and status == -signal.SIGKILL, out
-        killed_after.append(node)
+    node, status, out = _run_until_a_node_finishes(cli_argv("run", *ws.locations()), run_timeout, [], "Evaluator")
+    assert node == "Evaluator" and status == -signal.SIGKILL, out
     (model,) = (ws.out / "pipeline_root" / "Trainer" / "model").glob("*/Format-Serving")
     shutil.copytree(model, ws.model_dir / "1700000000")  # what the Pusher's rename leaves
 

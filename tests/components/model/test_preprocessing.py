@@ -99,3 +99,20 @@ def test_missing_bucketized_value_gets_the_extra_bucket(applied_to_new_rows):
     present, missing = (row["pickup_latitude_xf"] for row in applied_to_new_rows)
     assert 0 <= present < latitude.size
     assert missing == latitude.missing_id == latitude.size
+
+
+def test_a_z_score_does_not_depend_on_how_the_rows_were_batched(tmp_path):
+    """The same rows analyzed in batches of 7 and of 1,000 give the same bits: the local
+    run's reader and Beam's source batch differently (docs/speedups-parity.md)."""
+    fares = np.random.default_rng(0).lognormal(2.5, 0.8, 2000).astype(np.float32)
+    rows = [_row(float(fare), label=int(fare > 12.0)) for fare in fares]
+    metadata = dataset_metadata.DatasetMetadata(schema_utils.schema_from_feature_spec(features.raw_feature_spec()))
+    scored = []
+    for batch_size in (7, 1000):
+        with tft_beam.Context(temp_dir=str(tmp_path / str(batch_size)), desired_batch_size=batch_size,
+                              force_tf_compat_v1=True):
+            (outputs, _), _ = (rows, metadata) | tft_beam.AnalyzeAndTransformDataset(preprocessing.preprocessing_fn)
+        scored.append(np.array([row["fare_xf"] for row in outputs], dtype=np.float32))
+    assert scored[0].dtype == np.float32
+    np.testing.assert_array_equal(scored[0], scored[1])
+    assert abs(float(scored[0].mean())) < 1e-3 and abs(float(scored[0].std()) - 1.0) < 1e-3
