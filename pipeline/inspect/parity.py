@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import glob
 import json
+import math
 import os
 import re
 from typing import Dict, List, Sequence, Tuple
@@ -47,6 +48,8 @@ class Tolerance:
         return self.absolute + self.relative * max(abs(a), abs(b)) + self.of_scale * scale
 
     def holds(self, a: float, b: float, scale: float = 0.0) -> bool:
+        if math.isnan(a) or math.isnan(b):  # undefined in both (a slice without positives) is the same
+            return math.isnan(a) and math.isnan(b)
         return abs(a - b) <= self.allowed(a, b, scale)
 
     def __str__(self) -> str:
@@ -66,7 +69,7 @@ SKETCH_EPSILON = 0.01
 TOLERANCES: Dict[str, Tolerance] = {
     # Every number of StatisticsGen's and the data gate's feature statistics but those
     # below: counts, means and deviations (float sums), top values, ranks.
-    "statistics": Tolerance(relative=1e-6, absolute=1e-9),
+    "statistics": Tolerance(relative=1e-9, absolute=1e-9),
     # The numbers TFDV reads off its quantile sketch, whose merges follow the batches: the
     # quantile histograms' boundaries and counts, the equi-width histograms' counts, the
     # median. Two sketches each within epsilon of the true ranks are within 2 epsilon of
@@ -258,9 +261,21 @@ def read(output_root: str, examples: Sequence[bytes] = ()) -> RunNumbers:
                                   "metrics": metrics, "scores": scored}, scales)
 
 
+def _difference(a: float, b: float) -> float:
+    """|a - b|, with NaN the same as NaN and infinitely far from any number."""
+    if math.isnan(a) or math.isnan(b):
+        return 0.0 if math.isnan(a) and math.isnan(b) else math.inf
+    return abs(a - b)
+
+
 def _relative(a: float, b: float) -> float:
     scale = max(abs(a), abs(b))
-    return abs(a - b) / scale if scale else 0.0
+    return _difference(a, b) / scale if scale else _difference(a, b)
+
+
+def _share(tolerance: Tolerance, a: float, b: float, scale: float) -> float:
+    """The share of its tolerance a difference uses: above 1 is outside."""
+    return _difference(a, b) / max(tolerance.allowed(a, b, scale), 1e-300)
 
 
 def _summary(kind: str, first: RunNumbers, second: RunNumbers) -> KindSummary:
@@ -269,11 +284,11 @@ def _summary(kind: str, first: RunNumbers, second: RunNumbers) -> KindSummary:
     shared = sorted(set(a) & set(b))
     # The smaller run's scale: the stricter.
     scales = {n: min(first.scales.get(n, 0.0), second.scales.get(n, 0.0)) for n in shared}
-    shares = {n: abs(a[n] - b[n]) / max(tolerance.allowed(a[n], b[n], scales[n]), 1e-300) for n in shared}
+    shares = {n: _share(tolerance, a[n], b[n], scales[n]) for n in shared}
     worst = max(shared, key=lambda n: shares[n], default="")
     return KindSummary(
-        kind=kind, compared=len(shared), equal=sum(a[n] == b[n] for n in shared),
-        max_absolute=max((abs(a[n] - b[n]) for n in shared), default=0.0),
+        kind=kind, compared=len(shared), equal=sum(_difference(a[n], b[n]) == 0.0 for n in shared),
+        max_absolute=max((_difference(a[n], b[n]) for n in shared), default=0.0),
         max_relative=max((_relative(a[n], b[n]) for n in shared), default=0.0),
         worst=f"{worst}: {a[worst]!r} against {b[worst]!r}" if worst else "",
         largest_share=shares[worst] if worst else 0.0,

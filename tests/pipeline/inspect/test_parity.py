@@ -79,6 +79,9 @@ def test_tolerances_hold_inside_and_fail_outside():
     tolerance = parity.Tolerance(relative=1e-6, absolute=1e-9)
     assert tolerance.holds(1.0, 1.0 + 5e-7) and tolerance.holds(0.0, 5e-10)
     assert not tolerance.holds(1.0, 1.0 + 2e-6) and not tolerance.holds(0.0, 2e-9)
+    # A metric undefined in both runs (calibration of a slice without positives) agrees.
+    assert tolerance.holds(float("nan"), float("nan"))
+    assert not tolerance.holds(float("nan"), 1.0) and not tolerance.holds(0.0, float("nan"))
 
 
 def test_a_sketched_number_may_move_within_twice_the_sketchs_error_of_the_feature_s_range():
