@@ -25,19 +25,10 @@ import time
 
 import tensorflow as tf
 
-from components.model import features
+from pipeline.data import dataset
 
 FILES = 4
 LINE_REQUESTS = 10
-
-
-def _examples(data_root: str) -> list:
-    found = []
-    for record in tf.data.TFRecordDataset(sorted(glob.glob(os.path.join(data_root, "span-*", "*"))), "GZIP"):
-        example = tf.train.Example.FromString(record.numpy())
-        del example.features.feature[features.LABEL_KEY]
-        found.append(example.SerializeToString())
-    return found
 
 
 def write_requests(folder: str, examples: list, size: int, file_format: str) -> None:
@@ -78,7 +69,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--format", choices=("examples", "json"), default="examples")
     args = parser.parse_args()
-    examples = _examples(args.data_root)
+    examples = dataset.requests(args.data_root)
     work = tempfile.mkdtemp(prefix="monitor-bench-")
     try:
         warm = os.path.join(work, "warm")

@@ -12,7 +12,6 @@ The rows are `taxi-pipeline make-data --rows N --spans 8 --seed 0`, as in `scale
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import shutil
 import tempfile
@@ -21,23 +20,10 @@ from typing import List
 from scale import Measured, _bin, _timed, make_data
 
 from components import compat
-from components.model import features
+from pipeline.data import dataset
 from pipeline.inspect import parity
 
 SCORED_EXAMPLES = 200
-
-
-def _examples(data_root: str, count: int) -> List[bytes]:
-    """The first `count` examples of the data, label removed, as a client sends them."""
-    import tensorflow as tf
-
-    files = sorted(glob.glob(os.path.join(data_root, "span-*", "*")))
-    found = []
-    for record in tf.data.TFRecordDataset(files, compression_type="GZIP").take(count):
-        example = tf.train.Example.FromString(record.numpy())
-        del example.features.feature[features.LABEL_KEY]
-        found.append(example.SerializeToString())
-    return found
 
 
 def _run(rows: int, data: str, work: str, speedups: bool) -> Measured:
@@ -112,7 +98,7 @@ def main() -> int:
     if failed:
         print(f"{failed[0].label} failed (exit {failed[0].exit_code}):\n{failed[0].tail}")
         return 1
-    examples = _examples(data, SCORED_EXAMPLES)
+    examples = dataset.requests(data, SCORED_EXAMPLES)
     first, second = (parity.read(os.path.join(work, name, "out"), examples) for name in ("with", "without"))
     comparison = parity.compare(first, second)
     write_doc(args.doc, args.rows, runs, first, comparison)

@@ -148,18 +148,10 @@ def slice_workspace(workspace, copy_spans) -> Workspace:
 def examples_without_label() -> Callable[[Path, int], List[bytes]]:
     """`examples_without_label(data_root, count)`: the first `count` serialized examples
     of the spans under `data_root`, label removed, as a client would send them."""
-    import tensorflow as tf
-
-    from components.model import features
+    from pipeline.data import dataset
 
     def read(data_root: Path, count: int) -> List[bytes]:
-        files = sorted(str(path) for path in data_root.glob("span-*/*"))
-        serialized = []
-        for record in tf.data.TFRecordDataset(files, compression_type="GZIP").take(count):
-            example = tf.train.Example.FromString(record.numpy())
-            del example.features.feature[features.LABEL_KEY]
-            serialized.append(example.SerializeToString())
-        return serialized
+        return dataset.requests(str(data_root), count)
 
     return read
 

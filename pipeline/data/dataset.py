@@ -185,3 +185,16 @@ def swap_in(staging: str, out_dir: str) -> None:
         os.rmdir(previous)
         raise
     shutil.rmtree(previous)
+
+
+def requests(data_root: str, count: Optional[int] = None) -> List[bytes]:
+    """The first `count` examples (all by default) of the spans under `data_root`, in span
+    and file order, label removed and serialized: what a client sends the model."""
+    files = [path for span in spans.list_spans(data_root) for path, _ in span.files]
+    records = tf.data.TFRecordDataset(files, compression_type="GZIP")
+    found = []
+    for record in records.take(count) if count is not None else records:
+        example = tf.train.Example.FromString(record.numpy())
+        del example.features.feature[features.LABEL_KEY]
+        found.append(example.SerializeToString())
+    return found

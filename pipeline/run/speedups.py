@@ -1,9 +1,11 @@
 """Every speed-up that reaches into a library's internals, in one place, switchable off.
 
-They remove per-run Python overhead; the artifacts a run produces are the same with and
-without them (tested end to end), except where a library's result follows how the
-examples were batched (see `tfxio_patches`): the last bit of a sum, the order TFDV lists
-features in. They act only in
+They remove per-run Python overhead; a run makes the same decisions and the same model
+with and without them (compared artifact by artifact by `pipeline.inspect.parity`, in the
+tests and at a million rows in docs/speedups-parity.md), and the same numbers except where
+a library's result follows how the examples were batched (see `tfxio_patches`): the last
+bits of TFDV's and TFMA's sums, the values TFDV reads off its quantile sketch (within the
+sketch's error), the order TFDV lists features in. They act only in
 the process that runs the pipeline locally and in the Beam worker processes it starts
 (`pipeline.run.beam_worker`): components in their own containers (Vertex AI, Dataflow
 workers) get the libraries as they are.

@@ -121,3 +121,14 @@ def test_a_conversion_replaces_the_spans_and_leaves_nothing_else_behind(tmp_path
     dataset.convert(str(tmp_path / "in.csv"), str(out))
     dataset.convert(str(tmp_path / "new.csv"), str(out))
     assert sorted(os.listdir(out)) == ["span-9"]
+
+
+def test_requests_are_the_examples_in_span_order_without_their_label(tmp_path):
+    fares = {"1356998400": "4.0", "1400269500": "10.0", "1483142400": "7.0"}  # spans 1, 6, 16
+    _write_csv(tmp_path / "in.csv", [{**ROW, "trip_start_timestamp": t, "fare": f} for t, f in fares.items()])
+    dataset.convert(str(tmp_path / "in.csv"), str(tmp_path / "data"))
+    found = [tf.train.Example.FromString(r) for r in dataset.requests(str(tmp_path / "data"))]
+    assert [e.features.feature["fare"].float_list.value[0] for e in found] == [4.0, 10.0, 7.0]
+    assert all(features.LABEL_KEY not in e.features.feature for e in found)
+    assert [e.features.feature["fare"].float_list.value[0] for e in
+            map(tf.train.Example.FromString, dataset.requests(str(tmp_path / "data"), 2))] == [4.0, 10.0]
