@@ -46,14 +46,27 @@ def _range_id(feature: features.Feature, values: tf.Tensor) -> tf.Tensor:
     return tf.where(in_range, offset, tf.cast(feature.oov_id(), offset.dtype))
 
 
+def _z_score(x: Tensor) -> Tensor:
+    """`tft.scale_to_z_score` in float32, its mean and variance summed in float64: in
+    float32 their last bit follows how the rows were batched, and a model trained on a
+    million rows turns that bit into other weights (docs/vertex.md); float64 also keeps the
+    sums exact far beyond float32's 24 bits. The scaling stays in float32, which TFLite's
+    builtin ops take."""
+    x64 = tf.cast(x, tf.float64)
+    mean = tf.cast(tft.mean(x64), tf.float32)
+    std = tf.cast(tf.sqrt(tft.var(x64)), tf.float32)
+
+    def scale(values: tf.Tensor) -> tf.Tensor:
+        centred = values - mean
+        # As TFT does: a feature with a single value is only centred.
+        return tf.where(tf.not_equal(std, 0.0), centred / std, centred)
+
+    return _map_values(tf.cast(x, tf.float32), scale)
+
+
 def _transform_feature(feature: features.Feature, x: Tensor) -> tf.Tensor:
     if feature.kind is features.Kind.NUMERIC:
-        # Mean and variance summed in float64: in float32 their last bit follows how the
-        # rows were batched, and a model trained on a million rows turns that bit into
-        # other weights (docs/speedups-parity.md); float64 also keeps the sums exact far
-        # beyond float32's 24 bits at tens of millions of rows.
-        scaled = tft.scale_to_z_score(tf.cast(x, tf.float64))
-        return _densify(_map_values(scaled, lambda v: tf.cast(v, tf.float32)), 0.0)
+        return _densify(_z_score(x), 0.0)
     if feature.kind is features.Kind.INTEGER_RANGE:
         return _densify(_map_values(x, lambda v: _range_id(feature, v)), feature.missing_id)
     if feature.kind is features.Kind.BUCKETIZED:

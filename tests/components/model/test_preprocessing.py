@@ -101,10 +101,12 @@ def test_missing_bucketized_value_gets_the_extra_bucket(applied_to_new_rows):
     assert missing == latitude.missing_id == latitude.size
 
 
+@pytest.mark.slow
+@pytest.mark.every_stack
 def test_a_z_score_does_not_depend_on_how_the_rows_were_batched(tmp_path):
     """The same rows analyzed in batches of 7 and of 1,000 give the same bits: the local
-    run's reader and Beam's source batch differently (docs/speedups-parity.md)."""
-    fares = np.random.default_rng(0).lognormal(2.5, 0.8, 2000).astype(np.float32)
+    run's reader and Beam's source batch differently (docs/vertex.md)."""
+    fares = np.random.default_rng(0).lognormal(2.5, 0.8, 1000).astype(np.float32)
     rows = [_row(float(fare), label=int(fare > 12.0)) for fare in fares]
     metadata = dataset_metadata.DatasetMetadata(schema_utils.schema_from_feature_spec(features.raw_feature_spec()))
     scored = []
