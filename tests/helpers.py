@@ -155,8 +155,9 @@ def tmpfs(path: Path, size_kb: int, read_only: bool = False, fill_from: Path | N
 
 def inferred_schema(output_root: Path) -> str:
     """The schema InferredSchemaGen wrote under `output_root`, as text with its features
-    and string domains in name order (`pipeline.inspect.parity.schema_in_name_order`)."""
+    and string domains in name order (`pipeline.inspect.parity.inferred_schema`)."""
     from pipeline.inspect import parity
 
-    (path,) = Path(output_root).glob("pipeline_root/InferredSchemaGen/schema/*/schema.pbtxt")
-    return parity.schema_in_name_order(str(path))
+    found = parity.inferred_schema(str(output_root))
+    assert found, f"no schema of InferredSchemaGen under {output_root}"
+    return found

@@ -139,6 +139,12 @@ def schema_in_name_order(path: str) -> str:
     return text_format.MessageToString(schema)
 
 
+def inferred_schema(output_root: str) -> str:
+    """The schema InferredSchemaGen wrote under `output_root`, in name order ("" if none)."""
+    found = glob.glob(os.path.join(output_root, "pipeline_root", "InferredSchemaGen", "schema", "*", "schema.pbtxt"))
+    return schema_in_name_order(found[0]) if found else ""
+
+
 def _item_key(item: message.Message, index: int) -> str:
     """A repeated message's name in a flattened path: what identifies it (a feature's
     path, a dataset's or histogram's name, a top value, a rank bucket's label), else its
@@ -223,7 +229,7 @@ def scores(model_dir: str, examples: Sequence[bytes]) -> Dict[str, float]:
 def read(output_root: str, examples: Sequence[bytes] = ()) -> RunNumbers:
     """The last finished run under `output_root` (its SQLite store and run record), with
     the scores its pushed model gives `examples`."""
-    with open(os.path.join(output_root, "last_run.json")) as handle:
+    with open(os.path.join(output_root, config.LAST_RUN_FILE)) as handle:
         run_id = json.load(handle)["report"]["run_id"]
     metadata = config.RunConfig(output_root=output_root).metadata
     details = run_details.read(metadata, config.PIPELINE_NAME, run_id)
@@ -239,8 +245,7 @@ def read(output_root: str, examples: Sequence[bytes] = ()) -> RunNumbers:
         "drift over its threshold": str(sorted(m.feature for m in details.drift if m.over)),
         "pushed": str(details.pushed_version is not None),
     }
-    schemas = glob.glob(os.path.join(output_root, "pipeline_root", "InferredSchemaGen", "schema", "*", "schema.pbtxt"))
-    decisions["inferred schema"] = schema_in_name_order(schemas[0]) if schemas else ""
+    decisions["inferred schema"] = inferred_schema(output_root)
     statistics: Dict[str, float] = {}
     for node, key in ((NodeId.STATISTICS_GEN, standard_component_specs.STATISTICS_KEY),
                       (NodeId.DATA_GATE, drift.VERDICT_KEY)):
