@@ -91,6 +91,8 @@ class Week:
     queries: Dict[str, float] = dataclasses.field(default_factory=dict)
     broken: List[int] = dataclasses.field(default_factory=list)
     expected: str = ""
+    # The call's last line: what it decided, and why.
+    said: str = ""
 
 
 def _du(path: str) -> int:
@@ -215,6 +217,7 @@ def soak(args: argparse.Namespace, work: str) -> List[Week]:
             mlmd_bytes=os.path.getsize(os.path.join(out, "metadata.sqlite")),
             rows=_rows(os.path.join(out, "metadata.sqlite")), versions=after,
             pushes=len(set(after) - set(before)), expected=expected,
+            said=next((line.strip() for line in reversed(printed.splitlines()) if line.strip()), ""),
         )
         if week in (5, 12, 26, 39) or week == args.weeks:
             measured = subprocess.run([sys.executable, "-c", QUERIES, out, serving], capture_output=True, text=True)
@@ -284,6 +287,7 @@ def goals(weeks: List[Week]) -> List[str]:
     wrong = [w.week for w in weeks if not _right(w)]
     lines.append(f"- Decisions: {len(weeks) - len(wrong)} of {len(weeks)} right"
                  + (f"; wrong in weeks {wrong}" if wrong else "") + ".")
+    lines.extend(f"  - Week {w.week} said: {w.said}" for w in weeks if not _right(w))
     broken = sorted({v for w in weeks for v in w.broken})
     lines.append(f"- Served versions with broken lineage: {broken or 'none'}.")
     return lines

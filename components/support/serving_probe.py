@@ -37,6 +37,10 @@ DEFAULT_BUDGET_MS = 50.0
 # Single-example requests timed; the first few warm the session and are not counted.
 TIMED_REQUESTS = 200
 WARM_UP_REQUESTS = 20
+# Timings of those requests before a model over budget is refused: another process taking
+# the host's cores for a moment puts a few requests over budget (p99 68 ms, p50 1.3 ms,
+# seen beside two training runs); a model slower by itself is over budget every time.
+TIMINGS = 3
 # The argument of a probe started ahead of its model (see the module doc).
 WAIT_FLAG = "--wait"
 # The fields of the lines a probe started ahead reads.
@@ -112,22 +116,29 @@ def load_and_warm(model_dir: str) -> Union[Loaded, Dict[str, object]]:
 
 
 def time_requests(loaded: Loaded, budget_ms: float, timed: int = TIMED_REQUESTS) -> Dict[str, object]:
-    """Times `timed` single-example requests of `serving_default` against `budget_ms` (p99):
-    the findings `ok`, `reason`, `requests`, `p50_ms`, `p99_ms`."""
+    """Times `timed` single-example requests of `serving_default` against `budget_ms` (p99),
+    up to `TIMINGS` times while over budget, and keeps the fastest timing: the findings
+    `ok`, `reason`, `requests`, `p50_ms`, `p99_ms`, `timings`."""
     import numpy as np
 
-    seconds = []
-    for index in range(WARM_UP_REQUESTS + timed):
-        started = time.perf_counter()
-        loaded.session.run(loaded.fetch, feed_dict={loaded.feed: [loaded.singles[index % len(loaded.singles)]]})
-        if index >= WARM_UP_REQUESTS:
-            seconds.append(time.perf_counter() - started)
-    p50, p99 = (float(np.percentile(seconds, q)) * 1000 for q in (50, 99))
+    timings = []  # (p50, p99) in ms, one per timing
+    while len(timings) < TIMINGS and not (timings and min(t[1] for t in timings) <= budget_ms):
+        seconds = []
+        for index in range(WARM_UP_REQUESTS + timed):
+            started = time.perf_counter()
+            loaded.session.run(loaded.fetch, feed_dict={loaded.feed: [loaded.singles[index % len(loaded.singles)]]})
+            if index >= WARM_UP_REQUESTS:
+                seconds.append(time.perf_counter() - started)
+        timings.append(tuple(float(np.percentile(seconds, q)) * 1000 for q in (50, 99)))
+    p50, p99 = min(timings, key=lambda t: t[1])
+    timing = len(timings)
     replayed = loaded.replayed
-    findings = {"ok": p99 <= budget_ms, "requests": replayed, "p50_ms": p50, "p99_ms": p99, "budget_ms": budget_ms}
+    findings = {"ok": p99 <= budget_ms, "requests": replayed, "p50_ms": p50, "p99_ms": p99, "budget_ms": budget_ms,
+                "timings": timing}
     findings["reason"] = (
         f"{replayed} warmup request(s) answered with probabilities; p99 of {timed} single-example requests "
         f"{p99:.2f} ms (p50 {p50:.2f} ms), budget {budget_ms:g} ms"
+        + (f", the fastest of {timing} timings" if timing > 1 else "")
     )
     if not findings["ok"]:
         findings["reason"] = f"too slow: {findings['reason']}"

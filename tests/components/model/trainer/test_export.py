@@ -16,6 +16,7 @@ from tensorflow_serving.apis import prediction_log_pb2
 from components.model import features
 from components.model.trainer import data, export
 from components.model.trainer import model as model_lib
+from components.support import serving_probe
 
 
 @pytest.fixture(scope="module")
@@ -257,6 +258,8 @@ def test_the_serving_check_fails_a_model_over_its_latency_budget(exported):
 
     findings = serving_check.run_in_fresh_process(exported[0], budget_ms=1e-6)
     assert not findings["ok"] and findings["reason"].startswith("too slow: ")
+    # Refused only after every timing was over budget.
+    assert findings["timings"] == serving_probe.TIMINGS and f"fastest of {serving_probe.TIMINGS}" in findings["reason"]
 
 
 def test_the_serving_check_fails_a_model_without_warmup_requests_or_that_does_not_load(exported, tmp_path):
