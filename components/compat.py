@@ -5,8 +5,8 @@
 
 The rest of the code base is the same on both: it takes Keras from here (`keras`) and
 calls the few functions below where the two Keras versions differ. Differences that one
-spelling valid on both absorbs are written that way where they are used (README,
-"Stacks", lists them). Importing this module is cheap: it reads package versions, sets
+spelling valid on both absorbs are written that way where they are used (docs/stacks.md
+lists them). Importing this module is cheap: it reads package versions, sets
 the Keras switch where the stack needs it, and imports TensorFlow only when `keras` or a
 function is first used.
 """

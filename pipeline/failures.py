@@ -151,7 +151,7 @@ def resource_limit(err: BaseException) -> Optional[str]:
         return (f"a quota ran out ({short(err)}): wait, or raise the quota, then run again. {NOTHING_CHANGED}")
     if isinstance(err, MemoryError) or any(s in text for s in OUT_OF_MEMORY) or not isinstance(err, OSError):
         return ("out of memory: the run needed more than this machine has (the log names the component); "
-                "give it more memory, or fewer rows per run (see README, At scale). " + NOTHING_CHANGED)
+                "give it more memory, or fewer rows per run (docs/at-scale.md). " + NOTHING_CHANGED)
     return None
 
 

@@ -12,7 +12,7 @@ had fails here). It then
    TF Serving replays when it loads the model) and checks that each answer holds one
    finite probability in [0, 1] per example;
 2. times single-example requests of the `serving_default` signature, and checks their
-   p99 latency against a budget (`DEFAULT_BUDGET_MS`, measured: see README).
+   p99 latency against a budget (`DEFAULT_BUDGET_MS`, measured: docs/operations.md).
 
 TFX's InfraValidator does this in a TF Serving container; it needs Docker or Kubernetes
 and cannot be compiled for Kubeflow Pipelines v2. This check needs neither and compiles.

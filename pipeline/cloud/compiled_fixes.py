@@ -1,7 +1,7 @@
 """Fixes to what TFX 1.16 and 1.21 compile (their KubeflowV2 compilers are the same), where
 they leave no public switch. One function per fix.
 
-Each has a test (tests/pipeline/test_compiled_fixes.py) that compiles the real pipeline
+Each has a test (tests/pipeline/cloud/test_compiled_fixes.py) that compiles the real pipeline
 and checks both that TFX still compiles the thing being fixed and that the fix applies,
 so a TFX upgrade that changes either fails loudly instead of silently.
 """

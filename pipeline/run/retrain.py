@@ -5,7 +5,7 @@ had the same inputs (the window's data bytes, code, schema, settings, library ve
 So a new span, an edited schema or a code change is trained on at the next call, and a
 call with nothing new does nothing, in well under a second.
 
-What a scheduler sees (README, "Scheduled retraining"): each decision's exit status
+What a scheduler sees (docs/retraining.md): each decision's exit status
 is returned once, by the call that made it: 0 pushed, 3 not blessed, 4 data rejected.
 A later call with nothing new exits 0 and says which run decided what, and when; a
 monitor alerting on non-zero statuses alerts once per decision, not once per call. The
