@@ -80,13 +80,13 @@ test-fast: lint
 
 # This stack's whole suite, then every other stack's stack-dependent part (SUITE=every-stack),
 # each where it loads, then the compiled pipeline in each stack's image (test-image).
-# The images and the emulator build meanwhile, at the lowest CPU priority, into
+# The images and the emulator build meanwhile, at the lowest CPU and disk priority, into
 # .image-build.log: on a machine with cold caches that is a quarter of an hour of pip and
 # mmdebstrap the image tests would otherwise wait for, and with warm ones a minute. The
 # tools the builds and the tests install come first, one apt-get at a time.
 test-all-stacks: $(STAMP) test-tools
 	@scripts/image tools
-	@setsid nice -n 19 sh -c '$(MAKE) --no-print-directory image && scripts/gcs-emulator' \
+	@setsid nice -n 19 ionice -c 3 sh -c '$(MAKE) --no-print-directory image && scripts/gcs-emulator' \
 	    > .image-build.log 2>&1 & build=$$!; \
 	trap 'kill -- -$$build 2>/dev/null' EXIT; \
 	$(MAKE) --no-print-directory test || exit $$?; \

@@ -37,10 +37,11 @@ DEFAULT_BUDGET_MS = 50.0
 # Single-example requests timed; the first few warm the session and are not counted.
 TIMED_REQUESTS = 200
 WARM_UP_REQUESTS = 20
-# Timings of those requests before a model over budget is refused: another process taking
-# the host's cores for a moment puts a few requests over budget (p99 68 ms, p50 1.3 ms,
-# seen beside two training runs); a model slower by itself is over budget every time.
-TIMINGS = 3
+# Passes over those requests: each request's latency is its fastest pass. Other processes
+# taking the host's cores hold up a few requests of any one pass (a pass's p99 of 60-68 ms
+# against a p50 of 1.3-1.7 ms, seen beside two training runs and an image build), and
+# seldom the same request in every pass; a model slow by itself is slow in every pass.
+PASSES = 3
 # The argument of a probe started ahead of its model (see the module doc).
 WAIT_FLAG = "--wait"
 # The fields of the lines a probe started ahead reads.
@@ -116,29 +117,26 @@ def load_and_warm(model_dir: str) -> Union[Loaded, Dict[str, object]]:
 
 
 def time_requests(loaded: Loaded, budget_ms: float, timed: int = TIMED_REQUESTS) -> Dict[str, object]:
-    """Times `timed` single-example requests of `serving_default` against `budget_ms` (p99),
-    up to `TIMINGS` times while over budget, and keeps the fastest timing: the findings
-    `ok`, `reason`, `requests`, `p50_ms`, `p99_ms`, `timings`."""
+    """Times `timed` single-example requests of `serving_default` in `PASSES` passes, each
+    request's latency its fastest pass, against `budget_ms` (p99): the findings `ok`,
+    `reason`, `requests`, `p50_ms`, `p99_ms`, `slowest_pass_p99_ms`."""
     import numpy as np
 
-    timings = []  # (p50, p99) in ms, one per timing
-    while len(timings) < TIMINGS and not (timings and min(t[1] for t in timings) <= budget_ms):
-        seconds = []
+    passes = np.zeros((PASSES, timed))
+    for row in passes:
         for index in range(WARM_UP_REQUESTS + timed):
             started = time.perf_counter()
             loaded.session.run(loaded.fetch, feed_dict={loaded.feed: [loaded.singles[index % len(loaded.singles)]]})
             if index >= WARM_UP_REQUESTS:
-                seconds.append(time.perf_counter() - started)
-        timings.append(tuple(float(np.percentile(seconds, q)) * 1000 for q in (50, 99)))
-    p50, p99 = min(timings, key=lambda t: t[1])
-    timing = len(timings)
+                row[index - WARM_UP_REQUESTS] = time.perf_counter() - started
+    fastest = passes.min(axis=0) * 1000
+    p50, p99 = (float(np.percentile(fastest, q)) for q in (50, 99))
     replayed = loaded.replayed
     findings = {"ok": p99 <= budget_ms, "requests": replayed, "p50_ms": p50, "p99_ms": p99, "budget_ms": budget_ms,
-                "timings": timing}
+                "slowest_pass_p99_ms": float(np.percentile(passes, 99, axis=1).max() * 1000)}
     findings["reason"] = (
         f"{replayed} warmup request(s) answered with probabilities; p99 of {timed} single-example requests "
-        f"{p99:.2f} ms (p50 {p50:.2f} ms), budget {budget_ms:g} ms"
-        + (f", the fastest of {timing} timings" if timing > 1 else "")
+        f"{p99:.2f} ms (p50 {p50:.2f} ms; each request's fastest of {PASSES} passes), budget {budget_ms:g} ms"
     )
     if not findings["ok"]:
         findings["reason"] = f"too slow: {findings['reason']}"

@@ -258,8 +258,9 @@ def test_the_serving_check_fails_a_model_over_its_latency_budget(exported):
 
     findings = serving_check.run_in_fresh_process(exported[0], budget_ms=1e-6)
     assert not findings["ok"] and findings["reason"].startswith("too slow: ")
-    # Refused only after every timing was over budget.
-    assert findings["timings"] == serving_probe.TIMINGS and f"fastest of {serving_probe.TIMINGS}" in findings["reason"]
+    # Each request timed in every pass; the slowest pass is at least as slow as the fastest.
+    assert f"fastest of {serving_probe.PASSES} passes" in findings["reason"]
+    assert findings["slowest_pass_p99_ms"] >= findings["p99_ms"] > 0
 
 
 def test_the_serving_check_fails_a_model_without_warmup_requests_or_that_does_not_load(exported, tmp_path):
