@@ -105,7 +105,7 @@ def _metadata_of(args: argparse.Namespace) -> Optional[config.MetadataConfig]:
     that use none."""
     if not hasattr(args, "output_root"):
         return None
-    path = os.path.join(os.path.abspath(args.output_root), "metadata.sqlite")
+    path = os.path.join(os.path.abspath(args.output_root), config.METADATA_FILE)
     return config.MetadataConfig(path, getattr(args, "metadata_mysql", None))
 
 

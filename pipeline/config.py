@@ -26,6 +26,8 @@ DATA_ROOT = "data"
 OUTPUT_ROOT = "tfx_pipeline_output"
 # The record of the last finished runs under the output root (`pipeline.run.run_state`).
 LAST_RUN_FILE = "last_run.json"
+# The SQLite metadata store's file under the output root.
+METADATA_FILE = "metadata.sqlite"
 SERVING_DIR = "serving_model"
 # Pushed versions kept in the serving folder (the newest always among them).
 KEEP_VERSIONS = 3
@@ -256,7 +258,7 @@ class RunConfig:
 
     @property
     def metadata_path(self) -> str:
-        return os.path.join(self.output_root, "metadata.sqlite")
+        return os.path.join(self.output_root, METADATA_FILE)
 
     @property
     def metadata(self) -> MetadataConfig:

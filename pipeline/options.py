@@ -6,8 +6,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+from typing import List
 
+from components.support import spans
 from pipeline import beam_args, config
+
+# The characters that make a path a glob pattern.
+GLOB_CHARACTERS = "*?["
 
 
 def positive(text: str) -> int:
@@ -115,3 +121,47 @@ def beam_command_line(args: argparse.Namespace, local: tuple) -> tuple:
     """The Beam options a command's work runs with: `local` (this process's), turned by
     `--beam` into another target's, then the options given after `--`."""
     return beam_args.command_line(local, beam_target(args), tuple(args.beam_args))
+
+
+def exists(path: str) -> bool:
+    """Whether `path` (local or gs://) exists."""
+    if spans.is_remote(path):
+        import tensorflow as tf
+
+        return tf.io.gfile.exists(path)
+    return os.path.exists(path)
+
+
+def require(path: str, option: str, what_to_do: str) -> None:
+    """A path the user named (or its default) that must exist: ValueError naming the
+    option, the path and what to do when it does not, never an answer as if it were empty."""
+    if not exists(path):
+        raise ValueError(f"{option} {path} does not exist: {what_to_do}")
+
+
+def matching(pattern: str, option: str) -> List[str]:
+    """The files a glob `pattern` matches, sorted (none: an empty list), once the folder
+    it looks in is found to exist; a path without a pattern must exist itself."""
+    import tensorflow as tf
+
+    first = min((pattern.index(c) for c in GLOB_CHARACTERS if c in pattern), default=None)
+    if first is None:
+        require(pattern, option, "check the path")
+    else:
+        folder = os.path.dirname(pattern[:first]) or "."
+        if not exists(folder):
+            raise ValueError(f"{option} {pattern}: its folder {folder} does not exist: check the path")
+    return sorted(tf.io.gfile.glob(pattern))
+
+
+def require_output_root(args: argparse.Namespace) -> bool:
+    """For the commands that read a run's records: the output root must exist unless MLMD
+    is in MySQL; whether its metadata store exists (False: no run wrote there yet)."""
+    if getattr(args, "metadata_mysql", None):
+        return True
+    require(args.output_root, "--output-root", "name the output root a run wrote to (`run --output-root`)")
+    return exists(os.path.join(args.output_root, config.METADATA_FILE))
+
+
+def require_serving_dir(args: argparse.Namespace) -> None:
+    require(args.serving_dir, "--serving-dir", "name the folder runs push to (`run --serving-dir`)")

@@ -39,11 +39,18 @@ def add_lineage(commands: argparse._SubParsersAction) -> None:
 
 def read_back(args: argparse.Namespace, ending: Ending) -> int:
     """`report`, `history` and `lineage`."""
+    has_store = options.require_output_root(args)
+    if args.command == "lineage":
+        options.require_serving_dir(args)
     run_config = options.located(args)
     metadata, pipeline_name = run_config.metadata, run_config.settings.pipeline_name
+    if not (has_store and metadata.exists()):
+        nothing = f"no run wrote to --output-root {args.output_root} yet (it holds no {config.METADATA_FILE})"
+        if args.command == "lineage" or getattr(args, "run", None) is not None:
+            raise ValueError(f"{nothing}: name the output root of the run you mean")
+        print(f"No runs: {nothing}.")
+        return 0
     failures.check_store(metadata, run_config.output_root)
-    if not metadata.exists():
-        raise ValueError(f"no metadata store at {metadata}: no run wrote to --output-root {args.output_root} yet")
     from pipeline.inspect import lineage
 
     if args.command == "history":
@@ -56,18 +63,23 @@ def read_back(args: argparse.Namespace, ending: Ending) -> int:
     elif args.command == "lineage":
         print(lineage.lineage(metadata, run_config.model_serving_dir, args.version))
     else:
-        print(f"Report: {_write_report(run_config.output_root, metadata, pipeline_name, args.run)}")
+        page = _write_report(run_config.output_root, metadata, pipeline_name, args.run)
+        print(f"Report: {page}" if page else f"No runs in {metadata} yet: no page to write.")
     return 0
 
 
-def _write_report(output_root: str, metadata: config.MetadataConfig, pipeline_name: str, run: Optional[str]) -> str:
+def _write_report(output_root: str, metadata: config.MetadataConfig, pipeline_name: str,
+                  run: Optional[str]) -> Optional[str]:
+    """The page of `run` (default: the newest run) written again; None when no run is recorded."""
     from pipeline.inspect import lineage, report_page, run_details, run_report
 
     store = run_report.connect(metadata)
     known = lineage.run_ids(store)
     matching = [run_id for run_id in known if run is None or run_id.startswith(run)]
+    if not matching and run is None:
+        return None
     if not matching:
-        raise LookupError(f"no run {run!r} in {metadata}" if run else f"no runs in {metadata}")
+        raise LookupError(f"no run {run!r} in {metadata}")
     if run is not None and len(matching) > 1 and run not in matching:
         raise LookupError(f"{run!r} names {len(matching)} runs: {', '.join(matching[:5])}; give more of the id")
     run_id = run if run in matching else matching[0]

@@ -27,6 +27,10 @@ def add_predict(commands: argparse._SubParsersAction) -> None:
 def predict_files(args: argparse.Namespace, ending: Ending) -> int:
     from pipeline.ops import predict
 
+    options.require_serving_dir(args)
+    if not options.matching(args.input, "--input"):
+        print(f"No files match --input {args.input}: nothing scored.")
+        return 0
     started = time.perf_counter()
     model = predict.run(predict.PredictConfig(
         model=args.model, input_glob=args.input, output_dir=args.output, serving_dir=args.serving_dir,
@@ -62,6 +66,10 @@ def add_monitor(commands: argparse._SubParsersAction) -> None:
 def monitor_traffic(args: argparse.Namespace, ending: Ending) -> int:
     from pipeline.ops import alerts, monitor
 
+    options.require_serving_dir(args)
+    if not options.matching(args.requests, "--requests"):
+        print(f"No files match --requests {args.requests}: no traffic to judge.")
+        return 0
     run_config = options.located(args)
     try:
         result = monitor.run(monitor.MonitorConfig(

@@ -56,9 +56,12 @@ def _add_retention_options(command: argparse.ArgumentParser) -> None:
 
 def collect(args: argparse.Namespace, ending: Ending) -> int:
     """`gc`: under the output root's lock, remove what nothing needs (`pipeline.run.retention`)."""
+    has_store = options.require_output_root(args)
     resolved = options.located(args)
-    if not resolved.metadata.exists():
-        raise ValueError(f"no metadata store at {resolved.metadata}: nothing to collect in {args.output_root}")
+    if not (has_store and resolved.metadata.exists()):
+        print(f"Nothing to collect: no run wrote to --output-root {args.output_root} yet "
+              f"(it holds no {config.METADATA_FILE}).")
+        return 0
     try:
         with lock.RunLock(resolved.output_root, "gc"):
             failures.check_store(resolved.metadata, resolved.output_root, writable=not args.dry_run)

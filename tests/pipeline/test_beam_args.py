@@ -35,14 +35,15 @@ def test_dataflow_options():
     assert (workers.sdk_container_image, workers.max_num_workers) == (IMAGE, 10)
 
 
-def test_flink_with_worker_pools_beside_the_task_managers_and_a_local_job_server_jar():
+def test_flink_with_worker_pools_beside_the_task_managers_and_a_local_job_server_jar(tmp_path):
+    jar = tmp_path / "beam-flink-job-server.jar"
+    jar.write_bytes(b"PK")
     options = _options(beam_args.BeamTarget("flink", flink_master="flink-jobmanager:8081",
-                                            worker_pool="localhost:50000",
-                                            flink_job_server_jar="/opt/beam-flink-job-server.jar", workers=4))
+                                            worker_pool="localhost:50000", flink_job_server_jar=str(jar), workers=4))
     assert options.view_as(StandardOptions).runner == "FlinkRunner"
     flink = options.view_as(FlinkRunnerOptions)
     assert (flink.flink_master, flink.flink_job_server_jar, flink.parallelism) == (
-        "flink-jobmanager:8081", "/opt/beam-flink-job-server.jar", 4)
+        "flink-jobmanager:8081", str(jar), 4)
     portable = options.view_as(PortableOptions)
     assert (portable.environment_type, portable.environment_config) == ("EXTERNAL", "localhost:50000")
     assert int(portable.sdk_worker_parallelism) == 4
@@ -76,6 +77,8 @@ def test_the_local_portable_stack():
     (beam_args.BeamTarget("spark", job_endpoint="h:1", worker_pool="h:2", sdk_image=IMAGE), ["not both"]),
     (beam_args.BeamTarget("dataflow", sdk_image=IMAGE),
      ["--dataflow-project", "--dataflow-region", "--temp-location"]),
+    (beam_args.BeamTarget("flink", flink_master="h:1", worker_pool="h:2", flink_job_server_jar="/no/such.jar"),
+     ["--flink-job-server-jar /no/such.jar does not exist"]),
 ])
 def test_a_target_missing_a_setting_names_the_flag(target, says):
     problems = target.problems()
