@@ -193,6 +193,9 @@ class Settings:
 
 # The MySQL account of `--metadata-mysql`, from the environment (never a flag or a file).
 MYSQL_USER_ENV, MYSQL_PASSWORD_ENV = "TAXI_MLMD_USER", "TAXI_MLMD_PASSWORD"
+# The alert webhook's URL, which carries its credential: from here or `--notify-file`,
+# it stays out of shell history, cron files and `ps`.
+NOTIFY_URL_ENV = "TAXI_NOTIFY_URL"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -319,7 +322,8 @@ class KubeflowConfig:
         if not self.image:
             raise ValueError("an image is required")
         if self.notify_url and not self.notify_url.startswith(("https://", "http://")):
-            raise ValueError(f"the notify URL must be an http(s):// webhook, got {self.notify_url!r}")
+            # Not echoed: without its scheme it is still a credential.
+            raise ValueError("the notify URL must be an http(s):// webhook; the one given starts otherwise")
 
     @property
     def model_serving_dir(self) -> str:

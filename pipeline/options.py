@@ -32,7 +32,26 @@ def add_latency_budget(command: argparse.ArgumentParser) -> None:
 def add_notify(command: argparse.ArgumentParser) -> None:
     command.add_argument("--notify", default=None, metavar="URL",
                          help="POST a JSON summary to this Slack-compatible webhook when the command ends, "
-                              "whatever the outcome (a failure to notify never changes the exit status)")
+                              "whatever the outcome (a failure to notify never changes the exit status); the URL "
+                              f"is a credential: prefer --notify-file or {config.NOTIFY_URL_ENV}, which keep it "
+                              "out of shell history and ps")
+    command.add_argument("--notify-file", default=None, metavar="PATH",
+                         help=f"--notify's URL, read from this file's first line (default: ${config.NOTIFY_URL_ENV})")
+
+
+def notify_url(args: argparse.Namespace, from_environment: bool = True) -> str:
+    """The alert webhook's URL: `--notify`, else `--notify-file`'s first line, else (when
+    `from_environment`) the environment's `NOTIFY_URL_ENV`; "" for none."""
+    if args.notify:
+        return args.notify
+    if args.notify_file:
+        require(args.notify_file, "--notify-file", "give a file whose first line is the webhook URL")
+        with open(args.notify_file) as handle:
+            url = handle.readline().strip()
+        if not url:
+            raise ValueError(f"--notify-file {args.notify_file} is empty: write the webhook URL on its first line")
+        return url
+    return os.environ.get(config.NOTIFY_URL_ENV, "").strip() if from_environment else ""
 
 
 def located(args: argparse.Namespace) -> config.RunConfig:

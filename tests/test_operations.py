@@ -223,7 +223,7 @@ def test_a_failed_run_is_alerted_and_a_dead_webhook_changes_no_exit_status(
     unchanged = taxi_pipeline("run", *ws.locations(), "--notify", "http://127.0.0.1:9/unreachable")
     assert unchanged.returncode == 0, unchanged.stdout + unchanged.stderr
     log = (ws.out / "logs").glob("run-*.log")
-    assert any("could not notify http://127.0.0.1:9/unreachable" in path.read_text() for path in log)
+    assert any("could not notify http://127.0.0.1:9/…:" in path.read_text() for path in log)
 
 
 def test_batch_scores_equal_the_saved_models_own(copy_of_finished_run, taxi_pipeline, examples_without_label, tmp_path):

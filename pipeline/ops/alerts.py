@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any, Dict, List, Optional
 
@@ -49,13 +50,21 @@ def post(url: str, payload: Dict[str, Any], timeout: float = TIMEOUT_SECONDS) ->
     return problem[0] if not worker.is_alive() else f"the webhook did not answer within {timeout:g} s"
 
 
+def shown(url: str) -> str:
+    """`url` as logs and messages name it: its scheme and host only, since a webhook's
+    path and query carry its credential (Slack's, Teams' and PagerDuty's do)."""
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}/…" if parts.scheme and parts.netloc else "(a webhook)"
+
+
 def send(url: str, payload: Dict[str, Any]) -> bool:
     """`post`, with the failure logged (never raised); True when it was delivered."""
     problem = post(url, payload)
     if problem is None:
-        logging.info("notified %s", url)
+        logging.info("notified %s", shown(url))
         return True
-    logging.warning("could not notify %s: %s (the run's outcome is unchanged)", url, problem)
+    logging.warning("could not notify %s: %s (the run's outcome is unchanged)", shown(url),
+                    problem.replace(url, shown(url)))
     return False
 
 

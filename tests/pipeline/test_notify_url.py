@@ -1,0 +1,54 @@
+"""The alert webhook's URL is a credential: it can come from a file or the environment
+instead of the command line, and logs name only its scheme and host."""
+
+import argparse
+import logging
+
+import pytest
+
+from pipeline import config, options
+from pipeline.ops import alerts
+
+SECRET = "https://hooks.example.com/services/T000/B000/s3cr3t-token"
+
+
+def _args(notify=None, notify_file=None) -> argparse.Namespace:
+    return argparse.Namespace(notify=notify, notify_file=notify_file)
+
+
+def test_the_url_comes_from_the_flag_then_the_file_then_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv(config.NOTIFY_URL_ENV, "https://from-env.example.com/x")
+    secret_file = tmp_path / "webhook"
+    secret_file.write_text(SECRET + "\n# a comment line after the URL\n")
+    assert options.notify_url(_args(notify="https://flag.example.com/y", notify_file=str(secret_file))) == (
+        "https://flag.example.com/y")
+    assert options.notify_url(_args(notify_file=str(secret_file))) == SECRET
+    assert options.notify_url(_args()) == "https://from-env.example.com/x"
+    # Not for `compile`, which would write it into the PipelineJob unasked.
+    assert options.notify_url(_args(), from_environment=False) == ""
+    monkeypatch.delenv(config.NOTIFY_URL_ENV)
+    assert options.notify_url(_args()) == ""
+
+
+def test_a_notify_file_missing_or_empty_is_an_error_naming_it(tmp_path):
+    with pytest.raises(ValueError, match=f"--notify-file {tmp_path / 'nope'} does not exist"):
+        options.notify_url(_args(notify_file=str(tmp_path / "nope")))
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(ValueError, match="is empty: write the webhook URL on its first line"):
+        options.notify_url(_args(notify_file=str(tmp_path / "empty")))
+
+
+@pytest.mark.parametrize("url, shown", [
+    (SECRET, "https://hooks.example.com/…"),
+    ("http://user:password@127.0.0.1:8080/hook?token=t", "http://127.0.0.1:8080/…"),
+    ("hooks.example.com/services/T000/B000/s3cr3t-token", "(a webhook)"),
+])
+def test_logs_name_the_webhook_by_scheme_and_host_only(url, shown):
+    assert alerts.shown(url) == shown
+
+
+def test_a_failed_alert_logs_no_part_of_the_credential(caplog):
+    unreachable = "http://127.0.0.1:9/services/s3cr3t-token"
+    with caplog.at_level(logging.INFO):
+        assert not alerts.send(unreachable, {"text": "x"})
+    assert "http://127.0.0.1:9/…" in caplog.text and "s3cr3t" not in caplog.text
