@@ -44,12 +44,13 @@ def notify_url(args: argparse.Namespace, from_environment: bool = True) -> str:
     `from_environment`) the environment's `NOTIFY_URL_ENV`; "" for none."""
     if args.notify:
         return args.notify
-    if args.notify_file:
-        require(args.notify_file, "--notify-file", "give a file whose first line is the webhook URL")
-        with open(args.notify_file) as handle:
+    path = getattr(args, "notify_file", None)  # `compile` declares --notify alone
+    if path:
+        require(path, "--notify-file", "give a file whose first line is the webhook URL")
+        with open(path) as handle:
             url = handle.readline().strip()
         if not url:
-            raise ValueError(f"--notify-file {args.notify_file} is empty: write the webhook URL on its first line")
+            raise ValueError(f"--notify-file {path} is empty: write the webhook URL on its first line")
         return url
     return os.environ.get(config.NOTIFY_URL_ENV, "").strip() if from_environment else ""
 

@@ -33,6 +33,10 @@ from pipeline.config import EvaluationConfig
 
 PREPROCESSING_FN = "components.model.preprocessing.preprocessing_fn"
 RUN_FN = "components.model.trainer.run.run_fn"
+# The parameter (or custom_config key) of every cached node that runs this package's code:
+# the package's fingerprint, so an edit to that code re-runs the node and what follows
+# (TFX's cache key names an executor's class, not its code).
+CODE_VERSION = "code_version"
 
 TRAIN_SPLIT, EVAL_SPLIT = "train", "eval"
 
@@ -170,7 +174,7 @@ class DataChecks:
 
 def _data_checks(
     data_root: str, schema_path: str, schema_digest: str, window_size: Optional[int], span_listing: str,
-    evaluation: EvaluationConfig, serving_model_dir: str,
+    evaluation: EvaluationConfig, serving_model_dir: str, code_version: str,
 ) -> DataChecks:
     """SpanWindow → ImportExampleGen → StatisticsGen → the schemas → ExampleValidator → DataGate."""
     span_window = window.SpanWindow(
@@ -186,7 +190,8 @@ def _data_checks(
     ).with_id("InferredSchemaGen")
     # The node keeps TFX's id: a store's history of schema imports stays one node's.
     schema = ingest.ImportSchema(
-        schema_file=f"{schema_path.rstrip('/')}/{components.SCHEMA_FILE}", digest=schema_digest
+        schema_file=f"{schema_path.rstrip('/')}/{components.SCHEMA_FILE}", digest=schema_digest,
+        code_version=code_version,
     ).with_id("ImportSchemaGen")
     example_validator = ExampleValidator(
         statistics=statistics_gen.outputs["statistics"], schema=schema.outputs["schema"]
@@ -201,6 +206,7 @@ def _data_checks(
         spans_used=span_window.outputs[window.SPANS_KEY].future()[0].value,
         fresh=span_window.outputs[window.FRESH_KEY].future()[0].value,
         data_root=data_root,
+        code_version=code_version,
     ).with_id(NodeId.DATA_GATE)
     return DataChecks(span_window, example_gen, statistics_gen, inferred_schema, schema, example_validator, data_gate)
 
@@ -243,7 +249,7 @@ def _training(
         splits_config=transform_pb2.SplitsConfig(
             analyze=list(splits.train), transform=list(splits.train) + [splits.eval]
         ),
-        custom_config={"code_version": code_version},
+        custom_config={CODE_VERSION: code_version},
     )
     # The baseline is the model that last reached serving (the Pusher's served
     # blessings), not merely the last one the Evaluator blessed: see components.custom.pusher.
@@ -263,7 +269,7 @@ def _training(
         custom_config={
             "train": dataclasses.asdict(train),
             "export": dataclasses.asdict(export_settings),
-            "code_version": code_version,
+            CODE_VERSION: code_version,
         },
     ).with_id(NodeId.TRAINER)
     evaluator = Evaluator(
@@ -287,6 +293,7 @@ def _pushing(data: DataChecks, training: Training, serving_model_dir: str, keep_
         model=model,
         model_blessing=training.evaluator.outputs["blessing"],
         latency_budget_ms=latency_budget_ms,
+        code_version=code_version,
     ).with_id(NodeId.SERVING_CHECK)
     pusher = staged_pusher.StagedPusher(
         model=model,
@@ -339,8 +346,8 @@ def create_pipeline(
       train: The Trainer's training settings (its `custom_config['train']`).
       export_settings: The Trainer's export settings (its `custom_config['export']`).
       evaluation: Blessing thresholds and the train/eval split.
-      code_version: Fingerprint of the user code; a change re-runs Transform and Trainer,
-        which are referred to by dotted path and otherwise could not see it.
+      code_version: Fingerprint of this package's code, given to every cached node that
+        runs it (`CODE_VERSION`): an edit re-runs that node and what follows.
       keep_versions: Pushed versions kept in `serving_model_dir`; older ones are deleted.
       latency_budget_ms: The serving check's p99 budget for a single-example request.
       window_size: Train on a rolling window of this many newest spans (at least two),
@@ -363,7 +370,7 @@ def create_pipeline(
       enable_cache: Reuse outputs of executions whose inputs did not change.
     """
     data = _data_checks(data_root, schema_path, schema_digest, window_size, span_listing, evaluation,
-                        serving_model_dir)
+                        serving_model_dir, code_version)
     with Cond(data.is_valid()):
         training = _training(data, window_splits(window_size), train, export_settings, evaluation, code_version,
                              warm_start)

@@ -322,6 +322,7 @@ def DataGate(  # a component is named like a class
     data_root: Parameter[str],
     spans_used: Parameter[str],
     fresh: Parameter[int] = 1,
+    code_version: Parameter[str] = "",  # read by the cache key alone: an edit to the gate re-runs it
     beam_pipeline: BeamComponentParameter[beam.Pipeline] = None,
 ) -> None:
     """One verdict on the data: ExampleValidator found no anomaly in any split, and the

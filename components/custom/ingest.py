@@ -152,6 +152,7 @@ def ImportSchema(  # a component is named like a class
     schema_file: Parameter[str],
     digest: Parameter[str],
     schema: OutputArtifact[standard_artifacts.Schema],
+    code_version: Parameter[str] = "",  # read by the cache key alone: an edit here re-runs it
 ) -> None:
     """Copies the curated schema into the pipeline, checked to parse and to be the
     version the pipeline was built with (`digest`, also its cache key)."""

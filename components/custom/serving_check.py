@@ -146,6 +146,7 @@ def ServingCheck(  # a component is named like a class
     model_blessing: InputArtifact[standard_artifacts.ModelBlessing],
     blessing: OutputArtifact[standard_artifacts.ModelBlessing],
     latency_budget_ms: Parameter[float] = DEFAULT_BUDGET_MS,
+    code_version: Parameter[str] = "",  # read by the cache key alone: an edit to the check re-runs it
 ) -> None:
     """Blesses the Evaluator's blessed model for the Pusher when it serves as TF Serving
     would serve it (see the module doc)."""
