@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -15,6 +16,7 @@ from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
 from pipeline import config
+from pipeline.run import store_watch
 from tests.helpers import RUN_TIMEOUT_SECONDS
 from tests.mlmd_builder import DELETED, LIVE, MetadataBuilder
 
@@ -156,6 +158,41 @@ def test_a_server_that_goes_away_mid_run_is_named_and_nothing_is_pushed(
     assert last.startswith(f"error: the metadata store mysql://{address} cannot be used ("), stderr
     assert "start the server or fix --metadata-mysql" in last and "Traceback" not in stderr
     assert not ws.versions() and not (ws.out / "last_run.json").exists()
+
+
+def test_a_server_that_stops_answering_mid_run_ends_it_and_the_next_run_recovers(
+    tmp_path, slice_workspace, cli_argv, taxi_pipeline
+):
+    """A stopped server still accepts connections (its kernel does) and never answers: MLMD
+    alone would wait in its query for good, the output root's lock held."""
+    ws = slice_workspace
+    account = {config.MYSQL_USER_ENV: USER, config.MYSQL_PASSWORD_ENV: PASSWORD}
+    with mariadb(tmp_path / "db") as server:
+        address = f"127.0.0.1:{server.port}/{DATABASE}"
+        process = subprocess.Popen(cli_argv("run", *ws.locations(), "--metadata-mysql", address),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   env={**os.environ, **account, store_watch.SILENCE_ENV: "10"})
+        try:
+            for line in process.stdout:
+                if "StatisticsGen" in line:
+                    server.process.send_signal(signal.SIGSTOP)
+                    break
+            stdout, stderr = process.communicate(timeout=RUN_TIMEOUT_SECONDS)
+        finally:
+            process.kill()
+            server.process.send_signal(signal.SIGCONT)
+        assert process.returncode == 1, stdout + stderr
+        *_, named_log, last = stderr.strip().splitlines()
+        assert last.startswith(f"error: the metadata store mysql://{address} stopped answering mid-run "
+                               "(no answer for "), stderr
+        seconds = int(last.split("(no answer for ", 1)[1].split(" s", 1)[0])
+        assert seconds >= 10, last
+        assert named_log.startswith("Full log: ") and "Traceback" not in stderr
+        assert not ws.versions()
+        # The lock went with the process: the next run, the server back, runs and pushes.
+        again = taxi_pipeline("run", *ws.locations(), "--metadata-mysql", address, env=account)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert len(ws.versions()) == 1
 
 
 def test_gc_on_a_shared_store_counts_and_removes_only_its_own_roots_runs(mysql, tmp_path, monkeypatch):

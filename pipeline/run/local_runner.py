@@ -27,7 +27,7 @@ from components.custom import pusher, serving_check
 from pipeline import config, outcome
 from pipeline import pipeline as pipeline_lib
 from pipeline.inspect import run_report
-from pipeline.run import preflight, run_state, speedups
+from pipeline.run import logs, preflight, run_state, speedups, store_watch
 
 # LocalDagRunner runs the nodes one after another in this process; BeamDagRunner makes
 # each node a step of one Beam pipeline (here on the DirectRunner, in this process too).
@@ -93,12 +93,15 @@ def run(
         # its warmup requests while the Evaluator runs; the check then times requests.
         if rows < config.MULTI_PROCESS_ROWS:
             serving_check.start_spare()
-        try:
-            with speedups.when_done(pipeline_lib.NodeId.TRAINER, _hand_over_model):
-                ORCHESTRATORS[orchestrator]().run_with_ir(ir)
-        finally:
-            serving_check.stop_spare()
-        report = run_report.read_run(run_config.metadata, run_config.settings.pipeline_name, run_id)
+        # A MySQL store that stops answering would hold the run in a query for good.
+        with store_watch.watching(run_config.metadata,
+                                  lambda message: store_watch.end_process(message, logs.current_path(""))):
+            try:
+                with speedups.when_done(pipeline_lib.NodeId.TRAINER, _hand_over_model):
+                    ORCHESTRATORS[orchestrator]().run_with_ir(ir)
+            finally:
+                serving_check.stop_spare()
+            report = run_report.read_run(run_config.metadata, run_config.settings.pipeline_name, run_id)
     report.window_size = run_config.settings.window_size
     report.stack = compat.describe()
     report.ignored = plan.ignored
