@@ -49,6 +49,27 @@ def test_an_edited_schema_is_used_by_the_next_run_and_undoing_the_edit_restores_
     assert states["ImportSchemaGen"] == states["ExampleValidator"] == states["DataGate"] == "cached", states
 
 
+def test_an_edit_to_the_data_gates_code_runs_on_the_next_run_with_the_same_data(copy_of_finished_run, project_copy,
+                                                                                last_run):
+    """TFX's cache key names a custom component's executor, not its code: without the
+    package's fingerprint among its parameters, the gate's verdict came from the cache
+    until new data landed."""
+    ws = copy_of_finished_run
+    versions = ws.versions()
+    gate = project_copy.path / "components" / "custom" / "drift.py"
+    verdict = "verdict.set_int_custom_property(BLESSED_PROPERTY, 1 if schema_ok and spans_ok and not lines else 0)"
+    source = gate.read_text()
+    assert verdict in source, "the gate's verdict line"
+    gate.write_text(source.replace(verdict, "lines = ['an operator made the gate refuse everything']\n        "
+                                            "verdict.set_int_custom_property(BLESSED_PROPERTY, 0)"))
+    stricter = project_copy("run", *ws.locations())
+    assert stricter.returncode == 4, stricter.stdout + stricter.stderr
+    assert "an operator made the gate refuse everything" in stricter.stdout
+    states = _states(last_run(ws.out))
+    assert states["DataGate"] == "ran" and states["StatisticsGen"] == "cached", states
+    assert ws.versions() == versions
+
+
 def test_rewriting_identical_bytes_is_not_a_change(copy_of_finished_run, taxi_pipeline, executions):
     ws = copy_of_finished_run
     first = taxi_pipeline("run", *ws.locations())
