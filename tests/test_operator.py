@@ -55,6 +55,8 @@ def test_an_edit_to_the_data_gates_code_runs_on_the_next_run_with_the_same_data(
     package's fingerprint among its parameters, the gate's verdict came from the cache
     until new data landed."""
     ws = copy_of_finished_run
+    first = project_copy("run", *ws.locations())  # the copy's own paths recorded, every node cached after
+    assert first.returncode == 0, first.stdout + first.stderr
     versions = ws.versions()
     gate = project_copy.path / "components" / "custom" / "drift.py"
     verdict = "verdict.set_int_custom_property(BLESSED_PROPERTY, 1 if schema_ok and spans_ok and not lines else 0)"

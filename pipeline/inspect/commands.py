@@ -44,13 +44,14 @@ def read_back(args: argparse.Namespace, ending: Ending) -> int:
         options.require_serving_dir(args)
     run_config = options.located(args)
     metadata, pipeline_name = run_config.metadata, run_config.settings.pipeline_name
+    # A store missing from an output root that recorded runs is not an empty root.
+    failures.check_store(metadata, run_config.output_root)
     if not (has_store and metadata.exists()):
         nothing = f"no run wrote to --output-root {args.output_root} yet (it holds no {config.METADATA_FILE})"
         if args.command == "lineage" or getattr(args, "run", None) is not None:
             raise ValueError(f"{nothing}: name the output root of the run you mean")
         print(f"No runs: {nothing}.")
         return 0
-    failures.check_store(metadata, run_config.output_root)
     from pipeline.inspect import lineage
 
     if args.command == "history":

@@ -58,6 +58,8 @@ def collect(args: argparse.Namespace, ending: Ending) -> int:
     """`gc`: under the output root's lock, remove what nothing needs (`pipeline.run.retention`)."""
     has_store = options.require_output_root(args)
     resolved = options.located(args)
+    # A store missing from an output root that recorded runs is not an empty root.
+    failures.check_store(resolved.metadata, resolved.output_root)
     if not (has_store and resolved.metadata.exists()):
         print(f"Nothing to collect: no run wrote to --output-root {args.output_root} yet "
               f"(it holds no {config.METADATA_FILE}).")

@@ -94,8 +94,7 @@ def run(
         if rows < config.MULTI_PROCESS_ROWS:
             serving_check.start_spare()
         # A MySQL store that stops answering would hold the run in a query for good.
-        with store_watch.watching(run_config.metadata,
-                                  lambda message: store_watch.end_process(message, logs.current_path(""))):
+        with store_watch.watching(run_config.metadata, logs.current_path("")):
             try:
                 with speedups.when_done(pipeline_lib.NodeId.TRAINER, _hand_over_model):
                     ORCHESTRATORS[orchestrator]().run_with_ir(ir)

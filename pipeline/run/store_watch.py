@@ -1,25 +1,32 @@
 """A watch on a MySQL metadata store for the length of a run.
 
-ML Metadata's MySQL client has no read timeout: a server that stops answering mid-run
-without closing its sockets (stopped, a network that drops packets) holds the run in a
-query forever, and a scheduler's next call finds the output root's lock held. While a
-run works, a thread greets the server every `PROBE_SECONDS` (`failures.check_store`,
-itself bounded); when it has not answered for `silence_seconds()` the run ends: one
-line naming the store and what to do, the log named before it, exit 1. The process ends
-as a kill would end it, which every run survives (docs/operations.md): the lock goes
-with the process, nothing is pushed but by the Pusher's last rename, and the next run
-resumes from what the store recorded.
+ML Metadata's MySQL client has no read timeout, and holds Python's GIL while it waits:
+a server that stops answering mid-run without closing its sockets (stopped, a network
+that drops packets) holds the run in a query forever, every thread of it with it, and a
+scheduler's next call finds the output root's lock held. So the watch is a process of
+its own: while a run works it greets the server every `PROBE_SECONDS`
+(`failures.check_store`, itself bounded); when the server has not answered for
+`silence_seconds()`, it writes the run's last lines (the log named, then what broke and
+what to do) and kills the run. The run ends as a kill ends it (137 in a shell), which
+every run survives (docs/operations.md): the lock goes with the process, nothing is
+pushed but by the Pusher's last rename, and the next run resumes from what the store
+recorded.
+
+    python -m pipeline.run.store_watch PID HOST:PORT/DB LOG_PATH SILENCE_SECONDS
+
+watches for PID until its standard input closes (the run's end).
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
+import select
+import signal
+import subprocess
 import sys
-import threading
 import time
-from typing import Callable, Iterator, Optional
+from typing import Iterator, Optional
 
 from pipeline import config, failures
 
@@ -41,44 +48,62 @@ def stalled(metadata: config.MetadataConfig, seconds: float, why: str) -> str:
             + failures.NOTHING_CHANGED)
 
 
-def end_process(message: str, log_path: str) -> None:
-    """Ends the run as a kill would, after its last lines: what a thread can do while the
-    main thread is held in a query that will not return."""
-    logging.error("%s", message)
-    for handler in logging.getLogger().handlers:
-        handler.flush()
-    print(f"Full log: {log_path}\nerror: {message}", file=sys.stderr, flush=True)
-    os._exit(int(config.ExitCode.ERROR))
+def watch(metadata: config.MetadataConfig, run_ended, probe_seconds: float = PROBE_SECONDS,
+          silence: Optional[float] = None) -> Optional[str]:
+    """Greets the store every `probe_seconds` until `run_ended(timeout)` says the run
+    ended (None) or the store stayed silent for `silence` seconds (the message to say)."""
+    limit = silence_seconds() if silence is None else silence
+    silent_since = None
+    while not run_ended(probe_seconds):
+        try:
+            failures.check_store(metadata)
+            silent_since = None
+        except failures.StoreError as err:
+            now = time.monotonic()
+            silent_since = silent_since if silent_since is not None else now - failures.STORE_TIMEOUT_SECONDS
+            if now - silent_since >= limit:
+                why = str(err).split("(", 1)[-1].split(")", 1)[0]
+                return stalled(metadata, now - silent_since, why)
+    return None
 
 
 @contextlib.contextmanager
-def watching(metadata: config.MetadataConfig, on_stall: Callable[[str], None],
-             probe_seconds: float = PROBE_SECONDS, silence: Optional[float] = None) -> Iterator[None]:
-    """Within the block, `on_stall(message)` is called once when a MySQL store has not
-    answered for `silence` seconds (default `silence_seconds()`); a SQLite store needs no watch."""
+def watching(metadata: config.MetadataConfig, log_path: str) -> Iterator[None]:
+    """Within the block, a MySQL store is watched by a process of its own, which ends this
+    process, saying why, when the store stops answering; a SQLite store needs no watch."""
     if metadata.mysql is None:
         yield
         return
-    limit = silence_seconds() if silence is None else silence
-    done = threading.Event()
-
-    def watch() -> None:
-        silent_since = None
-        while not done.wait(probe_seconds):
-            try:
-                failures.check_store(metadata)
-                silent_since = None
-            except failures.StoreError as err:
-                now = time.monotonic()
-                silent_since = silent_since if silent_since is not None else now - failures.STORE_TIMEOUT_SECONDS
-                if now - silent_since >= limit and not done.is_set():
-                    why = str(err).split("(", 1)[-1].split(")", 1)[0]
-                    on_stall(stalled(metadata, now - silent_since, why))
-                    return
-
-    thread = threading.Thread(target=watch, name="metadata-store-watch", daemon=True)
-    thread.start()
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", __name__, str(os.getpid()), str(metadata.mysql), log_path, str(silence_seconds())],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+    )
     try:
         yield
     finally:
-        done.set()
+        watcher.stdin.close()  # the run's end: the watch ends
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            watcher.wait(timeout=failures.STORE_TIMEOUT_SECONDS + 1)
+
+
+def main(argv) -> int:
+    pid, address, log_path, silence = int(argv[1]), argv[2], argv[3], float(argv[4])
+    metadata = config.MetadataConfig("", config.MySqlAddress.parse(address.removeprefix("mysql://")))
+
+    def run_ended(timeout: float) -> bool:
+        readable, _, _ = select.select([sys.stdin], [], [], timeout)
+        return bool(readable) and not sys.stdin.buffer.read1(1)
+
+    message = watch(metadata, run_ended, silence=silence)
+    if message is None:
+        return 0
+    with contextlib.suppress(OSError), open(log_path, "a") as log:
+        log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} ERROR store_watch: {message}\n")
+    print(f"Full log: {log_path}\nerror: {message}", file=sys.stderr, flush=True)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
