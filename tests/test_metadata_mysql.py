@@ -23,6 +23,7 @@ from tests.mlmd_builder import DELETED, LIVE, MetadataBuilder
 pytestmark = pytest.mark.slow
 
 USER, PASSWORD, DATABASE = "mlmd", "mlmd-secret", "taxi_mlmd"
+ACCOUNT = {config.MYSQL_USER_ENV: USER, config.MYSQL_PASSWORD_ENV: PASSWORD}
 # gc's test builds its store by hand, in a database of its own: MySQL compares type names
 # without case, so its "examples" type would be TFX's "Examples" in a shared database.
 GC_DATABASE = "taxi_mlmd_gc"
@@ -99,7 +100,7 @@ def _store(port: int, database: str = DATABASE) -> metadata_store.MetadataStore:
 
 def test_runs_from_two_output_roots_share_one_mysql_store(mysql, slice_workspace, taxi_pipeline, tmp_path):
     ws = slice_workspace
-    account = {"TAXI_MLMD_USER": USER, "TAXI_MLMD_PASSWORD": PASSWORD}
+    account = ACCOUNT
     address = f"127.0.0.1:{mysql}/{DATABASE}"
     first = taxi_pipeline("run", *ws.locations(), "--metadata-mysql", address, env=account)
     assert first.returncode == 0, first.stdout + first.stderr
@@ -134,25 +135,35 @@ def test_runs_from_two_output_roots_share_one_mysql_store(mysql, slice_workspace
     assert bad.returncode == 2 and "HOST:PORT/DATABASE" in bad.stderr
 
 
+def _run_until_statistics(cli_argv, ws, address: str, then, env=None) -> tuple:
+    """`run` on the MySQL store at `address`; `then()` once StatisticsGen started (the run
+    under way, with executions recorded): (the process, its stdout, its stderr)."""
+    process = subprocess.Popen(cli_argv("run", *ws.locations(), "--metadata-mysql", address),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, **ACCOUNT, **(env or {})})
+    try:
+        for line in process.stdout:
+            if "StatisticsGen" in line:
+                then()
+                break
+        stdout, stderr = process.communicate(timeout=RUN_TIMEOUT_SECONDS)
+    finally:
+        process.kill()
+    return process, stdout, stderr
+
+
 def test_a_server_that_goes_away_mid_run_is_named_and_nothing_is_pushed(
     tmp_path, slice_workspace, cli_argv, taxi_pipeline
 ):
     ws = slice_workspace
-    account = {config.MYSQL_USER_ENV: USER, config.MYSQL_PASSWORD_ENV: PASSWORD}
     with mariadb(tmp_path / "db") as server:
         address = f"127.0.0.1:{server.port}/{DATABASE}"
-        process = subprocess.Popen(cli_argv("run", *ws.locations(), "--metadata-mysql", address),
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   env={**os.environ, **account})
-        try:
-            for line in process.stdout:
-                if "StatisticsGen" in line:  # the run is under way, with executions recorded
-                    server.process.kill()
-                    server.process.wait(timeout=60)
-                    break
-            stdout, stderr = process.communicate(timeout=RUN_TIMEOUT_SECONDS)
-        finally:
-            process.kill()
+
+        def kill() -> None:
+            server.process.kill()
+            server.process.wait(timeout=60)
+
+        process, stdout, stderr = _run_until_statistics(cli_argv, ws, address, kill)
     assert process.returncode == 1, stdout + stderr
     last = stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: the metadata store mysql://{address} cannot be used ("), stderr
@@ -166,20 +177,13 @@ def test_a_server_that_stops_answering_mid_run_ends_it_and_the_next_run_recovers
     """A stopped server still accepts connections (its kernel does) and never answers: MLMD
     alone would wait in its query for good, the output root's lock held."""
     ws = slice_workspace
-    account = {config.MYSQL_USER_ENV: USER, config.MYSQL_PASSWORD_ENV: PASSWORD}
     with mariadb(tmp_path / "db") as server:
         address = f"127.0.0.1:{server.port}/{DATABASE}"
-        process = subprocess.Popen(cli_argv("run", *ws.locations(), "--metadata-mysql", address),
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   env={**os.environ, **account, store_watch.SILENCE_ENV: "10"})
         try:
-            for line in process.stdout:
-                if "StatisticsGen" in line:
-                    server.process.send_signal(signal.SIGSTOP)
-                    break
-            stdout, stderr = process.communicate(timeout=RUN_TIMEOUT_SECONDS)
+            process, stdout, stderr = _run_until_statistics(
+                cli_argv, ws, address, lambda: server.process.send_signal(signal.SIGSTOP),
+                {store_watch.SILENCE_ENV: "10"})
         finally:
-            process.kill()
             server.process.send_signal(signal.SIGCONT)
         # Ended as a kill ends it (137 in a shell): MLMD holds the interpreter while it waits.
         assert process.returncode == -signal.SIGKILL, stdout + stderr
@@ -191,7 +195,7 @@ def test_a_server_that_stops_answering_mid_run_ends_it_and_the_next_run_recovers
         assert named_log.startswith("Full log: ") and "Traceback" not in stderr
         assert not ws.versions()
         # The lock went with the process: the next run, the server back, runs and pushes.
-        again = taxi_pipeline("run", *ws.locations(), "--metadata-mysql", address, env=account)
+        again = taxi_pipeline("run", *ws.locations(), "--metadata-mysql", address, env=ACCOUNT)
         assert again.returncode == 0, again.stdout + again.stderr
         assert len(ws.versions()) == 1
 
