@@ -90,7 +90,8 @@ class BeamTarget:
                          "it applies to flink, spark and dataflow")
         if self.workers < 0:
             found.append(f"--beam-workers must be 0 or more, got {self.workers}")
-        if self.flink_job_server_jar and not os.path.isfile(self.flink_job_server_jar):
+        if (self.flink_job_server_jar and not self.flink_job_server_jar.startswith(("http://", "https://"))
+                and not os.path.isfile(self.flink_job_server_jar)):
             found.append(f"--flink-job-server-jar {self.flink_job_server_jar} does not exist: give the path of "
                          "Beam's Flink job server jar on this machine")
         return found

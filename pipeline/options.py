@@ -41,12 +41,23 @@ def add_notify(command: argparse.ArgumentParser) -> None:
 
 def notify_url(args: argparse.Namespace, from_environment: bool = True) -> str:
     """The alert webhook's URL: `--notify`, else `--notify-file`'s first line, else (when
-    `from_environment`) the environment's `NOTIFY_URL_ENV`; "" for none."""
+    `from_environment`) the environment's `NOTIFY_URL_ENV`; "" for none. ValueError, not
+    quoting it, when it is not an http(s) URL."""
+    url = _notify_url(args, from_environment)
+    if url and not url.startswith(("https://", "http://")):
+        raise ValueError("the alert webhook's URL (--notify, --notify-file or "
+                         f"{config.NOTIFY_URL_ENV}) must start with https:// or http://; it is not shown here")
+    return url
+
+
+def _notify_url(args: argparse.Namespace, from_environment: bool) -> str:
     if args.notify:
         return args.notify
     path = getattr(args, "notify_file", None)  # `compile` declares --notify alone
     if path:
-        require(path, "--notify-file", "give a file whose first line is the webhook URL")
+        if not os.path.isfile(path):
+            raise ValueError(f"--notify-file {path} does not exist on this machine: give a file whose first line "
+                             "is the webhook URL")
         with open(path) as handle:
             url = handle.readline().strip()
         if not url:

@@ -40,9 +40,12 @@ def post(url: str, payload: Dict[str, Any], timeout: float = TIMEOUT_SECONDS) ->
     Returns within `timeout` seconds whatever the webhook does: urllib's own timeout
     bounds each socket operation, not a server that trickles its answer, so the request
     runs in a daemon thread that is left behind when time is up."""
-    request = urllib.request.Request(
-        url, data=json.dumps(payload).encode(), method="POST", headers={"Content-Type": "application/json"}
-    )
+    try:
+        request = urllib.request.Request(
+            url, data=json.dumps(payload).encode(), method="POST", headers={"Content-Type": "application/json"}
+        )
+    except ValueError:  # its message would quote the URL, credential and all
+        return "the webhook's URL is not an http(s) URL"
     problem: List[Optional[str]] = [f"the webhook did not answer within {timeout:g} s"]
     worker = threading.Thread(target=_post, args=(request, timeout, problem), daemon=True)
     worker.start()

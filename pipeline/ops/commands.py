@@ -66,12 +66,16 @@ def add_monitor(commands: argparse._SubParsersAction) -> None:
 def monitor_traffic(args: argparse.Namespace, ending: Ending) -> int:
     from pipeline.ops import alerts, monitor
 
-    options.require_serving_dir(args)
-    if not options.matching(args.requests, "--requests"):
-        print(f"No files match --requests {args.requests}: no traffic to judge.")
-        return 0
-    run_config = options.located(args)
     try:
+        options.require_serving_dir(args)
+        if not options.matching(args.requests, "--requests"):
+            nothing = f"No files match --requests {args.requests}: no traffic to judge."
+            print(nothing)
+            if args.notify:  # a scheduled monitor whose request logging stopped is told so
+                alerts.send(args.notify, {"text": f"taxi-pipeline monitor: {nothing}", "command": "monitor",
+                                          "exit_code": 0, "requests": 0})
+            return 0
+        run_config = options.located(args)
         result = monitor.run(monitor.MonitorConfig(
             requests_glob=args.requests, run_config=run_config, model=args.model, file_format=args.format,
             max_malformed=args.max_malformed, beam_args=options.beam_command_line(args, config.local_beam_args()),

@@ -60,7 +60,7 @@ def watch(metadata: config.MetadataConfig, run_ended, probe_seconds: float = PRO
             silent_since = None
         except failures.StoreError as err:
             now = time.monotonic()
-            silent_since = silent_since if silent_since is not None else now - failures.STORE_TIMEOUT_SECONDS
+            silent_since = silent_since if silent_since is not None else now
             if now - silent_since >= limit:
                 why = str(err).split("(", 1)[-1].split(")", 1)[0]
                 return stalled(metadata, now - silent_since, why)
@@ -95,7 +95,7 @@ def main(argv) -> int:
         return bool(readable) and not sys.stdin.buffer.read1(1)
 
     message = watch(metadata, run_ended, silence=silence)
-    if message is None:
+    if message is None or run_ended(0):  # the run ended while the last greeting waited
         return 0
     with contextlib.suppress(OSError), open(log_path, "a") as log:
         log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} ERROR store_watch: {message}\n")

@@ -52,3 +52,13 @@ def test_a_failed_alert_logs_no_part_of_the_credential(caplog):
     with caplog.at_level(logging.INFO):
         assert not alerts.send(unreachable, {"text": "x"})
     assert "http://127.0.0.1:9/…" in caplog.text and "s3cr3t" not in caplog.text
+
+
+def test_a_url_that_is_not_http_is_refused_without_showing_it(monkeypatch):
+    monkeypatch.setenv(config.NOTIFY_URL_ENV, "hooks.example.com/services/s3cr3t")
+    with pytest.raises(ValueError, match="must start with https:// or http://") as raised:
+        options.notify_url(_args())
+    assert "s3cr3t" not in str(raised.value)
+    # And sending to one gives a reason, never the URL in an exception.
+    assert alerts.post("hooks.example.com/services/s3cr3t", {"text": "x"}) == (
+        "the webhook's URL is not an http(s) URL")

@@ -68,8 +68,33 @@ def test_a_server_that_stops_answering_is_named_once_silent_long_enough():
     assert "no answer within 5 s" in message and "the run resumes from the components it recorded" in message
 
 
-def test_a_sqlite_store_is_not_watched(tmp_path):
-    before = threading.active_count()
+def test_a_sqlite_store_is_not_watched(tmp_path, monkeypatch):
+    def no_process(*args, **kwargs):
+        raise AssertionError("a watch process was started for a SQLite store")
+
+    monkeypatch.setattr(store_watch.subprocess, "Popen", no_process)
     with store_watch.watching(config.MetadataConfig(str(tmp_path / "m.sqlite")), str(tmp_path / "run.log")):
-        assert threading.active_count() == before
+        pass
     assert not (tmp_path / "run.log").exists()
+
+
+def test_a_watch_whose_run_ended_says_nothing_and_kills_nothing(tmp_path):
+    """The watch process, its run ended (its standard input closed): it says
+    nothing and kills nothing, however silent the server."""
+    import subprocess
+    import sys
+
+    server = Server()
+    server.answering = False
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        watcher = subprocess.Popen(
+            [sys.executable, "-m", "pipeline.run.store_watch", str(sleeper.pid),
+             f"mysql://127.0.0.1:{server.socket.getsockname()[1]}/mlmd", str(tmp_path / "run.log"), "0.5"],
+            stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        watcher.stdin.close()
+        assert watcher.wait(timeout=60) == 0 and watcher.stderr.read() == ""
+        assert sleeper.poll() is None and not (tmp_path / "run.log").exists()
+    finally:
+        sleeper.kill()
+        server.close()
