@@ -107,5 +107,6 @@ def add_serving(commands: argparse._SubParsersAction) -> None:
 def serving_versions(args: argparse.Namespace, ending: Ending) -> int:
     from pipeline.ops import serving
 
+    options.require_serving_dir(args)
     print(serving.command(args.serving_dir, args.model_name, args.action, args.version))
     return 0

@@ -62,9 +62,6 @@ def card(model_dir: str, version: Optional[int]) -> str:
 def command(serving_dir: str, model_name: str, action: str, version: Optional[int]) -> str:
     """Carries out `action` (list, card, rollback, pin, unpin) and says what serves now."""
     model_dir = os.path.join(serving_dir, model_name)
-    if not tf.io.gfile.exists(serving_dir):
-        raise ValueError(f"--serving-dir {serving_dir} does not exist: name the folder runs push to "
-                         "(`run --serving-dir`)")
     if action == "list":
         return describe(serving_config.state(serving_dir, model_name), model_dir)
     if action == "card":
