@@ -113,9 +113,9 @@ def _dispatch(args: argparse.Namespace, ending: Ending) -> int:
     try:
         if getattr(args, "quiet", False):
             logs.quiet_libraries()
-        if hasattr(args, "notify"):
-            # `compile` writes the URL into the PipelineJob: only when the command line asks.
-            args.notify = options.notify_url(args, from_environment=args.command != "compile")
+        if hasattr(args, "notify") and args.command != "compile":
+            # `compile` refuses a URL (pipeline.cloud.commands): the JSON would hold it.
+            args.notify = options.notify_url(args)
         return args.handler(args, ending)
     except (ValueError, LookupError) as err:
         # Said by this package (or by argument checks), naming what to do; a store found

@@ -304,8 +304,9 @@ class KubeflowConfig:
     serving_dir: str
     settings: Settings = Settings(window_size=WINDOW_SIZE, beam_args=VERTEX_BEAM_ARGS)
     schema_dir: str = IMAGE_SCHEMA_DIR
-    # A Slack-compatible webhook told how each run ended (the exit handler); "" for none.
-    notify_url: str = ""
+    # Where the exit handler reads the URL of the webhook it tells how each job ended (a
+    # Secret Manager secret or env:NAME, `pipeline.cloud.secrets`); "" for no alert.
+    notify_secret: str = ""
 
     def __post_init__(self) -> None:
         # Vertex AI takes the pipeline root as gs:// only; the tasks may read and write the
@@ -321,9 +322,6 @@ class KubeflowConfig:
                 )
         if not self.image:
             raise ValueError("an image is required")
-        if self.notify_url and not self.notify_url.startswith(("https://", "http://")):
-            # Not echoed: without its scheme it is still a credential.
-            raise ValueError("the notify URL must be an http(s):// webhook; the one given starts otherwise")
 
     @property
     def model_serving_dir(self) -> str:

@@ -39,21 +39,21 @@ def add_notify(command: argparse.ArgumentParser) -> None:
                          help=f"--notify's URL, read from this file's first line (default: ${config.NOTIFY_URL_ENV})")
 
 
-def notify_url(args: argparse.Namespace, from_environment: bool = True) -> str:
-    """The alert webhook's URL: `--notify`, else `--notify-file`'s first line, else (when
-    `from_environment`) the environment's `NOTIFY_URL_ENV`; "" for none. ValueError, not
-    quoting it, when it is not an http(s) URL."""
-    url = _notify_url(args, from_environment)
+def notify_url(args: argparse.Namespace) -> str:
+    """The alert webhook's URL: `--notify`, else `--notify-file`'s first line, else the
+    environment's `NOTIFY_URL_ENV`; "" for none. ValueError, not quoting it, when it is
+    not an http(s) URL."""
+    url = _notify_url(args)
     if url and not url.startswith(("https://", "http://")):
         raise ValueError("the alert webhook's URL (--notify, --notify-file or "
                          f"{config.NOTIFY_URL_ENV}) must start with https:// or http://; it is not shown here")
     return url
 
 
-def _notify_url(args: argparse.Namespace, from_environment: bool) -> str:
+def _notify_url(args: argparse.Namespace) -> str:
     if args.notify:
         return args.notify
-    path = getattr(args, "notify_file", None)  # `compile` declares --notify alone
+    path = args.notify_file
     if path:
         if not os.path.isfile(path):
             raise ValueError(f"--notify-file {path} does not exist on this machine: give a file whose first line "
@@ -63,7 +63,7 @@ def _notify_url(args: argparse.Namespace, from_environment: bool) -> str:
         if not url:
             raise ValueError(f"--notify-file {path} is empty: write the webhook URL on its first line")
         return url
-    return os.environ.get(config.NOTIFY_URL_ENV, "").strip() if from_environment else ""
+    return os.environ.get(config.NOTIFY_URL_ENV, "").strip()
 
 
 def located(args: argparse.Namespace) -> config.RunConfig:

@@ -23,9 +23,13 @@ def add_compile(commands: argparse._SubParsersAction) -> None:
                           "0: every span, hash-split")
     kfp.add_argument("--output", default="pipeline.json", help="where to write the PipelineJob JSON")
     options.add_latency_budget(kfp)
-    kfp.add_argument("--notify", default="", metavar="URL",
-                     help="a Slack-compatible webhook the pipeline's exit handler tells how each run ended, "
-                          "even when a component failed")
+    kfp.add_argument("--notify-secret", default="", metavar="NAME",
+                     help="where the exit handler reads the URL of the Slack-compatible webhook it tells how each "
+                          "job ended, even when a component failed: a Secret Manager secret, "
+                          "projects/PROJECT/secrets/SECRET[/versions/VERSION], or env:VARIABLE of the task's "
+                          "environment; the compiled JSON holds only this name")
+    # Declared to be refused with what to do: the URL would be written into the JSON.
+    kfp.add_argument("--notify", default=None, help=argparse.SUPPRESS)
     options.add_beam_options(kfp, "Beam's in-memory engine inside each component's container")
     kfp.add_argument("beam_args", nargs="*", metavar="BEAM_ARG",
                      help="Beam options for the Beam components (e.g. Dataflow's), after `--`")
@@ -36,12 +40,16 @@ def compile_pipeline(args: argparse.Namespace, ending: Ending) -> int:
     from pipeline.cloud import kubeflow_runner
     from pipeline.cloud.compiled_fixes import dag_tasks
 
+    if args.notify is not None:
+        raise ValueError("compile writes no webhook URL into the job's JSON (a bucket and Vertex AI's console show "
+                         "it): store the URL in Secret Manager and give --notify-secret "
+                         "projects/PROJECT/secrets/SECRET (docs/vertex.md#alerts)")
     kfp_config = config.KubeflowConfig(
         image=args.image,
         pipeline_root=args.pipeline_root,
         data_root=args.data_root,
         serving_dir=args.serving_dir,
-        notify_url=args.notify,
+        notify_secret=args.notify_secret,
         settings=options.settings(args, config.VERTEX_BEAM_ARGS, window_size=args.window or None),
     )
     tasks = dag_tasks(kubeflow_runner.compile_pipeline(kfp_config, args.output))

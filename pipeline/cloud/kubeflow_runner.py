@@ -14,7 +14,7 @@ from tfx import v1 as tfx
 
 from pipeline import config
 from pipeline import pipeline as pipeline_lib
-from pipeline.cloud import compiled_fixes, notify
+from pipeline.cloud import compiled_fixes, notify, secrets
 
 # The exit handler's task: runs when the pipeline ends, even after a failed component.
 NOTIFY_NODE_ID = "NotifyFinalStatus"
@@ -29,11 +29,12 @@ def compile_pipeline(kfp_config: config.KubeflowConfig, output_path: str) -> Dic
     runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
         config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(default_image=kfp_config.image)
     )
-    if kfp_config.notify_url:
+    if kfp_config.notify_secret:
+        secrets.check_reference(kfp_config.notify_secret)
         # A plain string, not a RuntimeParameter: TFX 1.16-1.21 compile an exit handler
         # outside the pipeline's parameter context and fail on runtime parameters there.
         runner.set_exit_handler(notify.NotifyFinalStatus(
-            final_status=tfx.orchestration.experimental.FinalStatusStr(), url=kfp_config.notify_url,
+            final_status=tfx.orchestration.experimental.FinalStatusStr(), url_from=kfp_config.notify_secret,
             model_dir=kfp_config.model_serving_dir, job_created=notify.JOB_CREATED,
             data_root=kfp_config.data_root,
         ).with_id(NOTIFY_NODE_ID))

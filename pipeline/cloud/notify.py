@@ -1,6 +1,8 @@
 """The compiled pipeline's alert: `NotifyFinalStatus`, Vertex AI's exit handler, runs
 when the pipeline ends, even when a component failed, and posts Vertex's final status
 with the version the job pushed, or the one still serving (`pipeline.ops.alerts` posts).
+The webhook's URL is read when the job ends, from where the compiled JSON points
+(`pipeline.cloud.secrets`): the JSON never holds it.
 """
 
 import datetime
@@ -14,6 +16,7 @@ from tfx import v1 as tfx
 
 from components.custom import window
 from components.support import serving_config, spans
+from pipeline.cloud import secrets
 from pipeline.ops.alerts import final_status_payload, send
 
 
@@ -57,17 +60,29 @@ def newest_span_already_served(data_root: str, model_dir: str, serving: Optional
 JOB_CREATED = "{{$.pipeline_job_create_time_utc}}"
 
 
+def notify_final_status(final_status: str, url_from: str, model_dir: str, job_created: str, data_root: str) -> bool:
+    """Posts the job's final status to the webhook whose URL `url_from` names (a Secret
+    Manager secret or `env:NAME`), with the version this job pushed to `model_dir`, or the
+    one still serving, and whether the data root held anything that model was not trained
+    on; True when it was delivered. A URL it cannot read is logged, not raised: a failure
+    to notify never changes an outcome."""
+    url, problem = secrets.webhook_url(url_from)
+    if problem:
+        logging.warning("could not notify: %s (the job's outcome is unchanged)", problem)
+        return False
+    pushed, serving, determined = pushed_since(model_dir, job_created)
+    newest = newest_span_already_served(data_root, model_dir, serving) if determined and pushed is None else None
+    return send(url, final_status_payload(final_status, pushed, serving, determined, newest))
+
+
 @tfx.orchestration.experimental.exit_handler
 def NotifyFinalStatus(  # a component is named like a class
     final_status: tfx.dsl.components.Parameter[str],
-    url: tfx.dsl.components.Parameter[str],
+    url_from: tfx.dsl.components.Parameter[str],
     model_dir: tfx.dsl.components.Parameter[str] = "",
     job_created: tfx.dsl.components.Parameter[str] = JOB_CREATED,
     data_root: tfx.dsl.components.Parameter[str] = "",
 ) -> None:
-    """The compiled pipeline's exit handler: posts the run's final status to `url`, with
-    the version this job pushed to `model_dir`, or the one still serving, and whether the
-    data root held anything that model was not trained on."""
-    pushed, serving, determined = pushed_since(model_dir, job_created)
-    newest = newest_span_already_served(data_root, model_dir, serving) if determined and pushed is None else None
-    send(url, final_status_payload(final_status, pushed, serving, determined, newest))
+    """The compiled pipeline's exit handler (`notify_final_status`); the task succeeds
+    whether or not the alert was delivered."""
+    notify_final_status(final_status, url_from, model_dir, job_created, data_root)

@@ -9,11 +9,13 @@ to the front's address (`buildah run --add-host`) and trusts the CA made here
 (`CURL_CA_BUNDLE` for TensorFlow's libcurl, `REQUESTS_CA_BUNDLE` for Python's clients).
 The front also drops `Transfer-Encoding: identity`, which TensorFlow sends with every
 empty POST or PUT and Go's HTTP server refuses with 501 ("Unsupported transfer
-encoding"), and it logs every request with the address it came from.
+encoding"), and it logs every request with the address it came from. It also answers
+for Secret Manager (`Emulator.secrets`), where the exit handler reads the webhook's URL.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime
 import http.client
@@ -37,7 +39,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-HOSTS = ("www.googleapis.com", "storage.googleapis.com")
+HOSTS = ("www.googleapis.com", "storage.googleapis.com", "secretmanager.googleapis.com")
+# Secret Manager's REST API, answered by the front itself from `Emulator.secrets`: what
+# the exit handler reads the webhook's URL from (pipeline.cloud.secrets).
+SECRET_MANAGER = HOSTS[2]
 HTTPS_PORT = 443
 # Hop-by-hop headers, and the one TensorFlow sends that the emulator refuses.
 DROPPED = {"transfer-encoding", "connection", "keep-alive", "content-length"}
@@ -121,6 +126,7 @@ def number_batch_parts(body: bytes, content_type: str) -> bytes:
 class _Front(http.server.ThreadingHTTPServer):
     daemon_threads = True
     backend_port: int
+    secrets: Dict[str, bytes]
     log_path: Path
     log_lock: threading.Lock
 
@@ -132,6 +138,33 @@ class _Forward(http.server.BaseHTTPRequestHandler):
     def forward(self) -> None:
         body = self.read_body()
         started = time.time()
+        if self.headers.get("Host", "").split(":")[0] == SECRET_MANAGER:
+            status = self.secret_version()
+        else:
+            status = self.to_emulator(body)
+        self.log_request_lines(body, started, status)
+
+    def secret_version(self) -> int:
+        """`GET /v1/projects/P/secrets/S/versions/V:access`, as Secret Manager answers it
+        (`latest` is the only version a secret has here), to a caller with a token."""
+        name = self.path[len("/v1/"):].removesuffix(":access").replace("/versions/latest", "")
+        value = self.server.secrets.get(name)
+        if not self.headers.get("Authorization", "").startswith("Bearer "):
+            status, answer = 401, {"error": {"code": 401, "status": "UNAUTHENTICATED"}}
+        elif self.command != "GET" or not self.path.endswith(":access") or value is None:
+            status, answer = 404, {"error": {"code": 404, "status": "NOT_FOUND"}}
+        else:
+            status, answer = 200, {"name": f"{name}/versions/1",
+                                   "payload": {"data": base64.b64encode(value).decode()}}
+        payload = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+        return status
+
+    def to_emulator(self, body: bytes) -> int:
         if self.path.startswith("/batch/"):
             body = number_batch_parts(body, self.headers.get("Content-Type", ""))
         headers = {key: value for key, value in self.headers.items() if key.lower() not in DROPPED}
@@ -152,9 +185,11 @@ class _Forward(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(payload)
-            status = answer.status
+            return answer.status
         finally:
             backend.close()
+
+    def log_request_lines(self, body: bytes, started: float, status: int) -> None:
         # When, and how long the front and the emulator took to answer (the request's body
         # read), to tell their share of a task's time; a batch's parts carry 0.
         timing = {"at": round(started, 3), "ms": round((time.time() - started) * 1000, 1)}
@@ -223,6 +258,8 @@ class Emulator:
         self.process: Optional[subprocess.Popen] = None
         self.front: Optional[_Front] = None
         self.log_path = folder / "requests.jsonl"
+        # Secret Manager's secrets, by name (projects/P/secrets/S): their one version's value.
+        self.secrets: Dict[str, bytes] = {}
 
     def start(self) -> "Emulator":
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -247,6 +284,7 @@ class Emulator:
         self.front = _Front((self.address, HTTPS_PORT), _Forward)
         self.front.socket = context.wrap_socket(self.front.socket, server_side=True)
         self.front.backend_port = self.backend_port
+        self.front.secrets = self.secrets
         self.front.log_path = self.log_path
         self.front.log_lock = threading.Lock()
         threading.Thread(target=self.front.serve_forever, daemon=True).start()

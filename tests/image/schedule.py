@@ -23,6 +23,9 @@ OTHER_IMAGE_ENV = "TAXI_OTHER_STACK_IMAGE"
 WINDOW = 4
 PIPELINE_ROOT = f"gs://{BUCKET_NAME}/root"
 SERVING = "serving"
+# The Secret Manager secret the exit handler reads the webhook's URL from (the emulator's
+# front answers for Secret Manager: tests/image/gcs.py).
+NOTIFY_SECRET = "projects/taxi-local/secrets/alert-webhook"
 
 
 def image_named(env: str, what: str) -> str:
@@ -34,11 +37,16 @@ def image_named(env: str, what: str) -> str:
 
 
 def compile_job(bucket, image: str, url: str, output: str, *extra: str) -> Path:
-    """The PipelineJob JSON, compiled inside the image by the image's own stack."""
+    """The PipelineJob JSON, compiled inside the image by the image's own stack, its exit
+    handler reading the webhook's URL `url` from a Secret Manager secret; the JSON never
+    holds the URL."""
+    bucket.emulator.secrets[NOTIFY_SECRET] = url.encode()
     bucket.run(["taxi-pipeline", "compile", "--image", image,
                 "--pipeline-root", PIPELINE_ROOT, "--data-root", bucket.inside("data"),
-                "--serving-dir", bucket.inside(SERVING), "--window", str(WINDOW), "--notify", url,
+                "--serving-dir", bucket.inside(SERVING), "--window", str(WINDOW), "--notify-secret", NOTIFY_SECRET,
                 *extra, "--output", bucket.local(output)], bucket.root / f"compile-{output}.log")
+    compiled = (bucket.root / output).read_text()
+    assert NOTIFY_SECRET in compiled and url not in compiled
     return bucket.root / output
 
 
@@ -132,6 +140,9 @@ def all_traffic_local(first_job, bucket) -> None:
     assert {"www.googleapis.com", "storage.googleapis.com"} <= hosts, hosts
     compiled = json.dumps(json.loads((bucket.root / "pipeline.json").read_text()))
     assert "/gcs/" not in compiled and f"gs://{BUCKET_NAME}/data" in compiled
+    # The exit handler read the webhook's URL from Secret Manager, with the task's token.
+    assert [r.status for r in requests if r.host == "secretmanager.googleapis.com"
+            and r.path == f"/v1/{NOTIFY_SECRET}/versions/latest:access"] == [200], hosts
     output = bucket.run(["python", "-c", RESOLVE], bucket.root / "resolve.log")
     answers = json.loads(output.strip().splitlines()[-1])
     assert answers["www.googleapis.com"] == answers["storage.googleapis.com"] == bucket.emulator.address, answers

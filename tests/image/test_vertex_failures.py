@@ -7,6 +7,7 @@ import pytest
 
 from tests.helpers import SLICE_SPANS
 from tests.image import vertex
+from tests.image.schedule import NOTIFY_SECRET
 from tests.image.vertex import BUCKET_NAME, report
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -18,11 +19,13 @@ def test_a_failing_task_is_named_with_its_log_and_still_alerted(bucket, webhook,
     """A data root with fewer spans than the window: SpanWindow fails saying so, nothing
     after it runs, and the exit handler still posts the failure."""
     url, received = webhook
+    bucket.emulator.secrets[NOTIFY_SECRET] = url.encode()
     copy_spans(bucket.root / "short-data", SLICE_SPANS[:2])
     bucket.emulator.upload_tree(BUCKET_NAME, "short-data", bucket.root / "short-data")
     bucket.run(["taxi-pipeline", "compile", "--image", pipeline_image,
                 "--pipeline-root", f"gs://{BUCKET_NAME}/short-root", "--data-root", bucket.inside("short-data"),
-                "--serving-dir", bucket.inside("short-serving"), "--window", str(WINDOW), "--notify", url,
+                "--serving-dir", bucket.inside("short-serving"), "--window", str(WINDOW),
+                "--notify-secret", NOTIFY_SECRET,
                 "--output", bucket.local("short.json")], bucket.root / "short-compile.log")
     alerts = len(received)
     job = vertex.VertexJob(str(bucket.root / "short.json"), bucket.image, bucket, str(tmp_path / "harness")).run()

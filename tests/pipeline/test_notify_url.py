@@ -24,8 +24,6 @@ def test_the_url_comes_from_the_flag_then_the_file_then_the_environment(tmp_path
         "https://flag.example.com/y")
     assert options.notify_url(_args(notify_file=str(secret_file))) == SECRET
     assert options.notify_url(_args()) == "https://from-env.example.com/x"
-    # Not for `compile`, which would write it into the PipelineJob unasked.
-    assert options.notify_url(_args(), from_environment=False) == ""
     monkeypatch.delenv(config.NOTIFY_URL_ENV)
     assert options.notify_url(_args()) == ""
 

@@ -141,12 +141,14 @@ def test_a_window_of_one_span_is_refused_when_compiling(tmp_path, capsys):
     assert not (tmp_path / "p.json").exists()
 
 
+SECRET = "projects/taxi-prod/secrets/alert-webhook"
+
+
 def test_notify_compiles_an_exit_handler_that_runs_after_any_outcome(tmp_path):
     output = tmp_path / "pipeline.json"
-    url = "https://hooks.example.com/services/T0/B0/x"
     status = cli.main(["compile", "--image", IMAGE, "--pipeline-root", "gs://bucket/pipelines",
                        "--data-root", "gs://bucket/data", "--serving-dir", "gs://bucket/serving",
-                       "--output", str(output), "--notify", url])
+                       "--output", str(output), "--notify-secret", SECRET])
     assert status == 0
     spec = json.loads(output.read_text())["pipelineSpec"]
     root_tasks = spec["root"]["dag"]["tasks"]
@@ -157,7 +159,8 @@ def test_notify_compiles_an_exit_handler_that_runs_after_any_outcome(tmp_path):
     assert handler["dependentTasks"] == ["tfx-dag"]
     parameters = handler["inputs"]["parameters"]
     assert parameters["final_status"] == {"taskFinalStatus": {"producerTask": "tfx-dag"}}
-    assert parameters["url"]["runtimeValue"]["constantValue"]["stringValue"] == url
+    # The secret's name, read when the job ends; never the URL.
+    assert parameters["url_from"]["runtimeValue"]["constantValue"]["stringValue"] == SECRET
     # What the handler reads to tell what the job pushed: the model's folder, and the job's
     # creation time as a whole-value constant the backend resolves.
     assert parameters["model_dir"]["runtimeValue"]["constantValue"]["stringValue"] == "gs://bucket/serving/big_tip"
@@ -170,12 +173,36 @@ def test_notify_compiles_an_exit_handler_that_runs_after_any_outcome(tmp_path):
     assert "job" in inner["SpanWindow"]["inputs"]["parameters"]
 
 
-def test_notify_needs_a_webhook_url(tmp_path):
+@pytest.mark.parametrize("given", ["--notify", "--notify-secret"])
+def test_a_webhook_url_is_never_compiled_into_the_job(tmp_path, capsys, monkeypatch, given):
+    url = "https://hooks.example.com/services/T0/B0/s3cr3t-token"
+    monkeypatch.setenv("TAXI_NOTIFY_URL", url)
     status = cli.main(["compile", "--image", IMAGE, "--pipeline-root", "gs://bucket/pipelines",
                        "--data-root", "gs://bucket/data", "--serving-dir", "gs://bucket/serving",
-                       "--output", str(tmp_path / "p.json"), "--notify", "hooks.example.com"])
+                       "--output", str(tmp_path / "p.json"), given, url])
+    said = capsys.readouterr()
     assert status == 1 and not (tmp_path / "p.json").exists()
+    assert "store the URL in Secret Manager" in said.err or "store it in Secret Manager" in said.err, said.err
+    assert "s3cr3t-token" not in said.out + said.err
+    assert not [path for path in tmp_path.rglob("*") if path.is_file() and "s3cr3t-token" in path.read_text()]
 
+
+def test_the_environment_s_webhook_url_is_not_compiled_in(tmp_path, monkeypatch):
+    monkeypatch.setenv("TAXI_NOTIFY_URL", "https://hooks.example.com/services/T0/B0/s3cr3t-token")
+    output = tmp_path / "p.json"
+    assert cli.main(["compile", "--image", IMAGE, "--pipeline-root", "gs://bucket/pipelines", "--data-root",
+                     "gs://bucket/data", "--serving-dir", "gs://bucket/serving", "--output", str(output)]) == 0
+    assert "s3cr3t-token" not in output.read_text()
+    assert "NotifyFinalStatus" not in output.read_text()
+
+
+@pytest.mark.parametrize("reference", ["projects/p", "env:", "projects/p/secrets/s/versions", "env:1X"])
+def test_a_notify_secret_that_names_nothing_is_refused(tmp_path, capsys, reference):
+    status = cli.main(["compile", "--image", IMAGE, "--pipeline-root", "gs://bucket/pipelines",
+                       "--data-root", "gs://bucket/data", "--serving-dir", "gs://bucket/serving",
+                       "--output", str(tmp_path / "p.json"), "--notify-secret", reference])
+    assert status == 1 and not (tmp_path / "p.json").exists()
+    assert "is neither a Secret Manager secret" in capsys.readouterr().err
 
 
 def _beam_args(spec, executor="Transform_executor"):

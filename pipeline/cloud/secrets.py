@@ -1,0 +1,80 @@
+"""Where the compiled pipeline's exit handler finds the alert webhook's URL when a job
+ends. The URL carries its credential, so the PipelineJob JSON (uploaded to a bucket,
+shown in Vertex AI's console) holds only a reference to it:
+
+- `projects/P/secrets/S` or `projects/P/secrets/S/versions/V`: a Secret Manager secret
+  (its latest version unless one is named), read through Secret Manager's REST API with
+  the task's own credentials (on Vertex AI, the job's service account, which needs
+  `roles/secretmanager.secretAccessor` on the secret);
+- `env:NAME`: a variable of the task's environment, for Kubeflow Pipelines on a cluster
+  that sets it from a Kubernetes secret.
+
+Nothing here names the URL itself in a message or a log line.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+from typing import Tuple
+
+ENDPOINT = "https://secretmanager.googleapis.com/v1"
+SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+ENV_PREFIX = "env:"
+# Seconds Secret Manager has to connect and to answer.
+TIMEOUT_SECONDS = (5.0, 10.0)
+
+_SECRET = re.compile(r"^projects/[^/\s]+/secrets/[^/\s]+(/versions/[^/\s]+)?$")
+_ENV = re.compile(rf"^{ENV_PREFIX}[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def check_reference(reference: str) -> str:
+    """`reference` when it is a secret's name or `env:NAME`; ValueError otherwise, without
+    quoting it when it looks like a URL (which would be the credential itself)."""
+    if _SECRET.match(reference) or _ENV.match(reference):
+        return reference
+    if "://" in reference:
+        raise ValueError("the compiled pipeline never holds the webhook's URL: store it in Secret Manager and give "
+                         "the secret's name, projects/PROJECT/secrets/SECRET (docs/vertex.md#alerts)")
+    raise ValueError(f"{reference!r} is neither a Secret Manager secret (projects/PROJECT/secrets/SECRET"
+                     "[/versions/VERSION]) nor env:NAME (docs/vertex.md#alerts)")
+
+
+def version_name(reference: str) -> str:
+    """The secret version `reference` names: its latest when it names none."""
+    return reference if "/versions/" in reference else f"{reference}/versions/latest"
+
+
+def webhook_url(reference: str) -> Tuple[str, str]:
+    """(the URL `reference` holds, ""), or ("", why it could not be read)."""
+    try:
+        check_reference(reference)
+    except ValueError as err:
+        return "", str(err)
+    if reference.startswith(ENV_PREFIX):
+        name = reference[len(ENV_PREFIX):]
+        value = os.environ.get(name, "").strip()
+        return (value, "") if value else ("", f"the task's environment has no {name}")
+    return _access(version_name(reference))
+
+
+def _access(name: str) -> Tuple[str, str]:
+    import google.auth
+    import google.auth.exceptions
+    import requests
+    from google.auth.transport.requests import AuthorizedSession
+
+    try:
+        credentials, _ = google.auth.default(scopes=[SCOPE])
+        answer = AuthorizedSession(credentials).get(f"{ENDPOINT}/{name}:access", timeout=TIMEOUT_SECONDS)
+    except (google.auth.exceptions.GoogleAuthError, requests.RequestException) as err:
+        return "", f"Secret Manager could not be asked for {name}: {type(err).__name__}: {err}"
+    if answer.status_code != 200:
+        return "", (f"Secret Manager answered HTTP {answer.status_code} for {name}: check that the secret exists "
+                    "and that the job's service account has roles/secretmanager.secretAccessor on it")
+    try:
+        value = base64.b64decode(answer.json()["payload"]["data"]).decode().strip()
+    except (ValueError, KeyError, TypeError):
+        return "", f"Secret Manager's answer for {name} holds no payload"
+    return (value, "") if value else ("", f"the secret {name} is empty: add a version holding the webhook's URL")
