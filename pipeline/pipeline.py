@@ -122,11 +122,12 @@ def window_splits(window_size: Optional[int]) -> Splits:
 
 def _example_gen(
     data_root: str, span_window: Any, window_size: Optional[int],
-    evaluation: EvaluationConfig,
+    evaluation: EvaluationConfig, code_version: str,
 ) -> Any:
     """ImportExampleGen: the window's spans, one split each, or every span hash-split."""
     if window_size is None:
         return ingest.ImportExampleGen(
+            code_version=code_version,
             input_base=data_root,
             input_config=example_gen_pb2.Input(
                 splits=[example_gen_pb2.Input.Split(name=window.ALL_SPANS_SPLIT, pattern=spans.ALL_SPANS_PATTERN)]
@@ -143,6 +144,7 @@ def _example_gen(
     # One input split per span, chosen when the pipeline runs; ExampleGen keeps input
     # splits as they are.
     return ingest.ImportExampleGen(
+        code_version=code_version,
         input_base=data_root,
         input_config=span_window.outputs[window.INPUT_CONFIG_KEY].future()[0].value,
         # Empty: keep the input splits (ExampleGen cannot inspect a runtime input_config).
@@ -183,7 +185,7 @@ def _data_checks(
         # new before the DAG runs; the window asks the serving model what it was trained on.
         model_dir=serving_model_dir if not span_listing else "",
     ).with_id(window.NODE_ID)
-    example_gen = _example_gen(data_root, span_window, window_size, evaluation)
+    example_gen = _example_gen(data_root, span_window, window_size, evaluation, code_version)
     statistics_gen = StatisticsGen(examples=example_gen.outputs["examples"])
     inferred_schema = SchemaGen(
         statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True

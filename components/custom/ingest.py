@@ -21,7 +21,7 @@ from typing import Dict, List, Tuple
 
 import apache_beam as beam
 import tensorflow as tf
-from google.protobuf import text_format
+from google.protobuf import text_format, wrappers_pb2
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx.components.example_gen import driver, input_processor, utils
 from tfx.components.example_gen.import_example_gen import component as import_component
@@ -141,10 +141,20 @@ class FileExecutor(import_executor.Executor):
 
 class ImportExampleGen(import_component.ImportExampleGen):
     """TFX's ImportExampleGen, its cache keyed by the bytes of the files it ingests and
-    its records passed through as bytes, a file at a time (`FileExecutor`)."""
+    by `code_version` (this package's code: an edit of `FileExecutor` re-runs it), its
+    records passed through as bytes, a file at a time (`FileExecutor`)."""
 
     DRIVER_CLASS = _ContentDriver
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(FileExecutor)
+
+    def __init__(self, code_version: str = "", **kwargs):
+        super().__init__(**kwargs)
+        if code_version:
+            # TFX's ImportExampleGen takes no custom_config, which its spec has and its
+            # executor ignores: the version is read by the cache key alone.
+            config = example_gen_pb2.CustomConfig()
+            config.custom_config.Pack(wrappers_pb2.StringValue(value=code_version))
+            self.exec_properties[standard_component_specs.CUSTOM_CONFIG_KEY] = config
 
 
 @component

@@ -2,6 +2,9 @@
 
 import os
 
+from google.protobuf import wrappers_pb2
+from tfx.proto import example_gen_pb2
+
 from pipeline import config
 from pipeline import pipeline as pipeline_lib
 from pipeline.run import local_runner
@@ -42,10 +45,13 @@ def test_every_cached_node_that_runs_this_package_is_keyed_by_its_code(tmp_path)
     for node in built.components:
         properties = node.exec_properties
         custom = properties.get("custom_config")
+        if isinstance(custom, example_gen_pb2.CustomConfig):  # ImportExampleGen's, a packed string
+            value = wrappers_pb2.StringValue()
+            assert custom.custom_config.Unpack(value)
+            custom = {pipeline_lib.CODE_VERSION: value.value}
         custom = json.loads(custom) if isinstance(custom, str) else (custom or {})
         keyed[node.id] = properties.get(pipeline_lib.CODE_VERSION) or custom.get(pipeline_lib.CODE_VERSION)
-    # (ImportExampleGen passes records through as bytes, cached by the bytes it reads.)
-    ours = ("ImportSchemaGen", "DataGate", "Transform", "Trainer", "ServingCheck", "Pusher")
+    ours = ("ImportExampleGen", "ImportSchemaGen", "DataGate", "Transform", "Trainer", "ServingCheck", "Pusher")
     assert {node: keyed.get(node) for node in ours} == {node: version for node in ours}
 
 
