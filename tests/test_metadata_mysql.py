@@ -172,17 +172,18 @@ def test_a_server_that_goes_away_mid_run_is_named_and_nothing_is_pushed(
 
 
 def test_a_server_that_stops_answering_mid_run_ends_it_and_the_next_run_recovers(
-    tmp_path, slice_workspace, cli_argv, taxi_pipeline
+    tmp_path, slice_workspace, cli_argv, taxi_pipeline, webhook
 ):
     """A stopped server still accepts connections (its kernel does) and never answers: MLMD
     alone would wait in its query for good, the output root's lock held."""
     ws = slice_workspace
+    url, alerts = webhook
     with mariadb(tmp_path / "db") as server:
         address = f"127.0.0.1:{server.port}/{DATABASE}"
         try:
             process, stdout, stderr = _run_until_statistics(
                 cli_argv, ws, address, lambda: server.process.send_signal(signal.SIGSTOP),
-                {store_watch.SILENCE_ENV: "10"})
+                {store_watch.SILENCE_ENV: "10", config.NOTIFY_URL_ENV: url})
         finally:
             server.process.send_signal(signal.SIGCONT)
         # Ended as a kill ends it (137 in a shell): MLMD holds the interpreter while it waits.
@@ -194,6 +195,9 @@ def test_a_server_that_stops_answering_mid_run_ends_it_and_the_next_run_recovers
         assert seconds >= 10, last
         assert named_log.startswith("Full log: ") and "Traceback" not in stderr
         assert not ws.versions()
+        # The killed run could not alert: its watch did.
+        (alert,) = alerts
+        assert alert["outcome"] == "stalled" and alert["exit_code"] == 137 and alert["error"] == last[len("error: "):]
         # The lock went with the process: the next run, the server back, runs and pushes.
         again = taxi_pipeline("run", *ws.locations(), "--metadata-mysql", address, env=ACCOUNT)
         assert again.returncode == 0, again.stdout + again.stderr

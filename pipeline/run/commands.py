@@ -135,7 +135,8 @@ def run(args: argparse.Namespace, ending: Ending) -> int:
         record_check = preflight.start_check(plan.files)  # beside TFX's imports
         with speedups.local_runner(speedups.enabled()) as local_runner:
             return local_runner.run(run_with, plan, orchestrator=args.orchestrator, recover=not args.force,
-                                    page_later=speedups.can_detach(), record_check=record_check)
+                                    page_later=speedups.can_detach(), record_check=record_check,
+                                    command=args.command, notify_url=args.notify or "")
 
     retained = ""
     try:

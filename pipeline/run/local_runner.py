@@ -60,13 +60,16 @@ def new_run_id(fingerprint: str) -> str:
 
 def run(
     run_config: config.RunConfig, plan: run_state.RunPlan, orchestrator: str = "local", recover: bool = True,
-    page_later: bool = False, record_check: Optional[Future[int]] = None,
+    page_later: bool = False, record_check: Optional[Future[int]] = None, command: str = "run",
+    notify_url: str = "",
 ) -> outcome.RunReport:
     """Runs the pipeline once and records and returns what it did; with `recover`, a run
     of the same inputs that finished unrecorded is recorded instead (see `_unrecorded`);
     with `page_later`, its page is drawn after the process's exit status is known
     (`speedups.after_exit`). `record_check` is the plan's files' record check, started
-    earlier (`preflight.start_check`); None: it is done here."""
+    earlier (`preflight.start_check`); None: it is done here. `command` and `notify_url`:
+    the command this run serves and its alert webhook, for an alert the store's watch
+    posts when it ends the run."""
     started = time.perf_counter()
     # The output root's lock says no run of this root is running; a MySQL store is shared
     # with other roots whose runs may be, so it is left as it is.
@@ -94,7 +97,7 @@ def run(
         if rows < config.MULTI_PROCESS_ROWS:
             serving_check.start_spare()
         # A MySQL store that stops answering would hold the run in a query for good.
-        with store_watch.watching(run_config.metadata, logs.current_path("")):
+        with store_watch.watching(run_config.metadata, logs.current_path(""), command, notify_url):
             try:
                 with speedups.when_done(pipeline_lib.NodeId.TRAINER, _hand_over_model):
                     ORCHESTRATORS[orchestrator]().run_with_ir(ir)

@@ -10,11 +10,12 @@ its own: while a run works it greets the server every `PROBE_SECONDS`
 what to do) and kills the run. The run ends as a kill ends it (137 in a shell), which
 every run survives (docs/operations.md): the lock goes with the process, nothing is
 pushed but by the Pusher's last rename, and the next run resumes from what the store
-recorded.
+recorded. A run given an alert webhook would never post it, killed: the watch posts it.
 
-    python -m pipeline.run.store_watch PID HOST:PORT/DB LOG_PATH SILENCE_SECONDS
+    python -m pipeline.run.store_watch PID HOST:PORT/DB LOG_PATH SILENCE_SECONDS COMMAND
 
-watches for PID until its standard input closes (the run's end).
+watches for PID until its standard input closes (the run's end); the webhook's URL, if
+any, comes in its environment (`config.NOTIFY_URL_ENV`), never on its command line.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from pipeline import config, failures
 
 # How often the server is greeted while a run works.
 PROBE_SECONDS = 10.0
+# The exit status a shell gives a killed run, which the alert names.
+KILLED = 128 + signal.SIGKILL
 # How long the server may stay silent before the run ends: two minutes, far beyond a
 # server under load (its greeting comes before any query runs), and settable for tests.
 SILENCE_SECONDS = 120.0
@@ -68,15 +71,21 @@ def watch(metadata: config.MetadataConfig, run_ended, probe_seconds: float = PRO
 
 
 @contextlib.contextmanager
-def watching(metadata: config.MetadataConfig, log_path: str) -> Iterator[None]:
+def watching(metadata: config.MetadataConfig, log_path: str, command: str = "run",
+             notify_url: str = "") -> Iterator[None]:
     """Within the block, a MySQL store is watched by a process of its own, which ends this
-    process, saying why, when the store stops answering; a SQLite store needs no watch."""
+    process, saying why (and alerting `notify_url`), when the store stops answering; a
+    SQLite store needs no watch."""
     if metadata.mysql is None:
         yield
         return
+    environment = {name: value for name, value in os.environ.items() if name != config.NOTIFY_URL_ENV}
+    if notify_url:
+        environment[config.NOTIFY_URL_ENV] = notify_url
     watcher = subprocess.Popen(
-        [sys.executable, "-m", __name__, str(os.getpid()), str(metadata.mysql), log_path, str(silence_seconds())],
-        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+        [sys.executable, "-m", __name__, str(os.getpid()), str(metadata.mysql), log_path, str(silence_seconds()),
+         command],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=environment,
     )
     try:
         yield
@@ -87,7 +96,7 @@ def watching(metadata: config.MetadataConfig, log_path: str) -> Iterator[None]:
 
 
 def main(argv) -> int:
-    pid, address, log_path, silence = int(argv[1]), argv[2], argv[3], float(argv[4])
+    pid, address, log_path, silence, command = int(argv[1]), argv[2], argv[3], float(argv[4]), argv[5]
     metadata = config.MetadataConfig("", config.MySqlAddress.parse(address.removeprefix("mysql://")))
 
     def run_ended(timeout: float) -> bool:
@@ -102,6 +111,11 @@ def main(argv) -> int:
     print(f"Full log: {log_path}\nerror: {message}", file=sys.stderr, flush=True)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
+    url = os.environ.get(config.NOTIFY_URL_ENV, "")
+    if url:
+        from pipeline.ops import alerts
+
+        alerts.send(url, alerts.run_payload(command, KILLED, None, message, "stalled"))
     return 0
 
 

@@ -90,7 +90,7 @@ def test_a_watch_whose_run_ended_says_nothing_and_kills_nothing(tmp_path):
     try:
         watcher = subprocess.Popen(
             [sys.executable, "-m", "pipeline.run.store_watch", str(sleeper.pid),
-             f"mysql://127.0.0.1:{server.socket.getsockname()[1]}/mlmd", str(tmp_path / "run.log"), "0.5"],
+             f"mysql://127.0.0.1:{server.socket.getsockname()[1]}/mlmd", str(tmp_path / "run.log"), "0.5", "run"],
             stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         watcher.stdin.close()
         assert watcher.wait(timeout=60) == 0 and watcher.stderr.read() == ""
@@ -98,3 +98,36 @@ def test_a_watch_whose_run_ended_says_nothing_and_kills_nothing(tmp_path):
     finally:
         sleeper.kill()
         server.close()
+
+
+def test_a_watch_that_ends_a_run_posts_its_alert_naming_the_store(tmp_path, webhook):
+    """A killed run cannot post its alert: the watch does, with the URL from its
+    environment (never its command line), after the kill."""
+    import os
+    import subprocess
+    import sys
+
+    from pipeline import config
+
+    url, received = webhook
+    server = Server()
+    server.answering = False
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        watcher = subprocess.Popen(
+            [sys.executable, "-m", "pipeline.run.store_watch", str(sleeper.pid),
+             f"mysql://127.0.0.1:{server.socket.getsockname()[1]}/mlmd", str(tmp_path / "run.log"), "0.5",
+             "retrain"],
+            stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, config.NOTIFY_URL_ENV: url, store_watch.SILENCE_ENV: "0.5"})
+        assert sleeper.wait(timeout=60) == -9
+        watcher.stdin.close()
+        assert watcher.wait(timeout=60) == 0
+    finally:
+        sleeper.kill()
+        server.close()
+    (alert,) = received
+    assert alert["outcome"] == "stalled" and alert["exit_code"] == store_watch.KILLED == 137
+    assert alert["text"].startswith("taxi-pipeline retrain failed (exit 137, stalled): the metadata store "
+                                    "mysql://127.0.0.1:"), alert
+    assert url not in watcher.stderr.read()
