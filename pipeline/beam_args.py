@@ -129,9 +129,27 @@ class BeamTarget:
         return [(what, address) for what, address in named if address and self.kind != "direct"]
 
 
+def grpc_silence(address: str, timeout: float) -> Optional[str]:
+    """None when a new gRPC connection to `address` is ready within `timeout` seconds, else
+    why not: a stopped server's kernel still accepts the TCP connection, but the
+    handshake needs the server."""
+    import grpc
+
+    channel = grpc.insecure_channel(address)
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout)
+        return None
+    except grpc.FutureTimeoutError:
+        return f"no gRPC handshake within {timeout:g} s"
+    finally:
+        channel.close()
+
+
 def check_reachable(target: BeamTarget, timeout: float = 5.0) -> None:
-    """ValueError naming the first service of `target` that accepts no connection within
-    `timeout` seconds: a job submitted to nothing would wait forever."""
+    """ValueError naming the first service of `target` that accepts no connection, or (a
+    gRPC service) completes no handshake, within `timeout` seconds: a job submitted to
+    nothing would wait forever, and Beam's runner waits a minute for a silent one."""
+    start = " with `taxi-pipeline beam-services`" if target.kind == "portable" else ""
     for what, address in target.endpoints():
         host, _, port = address.rpartition(":")
         host = host.strip("[]") or "localhost"
@@ -139,9 +157,12 @@ def check_reachable(target: BeamTarget, timeout: float = 5.0) -> None:
             with socket.create_connection((host, int(port)), timeout=timeout):
                 pass
         except (OSError, ValueError) as err:
-            start = " with `taxi-pipeline beam-services`" if target.kind == "portable" else ""
             raise ValueError(f"{what} at {address} does not answer ({err.strerror or err}): "
                              f"start it{start}, or fix the address") from err
+        silence = grpc_silence(address, timeout) if what.startswith("the Beam") else None
+        if silence:
+            raise ValueError(f"{what} at {address} accepts connections but does not answer ({silence}): "
+                             f"check that it is Beam's and running (not stopped){start}, or fix the address")
 
 
 def dataflow(project: str, region: str, temp_location: str, image: str, max_workers: int = 10) -> Tuple[str, ...]:

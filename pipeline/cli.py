@@ -93,7 +93,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 ending.log_path = logs.current_path(ending.log_path)
             ending.say()
         if args.command in ("run", "retrain") and args.notify:
-            from pipeline.ops import alerts
+            from pipeline import alerts
 
             outcome = config.ExitCode(int(code)).name.lower().replace("_", " ")
             alerts.send(args.notify, alerts.run_payload(args.command, int(code), ending.report, ending.error, outcome))

@@ -16,7 +16,7 @@ from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
 from pipeline import config
-from pipeline.run import store_watch
+from pipeline.run import watch
 from tests.helpers import RUN_TIMEOUT_SECONDS
 from tests.mlmd_builder import DELETED, LIVE, MetadataBuilder
 
@@ -183,7 +183,7 @@ def test_a_server_that_stops_answering_mid_run_ends_it_and_the_next_run_recovers
         try:
             process, stdout, stderr = _run_until_statistics(
                 cli_argv, ws, address, lambda: server.process.send_signal(signal.SIGSTOP),
-                {store_watch.SILENCE_ENV: "10", config.NOTIFY_URL_ENV: url})
+                {watch.SILENCE_ENV: "10", config.NOTIFY_URL_ENV: url})
         finally:
             server.process.send_signal(signal.SIGCONT)
         # Ended as a kill ends it (137 in a shell): MLMD holds the interpreter while it waits.

@@ -1,6 +1,6 @@
 """The compiled pipeline's alert: `NotifyFinalStatus`, Vertex AI's exit handler, runs
 when the pipeline ends, even when a component failed, and posts Vertex's final status
-with the version the job pushed, or the one still serving (`pipeline.ops.alerts` posts).
+with the version the job pushed, or the one still serving (`pipeline.alerts` posts).
 The webhook's URL is read when the job ends, from where the compiled JSON points
 (`pipeline.cloud.secrets`): the JSON never holds it.
 """
@@ -16,8 +16,8 @@ from tfx import v1 as tfx
 
 from components.custom import window
 from components.support import serving_config, spans
+from pipeline.alerts import final_status_payload, send
 from pipeline.cloud import secrets
-from pipeline.ops.alerts import final_status_payload, send
 
 
 def pushed_since(model_dir: str, since: str) -> Tuple[Optional[int], Optional[int], bool]:

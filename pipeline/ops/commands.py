@@ -64,7 +64,7 @@ def add_monitor(commands: argparse._SubParsersAction) -> None:
 
 
 def monitor_traffic(args: argparse.Namespace, ending: Ending) -> int:
-    from pipeline.ops import alerts, monitor
+    from pipeline import alerts, monitor
 
     try:
         options.require_serving_dir(args)

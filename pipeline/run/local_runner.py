@@ -27,7 +27,7 @@ from components.custom import pusher, serving_check
 from pipeline import config, outcome
 from pipeline import pipeline as pipeline_lib
 from pipeline.inspect import run_report
-from pipeline.run import logs, preflight, run_state, speedups, store_watch
+from pipeline.run import logs, preflight, run_state, speedups, watch
 
 # LocalDagRunner runs the nodes one after another in this process; BeamDagRunner makes
 # each node a step of one Beam pipeline (here on the DirectRunner, in this process too).
@@ -68,7 +68,7 @@ def run(
     with `page_later`, its page is drawn after the process's exit status is known
     (`speedups.after_exit`). `record_check` is the plan's files' record check, started
     earlier (`preflight.start_check`); None: it is done here. `command` and `notify_url`:
-    the command this run serves and its alert webhook, for an alert the store's watch
+    the command this run serves and its alert webhook, for an alert the services' watch
     posts when it ends the run."""
     started = time.perf_counter()
     # The output root's lock says no run of this root is running; a MySQL store is shared
@@ -96,8 +96,9 @@ def run(
         # its warmup requests while the Evaluator runs; the check then times requests.
         if rows < config.MULTI_PROCESS_ROWS:
             serving_check.start_spare()
-        # A MySQL store that stops answering would hold the run in a query for good.
-        with store_watch.watching(run_config.metadata, logs.current_path(""), command, notify_url):
+        # A MySQL store or a Beam service that stops answering would hold the run for good.
+        with watch.watching(run_config.metadata, run_config.settings.beam_args, logs.current_path(""), command,
+                            notify_url):
             try:
                 with speedups.when_done(pipeline_lib.NodeId.TRAINER, _hand_over_model):
                     ORCHESTRATORS[orchestrator]().run_with_ir(ir)

@@ -110,6 +110,32 @@ def test_a_service_that_does_not_answer_stops_the_command_before_it_starts(tmp_p
     assert not (tmp_path / "out").exists()
 
 
+def test_a_service_that_accepts_and_never_answers_stops_the_command_in_seconds(tmp_path, taxi_pipeline):
+    """A stopped job service's kernel still accepts connections: Beam's runner would wait a
+    minute for its handshake and end on a bare `FutureTimeoutError`."""
+    import socket
+    import time
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # accepted by the kernel, never answered
+    address = f"127.0.0.1:{silent.getsockname()[1]}"
+    started = time.monotonic()
+    try:
+        result = taxi_pipeline("run", "--data-root", str(tmp_path / "data"), "--output-root", str(tmp_path / "out"),
+                               "--serving-dir", str(tmp_path / "serving"), "--beam", "portable",
+                               "--job-endpoint", address, "--worker-pool", address)
+    finally:
+        silent.close()
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"error: the Beam job service (--job-endpoint) at {address} accepts connections but does not answer (no "
+        "gRPC handshake within 5 s): check that it is Beam's and running (not stopped) with `taxi-pipeline "
+        "beam-services`, or fix the address")
+    assert time.monotonic() - started < 30
+    assert not (tmp_path / "out").exists()
+
+
 def test_beyond_this_process_the_setup_file_becomes_one_archive_built_once(tmp_path, monkeypatch):
     monkeypatch.setenv(beam_args.CACHE_ENV, str(tmp_path))
     local = config.local_beam_args()

@@ -6,8 +6,7 @@ import logging
 
 import pytest
 
-from pipeline import config, options
-from pipeline.ops import alerts
+from pipeline import alerts, config, options
 
 SECRET = "https://hooks.example.com/services/T000/B000/s3cr3t-token"
 

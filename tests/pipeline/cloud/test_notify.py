@@ -4,8 +4,8 @@ import datetime
 import json
 
 from components.support import serving_config
+from pipeline import alerts
 from pipeline.cloud import notify
-from pipeline.ops import alerts
 
 STATUS = json.dumps({"state": "SUCCEEDED", "error": {}, "pipelineTaskName": "tfx-dag",
                      "pipelineJobResourceName": "projects/0/locations/l/pipelineJobs/j"})

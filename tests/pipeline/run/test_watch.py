@@ -1,5 +1,6 @@
-"""The watch on a MySQL metadata store: a server that stops answering mid-run ends the
-run with one line naming it; one that answers, or a SQLite store, is left alone."""
+"""The watch on the services a run waits on (a MySQL store, Beam's job service and worker
+pool): one that stops answering mid-run ends the run with one line naming it, and its
+alert; one that answers, or a run that needs none, is left alone."""
 
 import contextlib
 import socket
@@ -7,7 +8,7 @@ import threading
 import time
 
 from pipeline import config
-from pipeline.run import store_watch
+from pipeline.run import watch
 
 
 class Server:
@@ -38,8 +39,8 @@ class Server:
             connection.close()
 
 
-def _store(port: int) -> config.MetadataConfig:
-    return config.MetadataConfig("", config.MySqlAddress.parse(f"127.0.0.1:{port}/mlmd"))
+def _store(port: int) -> list:
+    return [watch.Service("mysql", f"mysql://127.0.0.1:{port}/mlmd")]
 
 
 def _for(seconds: float):
@@ -58,9 +59,9 @@ def test_a_server_that_stops_answering_is_named_once_silent_long_enough():
     port = server.socket.getsockname()[1]
     try:
         # Greeting: nothing to say, however long the run.
-        assert store_watch.watch(_store(port), _for(1.5), probe_seconds=0.1, silence=1.0) is None
+        assert watch.watch(_store(port), _for(1.5), probe_seconds=0.1, silence=1.0) is None
         server.answering = False
-        message = store_watch.watch(_store(port), _for(60), probe_seconds=0.1, silence=1.0)
+        message = watch.watch(_store(port), _for(60), probe_seconds=0.1, silence=1.0)
     finally:
         server.close()
     assert message.startswith(f"the metadata store mysql://127.0.0.1:{port}/mlmd stopped answering mid-run "
@@ -72,8 +73,9 @@ def test_a_sqlite_store_is_not_watched(tmp_path, monkeypatch):
     def no_process(*args, **kwargs):
         raise AssertionError("a watch process was started for a SQLite store")
 
-    monkeypatch.setattr(store_watch.subprocess, "Popen", no_process)
-    with store_watch.watching(config.MetadataConfig(str(tmp_path / "m.sqlite")), str(tmp_path / "run.log")):
+    monkeypatch.setattr(watch.subprocess, "Popen", no_process)
+    sqlite = config.MetadataConfig(str(tmp_path / "m.sqlite"))
+    with watch.watching(sqlite, ("--direct_num_workers=2",), str(tmp_path / "run.log")):
         pass
     assert not (tmp_path / "run.log").exists()
 
@@ -89,8 +91,8 @@ def test_a_watch_whose_run_ended_says_nothing_and_kills_nothing(tmp_path):
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         watcher = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.run.store_watch", str(sleeper.pid),
-             f"mysql://127.0.0.1:{server.socket.getsockname()[1]}/mlmd", str(tmp_path / "run.log"), "0.5", "run"],
+            [sys.executable, "-m", "pipeline.run.watch", str(sleeper.pid), str(tmp_path / "run.log"), "0.5", "run",
+             f"mysql://127.0.0.1:{server.socket.getsockname()[1]}/mlmd"],
             stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         watcher.stdin.close()
         assert watcher.wait(timeout=60) == 0 and watcher.stderr.read() == ""
@@ -115,11 +117,10 @@ def test_a_watch_that_ends_a_run_posts_its_alert_naming_the_store(tmp_path, webh
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         watcher = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.run.store_watch", str(sleeper.pid),
-             f"mysql://127.0.0.1:{server.socket.getsockname()[1]}/mlmd", str(tmp_path / "run.log"), "0.5",
-             "retrain"],
+            [sys.executable, "-m", "pipeline.run.watch", str(sleeper.pid), str(tmp_path / "run.log"), "0.5",
+             "retrain", f"mysql://127.0.0.1:{server.socket.getsockname()[1]}/mlmd"],
             stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, config.NOTIFY_URL_ENV: url, store_watch.SILENCE_ENV: "0.5"})
+            env={**os.environ, config.NOTIFY_URL_ENV: url, watch.SILENCE_ENV: "0.5"})
         assert sleeper.wait(timeout=60) == -9
         watcher.stdin.close()
         assert watcher.wait(timeout=60) == 0
@@ -127,7 +128,45 @@ def test_a_watch_that_ends_a_run_posts_its_alert_naming_the_store(tmp_path, webh
         sleeper.kill()
         server.close()
     (alert,) = received
-    assert alert["outcome"] == "stalled" and alert["exit_code"] == store_watch.KILLED == 137
+    assert alert["outcome"] == "stalled" and alert["exit_code"] == watch.KILLED == 137
     assert alert["text"].startswith("taxi-pipeline retrain failed (exit 137, stalled): the metadata store "
                                     "mysql://127.0.0.1:"), alert
     assert url not in watcher.stderr.read()
+
+
+def test_the_services_a_run_waits_on_are_read_from_its_store_and_beam_options():
+    mysql = config.MetadataConfig("", config.MySqlAddress.parse("127.0.0.1:3306/mlmd"))
+    portable = ("--runner=PortableRunner", "--job_endpoint=127.0.0.1:8099", "--environment_type=EXTERNAL",
+                "--environment_config=127.0.0.1:50000")
+    assert [str(s) for s in watch.services(mysql, portable)] == [
+        "mysql://127.0.0.1:3306/mlmd", "job-service=127.0.0.1:8099", "worker-pool=127.0.0.1:50000"]
+    assert watch.services(config.MetadataConfig("/m.sqlite"), ("--direct_num_workers=2",)) == []
+    # Spark's job server, workers in Docker: the job service alone.
+    spark = ("--runner=PortableRunner", "--job_endpoint=h:8099", "--environment_type=DOCKER", "--environment_config=i")
+    assert [s.kind for s in watch.services(config.MetadataConfig("/m.sqlite"), spark)] == ["job-service"]
+    assert all(watch.Service.parse(str(s)) == s for s in watch.services(mysql, portable))
+
+
+def test_a_beam_service_that_stops_answering_is_named_and_one_that_answers_is_not(monkeypatch):
+    """A gRPC server greets with its handshake; a socket that accepts and never answers
+    (a stopped job service's kernel) does not."""
+    from concurrent import futures
+
+    import grpc
+
+    monkeypatch.setattr(watch, "GREETING_SECONDS", 0.5)  # read at each greeting
+    answering = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    port = answering.add_insecure_port("127.0.0.1:0")
+    answering.start()
+    silent = Server()
+    silent.answering = False
+    try:
+        alive = [watch.Service("job-service", f"127.0.0.1:{port}")]
+        assert watch.watch(alive, _for(1.5), probe_seconds=0.1, silence=1.0) is None
+        address = f"127.0.0.1:{silent.socket.getsockname()[1]}"
+        message = watch.watch([watch.Service("worker-pool", address)], _for(60), probe_seconds=0.1, silence=1.0)
+    finally:
+        answering.stop(None)
+        silent.close()
+    assert message.startswith(f"Beam's worker pool at {address} stopped answering mid-run (no answer for "), message
+    assert "no gRPC handshake within 0.5 s" in message and "taxi-pipeline beam-services" in message
