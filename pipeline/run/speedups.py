@@ -29,7 +29,7 @@ Off with `TAXI_PIPELINE_SPEEDUPS=0` in the environment (or `taxi-pipeline run
 - TFMA's metrics share each example's label, prediction and weight, extracted once per
   example instead of once per metric and slice, and TFMA's commonest combiners (example
   count, confusion matrices, calibration and its histogram) add them directly, to the
-  same bits (`tfma_patches`, `pipeline.run.metric_updates`).
+  same bits (`tfma_patches`, `pipeline.patches.metric_updates`).
 - The DirectRunner's `multi_processing` workers (the Evaluator's from 300,000 rows on,
   any component's the user sends there) run with Beam's, TFDV's and TFMA's speed-ups
   too (`in_workers`).
@@ -335,14 +335,14 @@ def tfdv_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
 
     - `quantiles_util.generate_equi_width_histogram`: each numeric feature's standard
       histogram, added up from 1,000 quantile buckets by a walk over protos in Python;
-      computed from arrays instead, to the same bits (`pipeline.run.equi_width`), where
+      computed from arrays instead, to the same bits (`pipeline.patches.equi_width`), where
       the bounds are 64-bit or integers (on NumPy 2 a float feature's are float32, and
       TFDV computes those). The data gate's statistics of 16 spans on data/, tfx-1.16:
       1.6 s -> 1.0 s.
     """
     from tensorflow_data_validation.utils import quantiles_util
 
-    from pipeline.run import equi_width
+    from pipeline.patches import equi_width
 
     return [(quantiles_util, "generate_equi_width_histogram", equi_width.replacing)]
 
@@ -379,7 +379,7 @@ def tfma_patches() -> List[Tuple[object, str, Callable[[object], object]]]:
     from tensorflow_model_analysis.metrics import binary_confusion_matrices, metric_util
     from tensorflow_model_analysis.utils import model_util
 
-    from pipeline.run import metric_updates
+    from pipeline.patches import metric_updates
 
     original = metric_util.to_label_prediction_example_weight
     shared = _shared_per_example(original)

@@ -7,7 +7,7 @@ import tensorflow_data_validation as tfdv
 from tensorflow_data_validation.statistics import stats_impl
 from tensorflow_data_validation.utils import quantiles_util
 
-from pipeline.run import equi_width
+from pipeline.patches import equi_width
 
 
 def _inputs(rng: np.random.Generator):

@@ -20,7 +20,7 @@ reduces to:
 Then each combiner's sum gets the same terms, in the same order, computed the same way
 (the same float products; the example count adds NumPy's `np.sum(np.array(1.0))` as
 TFMA does, and the confusion matrices are still added by TFMA's own code), so the
-metrics are TFMA's to the last bit (tests/pipeline/run/test_metric_updates.py compares
+metrics are TFMA's to the last bit (tests/pipeline/patches/test_metric_updates.py compares
 them on both stacks). Any other combiner, or any other example (a fractional or missing
 label, a NaN prediction, several outputs), goes through TFMA's code as before, errors
 included.

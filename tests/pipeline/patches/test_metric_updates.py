@@ -21,8 +21,9 @@ from tensorflow_model_analysis.metrics import (
 from tensorflow_model_analysis.proto import config_pb2
 
 from pipeline.config import EvaluationConfig
+from pipeline.patches import metric_updates
 from pipeline.pipeline import _eval_config
-from pipeline.run import metric_updates, speedups
+from pipeline.run import speedups
 
 SLICES = 3  # TFMA hands each example's inputs to the combiners of each of its slices
 
