@@ -27,7 +27,8 @@ from components.custom import pusher, serving_check
 from pipeline import config, outcome
 from pipeline import pipeline as pipeline_lib
 from pipeline.inspect import run_report
-from pipeline.run import logs, preflight, run_state, speedups, store_watch
+from pipeline.patches import tfx as tfx_patches
+from pipeline.run import logs, preflight, process, run_state, store_watch
 
 # LocalDagRunner runs the nodes one after another in this process; BeamDagRunner makes
 # each node a step of one Beam pipeline (here on the DirectRunner, in this process too).
@@ -65,7 +66,7 @@ def run(
     """Runs the pipeline once and records and returns what it did; with `recover`, a run
     of the same inputs that finished unrecorded is recorded instead (see `_unrecorded`);
     with `page_later`, its page is drawn after the process's exit status is known
-    (`speedups.after_exit`). `record_check` is the plan's files' record check, started
+    (`process.after_exit`). `record_check` is the plan's files' record check, started
     earlier (`preflight.start_check`); None: it is done here."""
     started = time.perf_counter()
     # The output root's lock says no run of this root is running; a MySQL store is shared
@@ -96,7 +97,7 @@ def run(
         # A MySQL store that stops answering would hold the run in a query for good.
         with store_watch.watching(run_config.metadata, logs.current_path("")):
             try:
-                with speedups.when_done(pipeline_lib.NodeId.TRAINER, _hand_over_model):
+                with tfx_patches.when_done(pipeline_lib.NodeId.TRAINER, _hand_over_model):
                     ORCHESTRATORS[orchestrator]().run_with_ir(ir)
             finally:
                 serving_check.stop_spare()
@@ -139,7 +140,7 @@ def write_page(
             details = run_details.RunDetails(report=report)
         if not later:
             return report_page.write(run_config.output_root, details)
-        speedups.after_exit(functools.partial(_draw_page, run_config.output_root, details))
+        process.after_exit(functools.partial(_draw_page, run_config.output_root, details))
         return report_page.write_placeholder(run_config.output_root, report.run_id)
     except Exception:  # a page is a view of the run: it must not fail a run that pushed
         logging.exception("the run's page could not be written")
