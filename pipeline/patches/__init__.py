@@ -14,7 +14,7 @@ the pipeline locally (`every_patch`, applied by `pipeline.run.process.local_runn
 the Beam worker processes it starts (`in_workers`, by `pipeline.run.beam_worker`):
 components in their own containers (Vertex AI, Dataflow workers) get the libraries as they
 are. Off with `TAXI_PIPELINE_SPEEDUPS=0` (`machinery.ENV`) or `taxi-pipeline run
---no-speedups`.
+--no-speedups`. What each saves: docs/performance.md#the-library-patches.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def in_workers() -> Iterator[None]:
     """Within the block (a worker process's life), if the patches are on (the workers
     inherit the run's environment): Beam's, and each of `_worker_libraries`' right after
     the worker first imports it, so that an Evaluator's worker does not import TFDV for
-    nothing (2.6 s) nor a StatisticsGen's TFMA."""
+    nothing nor a StatisticsGen's TFMA (docs/performance.md#patches-to-beam)."""
     if not machinery.enabled():
         yield
         return

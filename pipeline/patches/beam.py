@@ -1,5 +1,14 @@
-"""Patches to Apache Beam: the in-memory DirectRunner's per-call Python overhead, and the
-command its `multi_processing` workers start with (see `patches`)."""
+"""Patches to Apache Beam: Python that the in-memory DirectRunner pays again and again in
+one local run, for answers that cannot change, and the command its `multi_processing`
+workers start with. What each patch changes and why: `patches`.
+
+When Beam changes under them,
+tests/pipeline/patches/test_beam.py::test_every_patched_target_exists_with_the_shape_the_patch_expects
+fails for a target that moved or changed its signature, and the other tests there for a
+patch that no longer gives Beam's own answer (the same specs, option views, signatures,
+pickled bytes) or no longer routes the workers' command. What each saves:
+docs/performance.md#patches-to-beam.
+"""
 
 from __future__ import annotations
 
@@ -43,9 +52,13 @@ def patches() -> List[Patch]:
       function.
     - `StateSampler.__init__`: each bundle's state sampler is a thread that sleeps up to
       200 ms between samples, and the bundle ends by joining it, so most bundles wait
-      out the rest of a sleep: about 1 s of a run on data/, spread over its Beam nodes.
-      Sampled every `SAMPLING_PERIOD_MS` instead; the samples only feed Beam's own
-      timing counters (the thread wakes without the GIL).
+      out the rest of a sleep. Sampled every `SAMPLING_PERIOD_MS` instead; the samples
+      only feed Beam's own timing counters (the thread wakes without the GIL).
+    - `bz2` as Beam's two picklers call it: `RememberingBz2`.
+    - `SubprocessSDKEnvironment.from_command_string`: the DirectRunner's
+      `multi_processing` workers start as `pipeline.run.beam_worker`, Beam's own worker
+      with the patches that act on their work (`pipeline.patches.in_workers`), instead of
+      Beam's `sdk_worker_main`; any other command is left as it is.
     """
     from apache_beam.internal import cloudpickle_pickler, dill_pickler
     from apache_beam.options.pipeline_options import PipelineOptions
@@ -107,8 +120,8 @@ class RememberingBz2:
     Beam compresses each pickled function with bz2 at level 9 and decompresses it where it
     runs; in one local run it pickles the same DoFns and CombineFns again and again (when a
     ParDo is built, to check that it pickles; into the pipeline's proto; for each bundle's
-    operations), and bz2 was about 1 s of a run on data/. At most `LIMIT_BYTES` of answers
-    are kept (the oldest go first); a payload is a few kilobytes."""
+    operations), each time at bz2's cost (docs/performance.md#patches-to-beam). At most
+    `LIMIT_BYTES` of answers are kept (the oldest go first); a payload is a few kilobytes."""
 
     LIMIT_BYTES = 64 << 20
 

@@ -5,8 +5,8 @@ For each example of each slice, TFMA's Evaluator calls every metric's combiner
 `metric_util.to_label_prediction_example_weight` for the example's label, prediction and
 weight, looking them up through the eval config, reshaping, flattening and weighting
 them, before adding one number to a sum. With the pipeline's metrics (example count,
-binary accuracy, calibration, AUC) and three slicings, that was about 90 µs per example
-and slice, most of the Evaluator's time in its workers.
+binary accuracy, calibration, AUC) and three slicings, that was most of the Evaluator's
+time in its workers (docs/performance.md#patches-to-tfma).
 
 `replacing` adds the same numbers for the combiners below, from the example's label and
 prediction extracted once (TFMA's own function, called with the arguments they all

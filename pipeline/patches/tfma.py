@@ -1,6 +1,15 @@
 """Patches to TFMA: each example's label, prediction and weight extracted once, its
-commonest metric combiners updated directly, the serving signature called by keyword
-(see `patches`)."""
+commonest metric combiners updated directly (`pipeline.patches.metric_updates`), the
+serving signature called by keyword. What each patch changes and why: `patches`.
+
+When TFMA changes under them,
+tests/pipeline/patches/test_tfma.py::test_tfma_s_internals_the_sharing_relies_on_are_where_it_expects_them
+and tests/pipeline/patches/test_tfma.py::test_tfma_calls_the_serving_signature_by_position_through_get_callable
+fail for an internal that moved or changed, and
+tests/pipeline/patches/test_metric_updates.py::test_the_pipeline_s_metrics_are_tfma_s_to_the_last_bit
+for metrics that are no longer TFMA's to the last bit. What each saves:
+docs/performance.md#patches-to-tfma.
+"""
 
 from __future__ import annotations
 
@@ -16,28 +25,24 @@ def patches() -> List[Patch]:
 
     - `metric_util.to_label_prediction_example_weight`: every metric's combiner asks it
       for each example's (label, prediction, weight) of each slice the example falls in,
-      and it looks them up through the eval config's model specs each time: on the
-      Evaluator's default metrics and three slicings, 9 calls per example, 41% of the
-      Evaluator's Beam time. Its results depend only on the example's inputs and the
+      and it looks them up through the eval config's model specs each time, for every
+      metric and slice. Its results depend only on the example's inputs and the
       arguments, so each thread keeps those of the example it saw last
-      (`_shared_per_example`): 2 calls per example, the others answered from them, each
-      caller given its own copies of the arrays.
+      (`_shared_per_example`): one call per set of arguments, the others answered from
+      them, each caller given its own copies of the arrays.
       `_BinaryConfusionMatrixCombiner` was handed the function as a default argument at
       import; a combiner built with that default gets the shared one.
     - `_ComputationsCombineFn.add_input`: each of those combiners still looked the
-      example up again, reshaped and flattened it, before adding a number to a sum: 92 µs
-      per example and slice for the pipeline's four combiners. `metric_updates` adds the
-      same numbers from one label and prediction per example, where the combiner and the
-      example are the plain case (TFMA's own classes, unweighted, a label of 0 or 1, a
-      finite prediction), and leaves the rest to TFMA: 21 µs. The Evaluator's executor
-      alone on the 1M run's artifacts: 18.7-19.8 s -> 14.3-14.4 s (two worker processes),
-      24.0 -> 14.5 s (in the run's process), the same metrics.
+      example up again, reshaped and flattened it, before adding a number to a sum.
+      `metric_updates` adds the same numbers from one label and prediction per example,
+      where the combiner and the example are the plain case (TFMA's own classes,
+      unweighted, a label of 0 or 1, a finite prediction), and leaves the rest to TFMA.
     - `model_util.get_callable`: TFMA calls the model's serving signature with each
       batch of serialized examples by position; a SavedModel's signature takes keywords
       only, so every call first failed, TensorFlow's error message printing the whole
-      batch, before TensorFlow retried it by position: 20 ms against 2.7 ms a batch of
-      1,000. A signature of one input is handed out as `_ByKeyword`, which passes a lone
-      positional argument by that input's name.
+      batch, before TensorFlow retried it by position. A signature of one input is
+      handed out as `_ByKeyword`, which passes a lone positional argument by that
+      input's name.
     """
     from tensorflow_model_analysis.evaluators import metrics_plots_and_validations_evaluator as evaluator
     from tensorflow_model_analysis.metrics import binary_confusion_matrices, metric_util

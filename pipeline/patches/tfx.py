@@ -1,5 +1,19 @@
 """Patches to TFX: work handed on as soon as a node has run (`when_done`), and no archive
-of TFX built for Beam workers that never read it (see `patches`)."""
+of TFX built for Beam workers that never read it. What each patch changes and why:
+`patches`.
+
+The serving check's probe, started with the run, is handed the model this way as soon as
+the Trainer has written it (`pipeline.run.local_runner`): it loads it and replays its
+warmup requests while the Evaluator runs, on the core the Evaluator leaves idle.
+
+When TFX changes under them,
+tests/pipeline/patches/test_tfx.py::test_the_launcher_patch_targets_tfx_s_publishing_of_a_run_node_only
+fails for a launcher whose publishing method moved, changed its signature, or is called
+elsewhere than once after the executor ran, and
+tests/pipeline/patches/test_tfx.py::test_tfx_archives_itself_only_for_workers_beyond_this_environment
+builds a Beam executor through TFX's own code, with the patch and without. What each
+saves: docs/performance.md#patches-to-tfx.
+"""
 
 from __future__ import annotations
 
@@ -25,7 +39,7 @@ def patches() -> List[Patch]:
     - `dependency_utils.make_beam_dependency_flags`: given no package, setup file or
       image for Beam's workers (this package installed from a wheel rather than from
       source), TFX copies itself into a new temporary folder and builds an archive of it
-      before every Beam component: about 3 s, and 52 MB left behind each time. With a
+      before every Beam component, and leaves both in the temporary folder. With a
       runner that keeps Beam's workers here (`beam_args.runs_here`) they never read it.
     """
     from tfx.orchestration.portable import launcher

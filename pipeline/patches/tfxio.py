@@ -1,4 +1,14 @@
-"""Patches to tfx_bsl's TFXIO: an Examples artifact read a file at a time (see `patches`)."""
+"""Patches to tfx_bsl's TFXIO: an Examples artifact read a file at a time by TensorFlow's
+reader into tfx_bsl's own decoder, where Beam's workers stay on this machine. What it
+changes and why: `patches`.
+
+When tfx_bsl or TFX changes under it,
+tests/pipeline/patches/test_tfxio.py::test_the_tfx_bsl_internals_the_reading_relies_on_are_where_it_expects_them
+fails for an internal that moved or changed (the inherited `BeamSource`, the batch cap,
+the decoder's arguments, how each executor asks for its batch size), and
+tests/pipeline/patches/test_tfxio.py::test_tf_examples_read_a_file_at_a_time_give_tfx_bsl_s_own_rows
+for rows that are no longer tfx_bsl's. What it saves: docs/performance.md#patches-to-tfxio.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +19,12 @@ from typing import Callable, List
 from pipeline.patches.machinery import Patch
 
 # The rows of each batch an Examples artifact is read in (`patches`) when the reader
-# names no size at all: StatisticsGen and the Evaluator. At 1M rows, two alternating pairs
-# of runs each: StatisticsGen 11.3 and 12.7 s at tfx_bsl's cap of 1,000 rows, 9.4-9.8 s at
-# 4,096, 9.2-9.6 s at 8,192; the Evaluator within its spread at either. Transform passes
-# `None` (its desired batch size, unset) and keeps tfx_bsl's cap: it was no faster at
-# 4,096, and its quantile sketches depend on how the rows are batched (at 4,096 the 1M
-# run's bucket boundaries moved, and with them the Trainer's epochs). Four batches of this
-# size are held per decoding thread's lead.
+# names no size at all: StatisticsGen and the Evaluator, whose TFDV generators pay their
+# Python per batch and per feature. Transform passes `None` (its desired batch size,
+# unset) and keeps tfx_bsl's cap: it gains nothing from larger batches, and its quantile
+# sketches depend on how the rows are batched (their bucket boundaries, and with them the
+# Trainer's epochs, would move). Four batches of this size are held per decoding thread's
+# lead. Measured: docs/performance.md#patches-to-tfxio.
 READ_BATCH = 4096
 # `BeamSource`'s batch size when its caller passes none (not even `None`).
 _NO_SIZE = object()
@@ -41,14 +50,10 @@ def patches() -> List[Patch]:
       another feature order (on the test slice: the same eval metrics and predictions
       to 1e-6). Beam's raw-record and batching counters are not counted, nor tfx_bsl's
       record-batch telemetry (Beam distributions of each batch's byte size and values per
-      row, which nothing on this machine reads: 0.26 s of Python per 200,000 rows, on
-      the thread every bundle waits on; at 1M rows Transform 12.0-12.7 -> 11.8 s). Beyond this
-      environment (Dataflow, Flink, Spark, a portable job service), with tfx_bsl's
-      byte-size batching (`--tfxio_use_byte_size_batching`), and for the other TFXIOs:
-      tfx_bsl's own source. 1M rows: Transform 27.8 -> 15.5 s, StatisticsGen 23.2 -> 16.6 s;
-      decoded on two threads, Transform 17.2 -> 11.9 s; in batches of 4,096 rows rather
-      than 1,000, StatisticsGen 11.3-12.7 -> 8.9-9.8 s (TFDV's generators pay their
-      Python per batch and per feature).
+      row, which nothing on this machine reads, computed on the thread every bundle
+      waits on). Beyond this environment (Dataflow, Flink, Spark, a portable job
+      service), with tfx_bsl's byte-size batching (`--tfxio_use_byte_size_batching`), and
+      for the other TFXIOs: tfx_bsl's own source.
     """
     from tfx_bsl.tfxio import tf_example_record
 

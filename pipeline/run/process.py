@@ -30,7 +30,7 @@ from pipeline import patches
 from pipeline.patches import machinery
 
 LOCAL_RUNNER = "pipeline.run.local_runner"
-# The cyclic GC's thresholds during a run (Python's are 700, 10, 10; see `local_runner`).
+# The cyclic GC's thresholds during a run (Python's are 700, 10, 10; see `_collecting_less_often`).
 GC_THRESHOLDS = (10_000, 10, 10)
 # The longest the detached child of `exit_process` may take before SIGALRM ends it.
 DETACHED_SECONDS = 300
@@ -72,11 +72,10 @@ def local_runner(on: bool) -> Iterator[ModuleType]:
 def _collecting_less_often() -> Iterator[None]:
     """The cyclic GC's thresholds at `GC_THRESHOLDS` within the block.
 
-    With Python's (700, 10, 10), a run on data/ made about 1,900 young, 170 middle and
-    14 full collections; the full ones scan everything the nodes left alive (TF graphs,
-    Beam pipelines) and took 1.2 s of the 1.6 s the collector spent. At (10,000, 10, 10):
-    0.5 s, no full collection, peak memory +76 MB (0.98 -> 1.06 GB). Long runs still reach
-    full collections, 14 times less often.
+    At Python's (700, 10, 10) a run makes full collections again and again, each
+    scanning everything the nodes left alive (TF graphs, Beam pipelines); at these, a
+    short run makes none and a long one far fewer, for a little more peak memory
+    (docs/performance.md#the-runs-process).
     """
     before = gc.get_threshold()
     gc.set_threshold(*GC_THRESHOLDS)
