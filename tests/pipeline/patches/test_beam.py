@@ -4,7 +4,6 @@ leaving, they compute what Beam computes, and Beam's worker processes run the wo
 import bz2
 import inspect
 import os
-import sys
 import time
 
 import apache_beam as beam
@@ -32,6 +31,7 @@ def test_every_patched_target_exists_with_the_shape_the_patch_expects():
 
 
 def test_the_patches_hold_inside_the_block_only():
+    import sys
 
     from apache_beam.transforms import environments
 
@@ -159,6 +159,7 @@ def test_a_bound_method_s_signature_is_remembered_by_function_and_equals_beam_s(
 def _in_the_worker(torn_down_marker):
     import atexit
     import os
+    import sys
 
     from tensorflow_model_analysis.metrics import metric_util
 

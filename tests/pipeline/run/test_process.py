@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
@@ -47,6 +46,7 @@ def _at_terminal(command, env=None, timeout=60):
     """`command` with a terminal as its standard output: its exit status, what it printed,
     and the seconds until it exited."""
     import pty
+    import time
 
     controller, terminal = pty.openpty()
     started = time.perf_counter()
@@ -67,6 +67,7 @@ def _at_terminal(command, env=None, timeout=60):
 
 
 def test_work_after_the_exit_is_left_to_a_detached_child_at_a_terminal_and_done_first_otherwise(tmp_path):
+    import time
 
     at_terminal = tmp_path / "terminal"
     code, output, _ = _at_terminal([sys.executable, "-c", _AFTER_EXIT, str(at_terminal)])
