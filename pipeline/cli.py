@@ -41,8 +41,9 @@ from pipeline.data import commands as data_commands
 from pipeline.inspect import commands as inspect_commands
 from pipeline.ops import commands as ops_commands
 from pipeline.outcome import Ending
+from pipeline.patches import machinery
 from pipeline.run import commands as run_commands
-from pipeline.run import logs, speedups
+from pipeline.run import logs, process
 
 # The subcommands, in the order `--help` lists them; each module holds their options and bodies.
 SUBCOMMANDS = (
@@ -135,9 +136,9 @@ def _dispatch(args: argparse.Namespace, ending: Ending) -> int:
 
 def console_main() -> None:
     """The `taxi-pipeline` command: `main`, then the process exits with its status."""
-    speedups.ends_with_exit_process()
+    process.ends_with_exit_process()
     code = main()
-    speedups.exit_process(int(code), speedups.enabled())
+    process.exit_process(int(code), machinery.enabled())
 
 
 if __name__ == "__main__":

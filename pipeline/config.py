@@ -117,7 +117,7 @@ LOCAL_BEAM_ARGS: Tuple[str, ...] = (
 # which worker processes share out; ImportExampleGen's is in TensorFlow's C++ reader and
 # GZIP writer, which threads share out without the start-up of processes. StatisticsGen
 # and Transform decode their records on a thread per core in this process (see
-# `pipeline.run.speedups`), and were slower in worker processes, which add their start-up
+# `pipeline.patches.tfxio`), and were slower in worker processes, which add their start-up
 # (a few seconds per component) and memory: at 1M rows StatisticsGen 14.9 s there against
 # 10.8 s here, Transform 17.9 s against 11.9 s. The data gate reads a sample.
 MULTI_PROCESS_ROWS = 300_000

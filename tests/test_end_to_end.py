@@ -63,7 +63,7 @@ def test_first_run_executes_every_node_once_and_pushes_one_version(finished_run,
 
 def test_a_run_leaves_nothing_in_the_temporary_folder(finished_run):
     # AutoGraph's generated sources, Beam's pipeline folders (TFX's archive of itself is
-    # built only without --setup_file: tests/pipeline/run/test_speedups.py).
+    # built only without --setup_file: tests/pipeline/patches/test_tfx.py).
     assert sorted(os.listdir(finished_run.workspace.root / "tmp")) == []
 
 

@@ -22,13 +22,14 @@ ALLOWED: Dict[str, Set[str]] = {
     "pipeline": _TOP,
     "pipeline.top": _TOP,
     "pipeline.inspect": _TOP | {"pipeline.inspect"},
-    "pipeline.run": _TOP | {"pipeline.inspect", "pipeline.run"},
+    "pipeline.patches": _TOP | {"pipeline.patches"},
+    "pipeline.run": _TOP | {"pipeline.inspect", "pipeline.patches", "pipeline.run"},
     "pipeline.ops": _TOP | {"pipeline.inspect", "pipeline.run", "pipeline.ops"},
     "pipeline.cloud": _TOP | {"pipeline.run", "pipeline.ops", "pipeline.cloud"},
     "pipeline.data": _TOP | {"pipeline.data"},
 }
 SUBPACKAGES = {"components": ("compat", "model", "support", "custom"),
-               "pipeline": ("run", "cloud", "inspect", "ops", "data", "cli")}
+               "pipeline": ("run", "patches", "cloud", "inspect", "ops", "data", "cli")}
 
 
 def concern(module: str) -> str:

@@ -175,7 +175,7 @@ def write(output_root: str, details: details_lib.RunDetails) -> str:
 
 def write_placeholder(output_root: str, run_id: str) -> str:
     """A page that stands in for the run's page while it is being drawn (see
-    `pipeline.run.speedups.after_exit`): it reloads itself every second until the run's
+    `pipeline.run.process.after_exit`): it reloads itself every second until the run's
     page replaces it, and says how to write it should it never come. Returns its path."""
     text = ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"1\">"
             f"<title>Run {run_id}</title></head>\n<body><p id=\"{PLACEHOLDER_ID}\">The page of run {run_id} is "

@@ -16,7 +16,8 @@ from components.model.trainer.settings import TrainConfig
 from components.support import spans
 from pipeline import config, failures, options
 from pipeline.outcome import Ending, Outcome, RunReport
-from pipeline.run import lock, logs, preflight, retrain, run_state, speedups
+from pipeline.patches import machinery
+from pipeline.run import lock, logs, preflight, process, retrain, run_state
 
 
 def add_run(commands: argparse._SubParsersAction) -> None:
@@ -94,7 +95,7 @@ def _add_local_options(command: argparse.ArgumentParser) -> None:
                          help="local: LocalDagRunner, one node after another; beam: BeamDagRunner, "
                               "each node a step of one Beam pipeline")
     command.add_argument("--no-speedups", action="store_true",
-                         help=f"run without the library speed-ups of pipeline/run/speedups.py (also {speedups.ENV}=0)")
+                         help=f"run without the library speed-ups of pipeline/patches/ (also {machinery.ENV}=0)")
     options.add_latency_budget(command)
     options.add_notify(command)
     options.add_beam_options(command, "Beam's in-memory engine in this process")
@@ -117,7 +118,7 @@ def run(args: argparse.Namespace, ending: Ending) -> int:
     """`run` and `retrain`: resolve the config, run, report; exit status by outcome."""
     started = time.perf_counter()
     if args.no_speedups:
-        os.environ[speedups.ENV] = "0"  # one setting, read by the run and the exit
+        os.environ[machinery.ENV] = "0"  # one setting, read by the run and the exit
     if not args.verbose:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
         # For the processes the run starts (Beam's workers): their Python warnings would
@@ -133,9 +134,9 @@ def run(args: argparse.Namespace, ending: Ending) -> int:
     def run_pipeline(run_with: config.RunConfig, plan: run_state.RunPlan) -> RunReport:
         logs.import_tensorflow(log_path, args.verbose)
         record_check = preflight.start_check(plan.files)  # beside TFX's imports
-        with speedups.local_runner(speedups.enabled()) as local_runner:
+        with process.local_runner(machinery.enabled()) as local_runner:
             return local_runner.run(run_with, plan, orchestrator=args.orchestrator, recover=not args.force,
-                                    page_later=speedups.can_detach(), record_check=record_check,
+                                    page_later=process.can_detach(), record_check=record_check,
                                     command=args.command, notify_url=args.notify or "")
 
     retained = ""

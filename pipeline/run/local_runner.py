@@ -27,7 +27,8 @@ from components.custom import pusher, serving_check
 from pipeline import config, outcome
 from pipeline import pipeline as pipeline_lib
 from pipeline.inspect import run_report
-from pipeline.run import logs, preflight, run_state, speedups, watch
+from pipeline.patches import tfx as tfx_patches
+from pipeline.run import logs, preflight, process, run_state, watch
 
 # LocalDagRunner runs the nodes one after another in this process; BeamDagRunner makes
 # each node a step of one Beam pipeline (here on the DirectRunner, in this process too).
@@ -66,7 +67,7 @@ def run(
     """Runs the pipeline once and records and returns what it did; with `recover`, a run
     of the same inputs that finished unrecorded is recorded instead (see `_unrecorded`);
     with `page_later`, its page is drawn after the process's exit status is known
-    (`speedups.after_exit`). `record_check` is the plan's files' record check, started
+    (`process.after_exit`). `record_check` is the plan's files' record check, started
     earlier (`preflight.start_check`); None: it is done here. `command` and `notify_url`:
     the command this run serves and its alert webhook, for an alert the services' watch
     posts when it ends the run."""
@@ -100,7 +101,7 @@ def run(
         with watch.watching(run_config.metadata, run_config.settings.beam_args, logs.current_path(""), command,
                             notify_url):
             try:
-                with speedups.when_done(pipeline_lib.NodeId.TRAINER, _hand_over_model):
+                with tfx_patches.when_done(pipeline_lib.NodeId.TRAINER, _hand_over_model):
                     ORCHESTRATORS[orchestrator]().run_with_ir(ir)
             finally:
                 serving_check.stop_spare()
@@ -143,7 +144,7 @@ def write_page(
             details = run_details.RunDetails(report=report)
         if not later:
             return report_page.write(run_config.output_root, details)
-        speedups.after_exit(functools.partial(_draw_page, run_config.output_root, details))
+        process.after_exit(functools.partial(_draw_page, run_config.output_root, details))
         return report_page.write_placeholder(run_config.output_root, report.run_id)
     except Exception:  # a page is a view of the run: it must not fail a run that pushed
         logging.exception("the run's page could not be written")

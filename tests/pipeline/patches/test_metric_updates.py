@@ -21,8 +21,9 @@ from tensorflow_model_analysis.metrics import (
 from tensorflow_model_analysis.proto import config_pb2
 
 from pipeline.config import EvaluationConfig
+from pipeline.patches import machinery, metric_updates
+from pipeline.patches import tfma as tfma_patches
 from pipeline.pipeline import _eval_config
-from pipeline.run import metric_updates, speedups
 
 SLICES = 3  # TFMA hands each example's inputs to the combiners of each of its slices
 
@@ -71,7 +72,7 @@ def _metrics(eval_config, elements, patched: bool):
         return [fn.extract_output(accumulators[0]), fn.extract_output(merged)]
 
     if patched:
-        with speedups._patched(speedups.tfma_patches()):
+        with machinery.patched(tfma_patches.patches()):
             return run()
     return run()
 
@@ -134,7 +135,7 @@ def test_a_bad_prediction_fails_as_in_tfma():
                evaluator._DEFAULT_COMBINER_INPUT_KEY: [bad]}
     with pytest.raises(RuntimeError, match="add_input failed") as unpatched:
         fn.add_input(fn.create_accumulator(), element)
-    with speedups._patched(speedups.tfma_patches()):
+    with machinery.patched(tfma_patches.patches()):
         with pytest.raises(RuntimeError, match="add_input failed") as patched:
             fn.add_input(fn.create_accumulator(), element)
     assert type(patched.value.__cause__) is type(unpatched.value.__cause__)
@@ -147,7 +148,7 @@ def test_beam_pickles_the_patched_combine_function_s_methods(library):
     fn = _combine_fn(_config())
     pickler.set_library(library)
     try:
-        with speedups._patched(speedups.tfma_patches()):
+        with machinery.patched(tfma_patches.patches()):
             restored = pickler.loads(pickler.dumps(fn.add_input))
             assert restored.__func__ is metric_updates.add_input
             element = _inputs(np.random.default_rng(3), 1, odd=False)[0]

@@ -3,11 +3,11 @@
 TFDV derives each numeric feature's standard (equi-width) histogram from its quantiles:
 it builds a histogram proto of 1,000 quantile buckets, then, for each of the 10 output
 buckets, walks those protos in Python to add up how much of each falls inside. That walk
-was most of the data gate's time on data/ (256 histograms: 16 spans of 16 features) and a
-part of StatisticsGen's. `equi_width_histogram` computes the same sums from the bucket
+was most of the data gate's time and a part of StatisticsGen's
+(docs/performance.md#patches-to-tfdv). `equi_width_histogram` computes the same sums from the bucket
 bounds as arrays: the same overlap of each bucket (the same cases, in the same order), the
 same terms, added one after another in the same order, so the histogram is TFDV's to the
-last bit (tests/pipeline/run/test_equi_width.py compares them on thousands of inputs,
+last bit (tests/pipeline/patches/test_equi_width.py compares them on thousands of inputs,
 on both stacks). Histograms whose bounds are float32 are left to TFDV (`replacing`).
 """
 

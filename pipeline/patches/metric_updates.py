@@ -5,8 +5,8 @@ For each example of each slice, TFMA's Evaluator calls every metric's combiner
 `metric_util.to_label_prediction_example_weight` for the example's label, prediction and
 weight, looking them up through the eval config, reshaping, flattening and weighting
 them, before adding one number to a sum. With the pipeline's metrics (example count,
-binary accuracy, calibration, AUC) and three slicings, that was about 90 µs per example
-and slice, most of the Evaluator's time in its workers.
+binary accuracy, calibration, AUC) and three slicings, that was most of the Evaluator's
+time in its workers (docs/performance.md#patches-to-tfma).
 
 `replacing` adds the same numbers for the combiners below, from the example's label and
 prediction extracted once (TFMA's own function, called with the arguments they all
@@ -20,7 +20,7 @@ reduces to:
 Then each combiner's sum gets the same terms, in the same order, computed the same way
 (the same float products; the example count adds NumPy's `np.sum(np.array(1.0))` as
 TFMA does, and the confusion matrices are still added by TFMA's own code), so the
-metrics are TFMA's to the last bit (tests/pipeline/run/test_metric_updates.py compares
+metrics are TFMA's to the last bit (tests/pipeline/patches/test_metric_updates.py compares
 them on both stacks). Any other combiner, or any other example (a fractional or missing
 label, a NaN prediction, several outputs), goes through TFMA's code as before, errors
 included.

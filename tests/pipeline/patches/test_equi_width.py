@@ -7,7 +7,7 @@ import tensorflow_data_validation as tfdv
 from tensorflow_data_validation.statistics import stats_impl
 from tensorflow_data_validation.utils import quantiles_util
 
-from pipeline.run import equi_width
+from pipeline.patches import equi_width
 
 
 def _inputs(rng: np.random.Generator):
@@ -87,13 +87,3 @@ def test_tfdv_s_statistics_are_the_same_with_it(monkeypatch):
                   if h.type == h.STANDARD]
     assert len(histograms) == 4 and all(sum(b.sample_count for b in h.buckets) > 0 for h in histograms)
 
-
-def test_the_speed_ups_put_it_in_tfdv_s_place_within_the_run_only():
-    from pipeline.run import speedups
-
-    original = quantiles_util.generate_equi_width_histogram
-    assert "generate_equi_width_histogram" in quantiles_util.__dict__
-    with speedups._patched(speedups.tfdv_patches()):
-        assert quantiles_util.generate_equi_width_histogram is not original
-        assert quantiles_util.generate_equi_width_histogram.__wrapped__ is original
-    assert quantiles_util.generate_equi_width_histogram is original

@@ -1,0 +1,55 @@
+"""Library patches: every change this project makes to a library's internals, one module
+per library (a patch to a library lives in that library's module, nowhere else): `beam`,
+`tfx`, `tfxio` (tfx_bsl's), `tfdv`, `tfma`, with `equi_width` and `metric_updates`, the
+two replacements of TFDV's and TFMA's code, beside them; `machinery` applies and undoes
+them.
+
+They remove per-run Python overhead; a run makes the same decisions and the same model
+with and without them (compared artifact by artifact by `pipeline.inspect.parity`, in the
+tests and at a million rows in docs/speedups-parity.md), and the same numbers except where
+a library's result follows how the examples were batched (see `tfxio`): the last bits of
+TFDV's and TFMA's sums, the values TFDV reads off its quantile sketch (within the
+sketch's error), the order TFDV lists features in. They act only in the process that runs
+the pipeline locally (`every_patch`, applied by `pipeline.run.process.local_runner`) and in
+the Beam worker processes it starts (`in_workers`, by `pipeline.run.beam_worker`):
+components in their own containers (Vertex AI, Dataflow workers) get the libraries as they
+are. Off with `TAXI_PIPELINE_SPEEDUPS=0` (`machinery.ENV`) or `taxi-pipeline run
+--no-speedups`. What each saves: docs/performance.md#the-library-patches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Callable, Dict, Iterator, List
+
+from pipeline.patches import beam, machinery, tfdv, tfma, tfx, tfxio
+
+
+def every_patch() -> List[machinery.Patch]:
+    """The patches of the process that runs the pipeline: every library's."""
+    return beam.patches() + tfx.patches() + tfxio.patches() + tfdv.patches() + tfma.patches()
+
+
+def _worker_libraries() -> Dict[str, Callable[[], List[machinery.Patch]]]:
+    """The patches of the work done inside Beam's workers, by the library they change:
+    TFDV's (StatisticsGen, the data gate) and TFMA's (the Evaluator)."""
+    return {"tensorflow_data_validation": tfdv.patches, "tensorflow_model_analysis": tfma.patches}
+
+
+@contextlib.contextmanager
+def in_workers() -> Iterator[None]:
+    """Within the block (a worker process's life), if the patches are on (the workers
+    inherit the run's environment): Beam's, and each of `_worker_libraries`' right after
+    the worker first imports it, so that an Evaluator's worker does not import TFDV for
+    nothing nor a StatisticsGen's TFMA (docs/performance.md#patches-to-beam)."""
+    if not machinery.enabled():
+        yield
+        return
+    finder = machinery.PatchedOnImport(_worker_libraries())
+    sys.meta_path.insert(0, finder)
+    try:
+        with machinery.patched(beam.patches()):
+            yield
+    finally:
+        sys.meta_path.remove(finder)

@@ -1,0 +1,164 @@
+"""Patches to TFMA: each example's label, prediction and weight extracted once, its
+commonest metric combiners updated directly (`pipeline.patches.metric_updates`), the
+serving signature called by keyword. What each patch changes and why: `patches`.
+
+When TFMA changes under them,
+tests/pipeline/patches/test_tfma.py::test_tfma_s_internals_the_sharing_relies_on_are_where_it_expects_them
+and tests/pipeline/patches/test_tfma.py::test_tfma_calls_the_serving_signature_by_position_through_get_callable
+fail for an internal that moved or changed, and
+tests/pipeline/patches/test_metric_updates.py::test_the_pipeline_s_metrics_are_tfma_s_to_the_last_bit
+for metrics that are no longer TFMA's to the last bit. What each saves:
+docs/performance.md#patches-to-tfma.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Callable, List, Optional
+
+from pipeline.patches.machinery import Patch
+
+
+def patches() -> List[Patch]:
+    """`(owner, attribute, new value from the old one)` of each change to TFMA.
+
+    - `metric_util.to_label_prediction_example_weight`: every metric's combiner asks it
+      for each example's (label, prediction, weight) of each slice the example falls in,
+      and it looks them up through the eval config's model specs each time, for every
+      metric and slice. Its results depend only on the example's inputs and the
+      arguments, so each thread keeps those of the example it saw last
+      (`_shared_per_example`): one call per set of arguments, the others answered from
+      them, each caller given its own copies of the arrays.
+      `_BinaryConfusionMatrixCombiner` was handed the function as a default argument at
+      import; a combiner built with that default gets the shared one.
+    - `_ComputationsCombineFn.add_input`: each of those combiners still looked the
+      example up again, reshaped and flattened it, before adding a number to a sum.
+      `metric_updates` adds the same numbers from one label and prediction per example,
+      where the combiner and the example are the plain case (TFMA's own classes,
+      unweighted, a label of 0 or 1, a finite prediction), and leaves the rest to TFMA.
+    - `model_util.get_callable`: TFMA calls the model's serving signature with each
+      batch of serialized examples by position; a SavedModel's signature takes keywords
+      only, so every call first failed, TensorFlow's error message printing the whole
+      batch, before TensorFlow retried it by position. A signature of one input is
+      handed out as `_ByKeyword`, which passes a lone positional argument by that
+      input's name.
+    """
+    from tensorflow_model_analysis.evaluators import metrics_plots_and_validations_evaluator as evaluator
+    from tensorflow_model_analysis.metrics import binary_confusion_matrices, metric_util
+    from tensorflow_model_analysis.utils import model_util
+
+    from pipeline.patches import metric_updates
+
+    original = metric_util.to_label_prediction_example_weight
+    shared = _shared_per_example(original)
+    return [
+        (metric_util, "to_label_prediction_example_weight", lambda old: shared),
+        (
+            binary_confusion_matrices._BinaryConfusionMatrixCombiner,
+            "__init__",
+            lambda old: _given_instead(old, "_extract_label_prediction_and_weight", original, shared),
+        ),
+        (
+            evaluator._ComputationsCombineFn,
+            "add_input",
+            lambda old: metric_updates.replacing(old, original, (original, shared)),
+        ),
+        (model_util, "get_callable", _signatures_by_keyword),
+    ]
+
+
+def _signatures_by_keyword(original: Callable) -> Callable:
+    """`original` (TFMA's `get_callable`), a signature of one input wrapped in `_ByKeyword`."""
+
+    @functools.wraps(original)
+    def get_callable(*args, **kwargs):
+        function = original(*args, **kwargs)
+        name = _single_keyword_input(function)
+        return function if name is None else _ByKeyword(function, name)
+
+    return get_callable
+
+
+def _single_keyword_input(function: object) -> Optional[str]:
+    """The input's name of a function whose structured signature is one keyword input."""
+    structured = getattr(function, "structured_input_signature", None)
+    if not isinstance(structured, tuple) or len(structured) != 2:
+        return None
+    positional, keywords = structured
+    if positional or not isinstance(keywords, dict) or len(keywords) != 1:
+        return None
+    return next(iter(keywords))
+
+
+class _ByKeyword:
+    """A function of one keyword input, also called with that input by position; every
+    other attribute is the function's own."""
+
+    def __init__(self, function: Callable, name: str):
+        self._function, self._name = function, name
+
+    def __call__(self, *args, **kwargs):
+        if len(args) == 1 and not kwargs:
+            return self._function(**{self._name: args[0]})
+        return self._function(*args, **kwargs)
+
+    def __getattr__(self, attribute: str):
+        if attribute in ("_function", "_name"):  # not set yet (a copy): no recursion
+            raise AttributeError(attribute)
+        return getattr(self._function, attribute)
+
+
+def _shared_per_example(original: Callable) -> Callable:
+    """`original(inputs, ...)` computed once per set of arguments for the `inputs` object
+    this thread saw last. Every caller gets its own copies of the arrays: TFMA's
+    `CategoricalCrossEntropy` normalises its predictions in place."""
+    last = threading.local()
+
+    @functools.wraps(original)
+    def to_label_prediction_example_weight(inputs, *args, **kwargs):
+        if getattr(last, "inputs", None) is not inputs:
+            last.inputs, last.results, last.held = inputs, {}, []
+        key = (tuple(_by_value_or_identity(value, last.held) for value in args),
+               tuple((name, _by_value_or_identity(value, last.held)) for name, value in kwargs.items()))
+        results = last.results.get(key)
+        if results is None:
+            results = last.results[key] = tuple(original(inputs, *args, **kwargs))
+        return iter([tuple(_copied(value) for value in result) for result in results])
+
+    return to_label_prediction_example_weight
+
+
+def _by_value_or_identity(value: object, held: list) -> object:
+    """`value` as part of a key: itself if hashable, a dict by its items, anything else
+    (a proto) by identity, held in `held` so that its id cannot be another object's."""
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        pass
+    if isinstance(value, dict):
+        try:
+            return ("dict", frozenset(value.items()))
+        except TypeError:
+            pass
+    held.append(value)
+    return ("id", id(value))
+
+
+def _copied(value: object) -> object:
+    import numpy as np
+
+    return value.copy() if isinstance(value, np.ndarray) else value
+
+
+def _given_instead(original_init: Callable, attribute: str, given: object, instead: object) -> Callable:
+    """`original_init`, then `attribute` set to `instead` where it was `given`."""
+
+    @functools.wraps(original_init)
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        if getattr(self, attribute, None) is given:
+            setattr(self, attribute, instead)
+
+    return init

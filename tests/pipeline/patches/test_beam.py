@@ -1,0 +1,197 @@
+"""The patches to Beam: their targets still exist on the pinned Beam, they are undone on
+leaving, they compute what Beam computes, and Beam's worker processes run the worker patches."""
+
+import bz2
+import inspect
+import os
+import time
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
+from apache_beam.runners.portability.fn_api_runner import worker_handlers
+from apache_beam.runners.worker import statesampler
+from apache_beam.transforms import userstate
+from apache_beam.utils import counters
+
+from pipeline.patches import beam as beam_patches
+from pipeline.patches import machinery
+
+
+def test_every_patched_target_exists_with_the_shape_the_patch_expects():
+    patches = beam_patches.patches()
+    assert len(patches) == 9
+    for owner, name, _ in patches:
+        assert name in owner.__dict__, f"{owner.__name__}.{name} moved: its speed-up must be revisited"
+    assert isinstance(worker_handlers.STATE_CACHE_SIZE_MB, int) and worker_handlers.STATE_CACHE_SIZE_MB > 0
+    assert list(inspect.signature(userstate.get_dofn_specs).parameters) == ["dofn"]
+    assert list(inspect.signature(PipelineOptions.view_as).parameters) == ["self", "cls"]
+    assert list(inspect.signature(statesampler.StateSampler.__init__).parameters) == [
+        "self", "prefix", "counter_factory", "sampling_period_ms"]
+
+
+def test_the_patches_hold_inside_the_block_only():
+    import sys
+
+    from apache_beam.transforms import environments
+
+    beam_worker = f"{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"
+    command = environments.SubprocessSDKEnvironment.__dict__["from_command_string"]
+    originals = (worker_handlers.STATE_CACHE_SIZE_MB, userstate.get_dofn_specs, PipelineOptions.view_as)
+    with machinery.patched(beam_patches.patches()):
+        assert worker_handlers.STATE_CACHE_SIZE_MB == 0
+        assert userstate.get_dofn_specs is not originals[1]
+        assert PipelineOptions.view_as is not originals[2]
+        started = environments.SubprocessSDKEnvironment.from_command_string(beam_worker).command_string
+        assert started == f"{sys.executable} -m pipeline.run.beam_worker"
+        assert environments.SubprocessSDKEnvironment.from_command_string("my-worker").command_string == "my-worker"
+    assert (worker_handlers.STATE_CACHE_SIZE_MB, userstate.get_dofn_specs, PipelineOptions.view_as) == originals
+    assert environments.SubprocessSDKEnvironment.__dict__["from_command_string"] is command
+    assert environments.SubprocessSDKEnvironment.from_command_string(beam_worker).command_string == beam_worker
+
+
+def _seconds_to_stop_a_sampler_after(seconds: float) -> float:
+    sampler = statesampler.StateSampler("step", counters.CounterFactory())
+    sampler.start()
+    time.sleep(seconds)
+    started = time.perf_counter()
+    sampler.stop()
+    return time.perf_counter() - started
+
+
+def test_a_bundle_s_state_sampler_stops_without_waiting_out_a_long_sleep():
+    # Beam's sampler sleeps 2 ms, then 20% longer each time up to 200 ms, and `stop` joins
+    # it: stopped 1 s after its start, it waits out a sleep that ends at about 1.13 s.
+    waits = [_seconds_to_stop_a_sampler_after(1.0) for _ in range(3)]
+    assert max(waits) > 0.06, waits
+    with machinery.patched(beam_patches.patches()):
+        sampler = statesampler.StateSampler("step", counters.CounterFactory())
+        assert sampler.sampling_period_ms == beam_patches.SAMPLING_PERIOD_MS
+        patched = [_seconds_to_stop_a_sampler_after(1.0) for _ in range(3)]
+    assert min(patched) < 0.03, patched
+    assert statesampler.StateSampler("step", counters.CounterFactory()).sampling_period_ms == 200
+
+
+class _Counting(beam.DoFn):
+    def process(self, element):
+        yield element
+
+
+def test_dofn_specs_are_computed_once_per_dofn_and_equal_the_originals(monkeypatch):
+    calls = []
+    original = userstate.get_dofn_specs
+    monkeypatch.setattr(userstate, "get_dofn_specs", lambda dofn: calls.append(dofn) or original(dofn))
+    with machinery.patched(beam_patches.patches()):
+        first, second = _Counting(), _Counting()
+        assert userstate.get_dofn_specs(first) == original(first)
+        assert userstate.get_dofn_specs(first) == original(first)
+        userstate.get_dofn_specs(second)
+    assert calls == [first, second]
+
+
+def test_option_views_share_their_values():
+    options = PipelineOptions(["--direct_num_workers=3"])
+    with machinery.patched(beam_patches.patches()):
+        view = options.view_as(DirectOptions)
+        assert view is options.view_as(DirectOptions)
+        view.direct_num_workers = 5
+        assert options.view_as(DirectOptions).direct_num_workers == 5
+    assert options.view_as(DirectOptions).direct_num_workers == 5
+
+
+def test_remembered_bz2_answers_are_bz2_s_own_and_bounded(monkeypatch):
+    calls = []
+    original_compress, original_decompress = bz2.compress, bz2.decompress
+    monkeypatch.setattr(bz2, "compress", lambda data, level: calls.append("c") or original_compress(data, level))
+    monkeypatch.setattr(bz2, "decompress", lambda data: calls.append("d") or original_decompress(data))
+    remembering = beam_patches.RememberingBz2()
+    payload = b"a pickled DoFn " * 200
+    packed = remembering.compress(payload, compresslevel=9)
+    assert packed == original_compress(payload, 9)
+    assert remembering.compress(bytearray(payload), compresslevel=9) == packed
+    assert remembering.decompress(packed) == payload  # known from its compression
+    assert calls == ["c"]
+    other = original_compress(b"packed elsewhere", 9)
+    assert remembering.decompress(other) == b"packed elsewhere" and calls == ["c", "d"]
+    assert remembering.decompress(other) == b"packed elsewhere" and calls == ["c", "d"]
+
+    monkeypatch.setattr(beam_patches.RememberingBz2, "LIMIT_BYTES", 4096)
+    small = beam_patches.RememberingBz2()
+    for index in range(50):
+        small.compress(bytes([index]) * 1000, compresslevel=9)
+    assert small._size <= 4096 and len(small._answers) < 10
+
+
+def test_what_beam_pickles_under_the_patches_unpickles_without_them():
+    from apache_beam.internal import cloudpickle_pickler
+
+    with machinery.patched(beam_patches.patches()):
+        assert isinstance(cloudpickle_pickler.bz2, beam_patches.RememberingBz2)
+        encoded = cloudpickle_pickler.dumps(_Counting())
+        assert cloudpickle_pickler.dumps(_Counting()) == encoded
+        assert type(cloudpickle_pickler.loads(encoded)).__name__ == "_Counting"
+    assert cloudpickle_pickler.bz2 is bz2
+    assert type(cloudpickle_pickler.loads(encoded)).__name__ == "_Counting"
+
+
+class _Keyed(beam.DoFn):
+    def process(self, element, prefix="k"):
+        yield prefix, element
+
+
+def test_a_bound_method_s_signature_is_remembered_by_function_and_equals_beam_s():
+    from apache_beam.transforms import core
+    from apache_beam.typehints import decorators
+
+    original = decorators.get_signature
+    with machinery.patched(beam_patches.patches()):
+        first, second = _Keyed().process, _Keyed().process
+        assert core.get_signature(first) == original(first)
+        assert core.get_signature(second) is core.get_signature(first)
+        assert list(core.get_signature(first).parameters) == ["element", "prefix"]
+        assert core.get_function_arguments(_Keyed(), "process") == (["element", "prefix"], ["k"])
+        # Anything else is asked of Beam's own each time.
+        assert decorators.get_signature(str.upper) == original(str.upper)
+        assert list(core.get_signature(lambda a, b=2: a).parameters) == ["a", "b"]
+    assert core.get_signature is original and decorators.get_signature is original
+
+
+def _in_the_worker(torn_down_marker):
+    import atexit
+    import os
+    import sys
+
+    from tensorflow_model_analysis.metrics import metric_util
+
+    # Run by the interpreter's teardown only, which printed TensorFlow's finalizers' errors.
+    atexit.register(lambda: open(torn_down_marker, "w").close())
+    yield (os.getpid(), hasattr(metric_util.to_label_prediction_example_weight, "__wrapped__"),
+           "tensorflow_data_validation" in sys.modules)
+
+
+@pytest.mark.slow
+@pytest.mark.every_stack
+@pytest.mark.timeout(300)
+def test_beam_s_worker_processes_run_the_worker_speed_ups_import_only_what_their_work_needs_and_end_quietly(
+        monkeypatch, capfd, tmp_path):
+    from apache_beam.testing.util import assert_that
+
+    monkeypatch.delenv(machinery.ENV, raising=False)
+    here = os.getpid()
+
+    def check(rows):  # runs in the worker, where pytest's assertion rewriting is not
+        pid, tfma_shared, tfdv_imported = rows[0]
+        if pid == here:
+            raise AssertionError("the work ran in this process, not in a worker")
+        if not tfma_shared:
+            raise AssertionError("the worker's TFMA is not patched")
+        if tfdv_imported:
+            raise AssertionError("the worker imported TFDV for nothing")
+
+    options = PipelineOptions(["--direct_running_mode=multi_processing", "--direct_num_workers=1"])
+    with machinery.patched(beam_patches.patches()):
+        with beam.Pipeline(options=options) as pipeline:
+            assert_that(pipeline | beam.Create([str(tmp_path / "torn-down")]) | beam.FlatMap(_in_the_worker), check)
+    assert not (tmp_path / "torn-down").exists(), "the worker's interpreter was torn down"
+    assert "Exception ignored" not in capfd.readouterr().err
+

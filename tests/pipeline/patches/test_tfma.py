@@ -1,0 +1,175 @@
+"""The patches to TFMA: each example's inputs extracted once give TFMA's own, and the serving
+signature called by keyword gives what it gives by position; TFMA's internals are where
+they expect them."""
+
+import copy
+import inspect
+import types
+
+import pytest
+
+from pipeline.patches import machinery
+from pipeline.patches import tfma as tfma_patches
+
+
+def _metric_inputs(label: float, prediction: float):
+    import numpy as np
+    from tensorflow_model_analysis.metrics import metric_types
+
+    return metric_types.StandardMetricInputs(
+        labels=np.array([label]), predictions=np.array([prediction]), example_weights=None)
+
+
+def test_tfma_s_internals_the_sharing_relies_on_are_where_it_expects_them():
+    from tensorflow_model_analysis.metrics import binary_confusion_matrices, metric_util
+
+    assert list(inspect.signature(metric_util.to_label_prediction_example_weight).parameters)[0] == "inputs"
+    combiner = binary_confusion_matrices._BinaryConfusionMatrixCombiner
+    assert "extract_label_prediction_and_weight" in inspect.signature(combiner.__init__).parameters
+    assert "self._extract_label_prediction_and_weight" in inspect.getsource(combiner)
+
+
+def test_an_example_s_labels_predictions_and_weights_are_computed_once_per_arguments_as_tfma_computes_them():
+    import numpy as np
+    from tensorflow_model_analysis.metrics import metric_util
+
+    original = metric_util.to_label_prediction_example_weight
+    calls = []
+
+    def counting(inputs, **kwargs):
+        calls.append(sorted(kwargs))
+        return original(inputs, **kwargs)
+
+    shared = tfma_patches._shared_per_example(counting)
+    first, second = _metric_inputs(1.0, 0.75), _metric_inputs(0.0, 0.25)
+    for inputs in (first, first, first, second, second):
+        for kwargs in ({"flatten": True, "fractional_labels": True}, {"allow_none": True, "class_weights": {}}):
+            got, expected = list(shared(inputs, **kwargs)), list(original(inputs, **kwargs))
+            assert len(got) == len(expected) and got
+            for got_row, expected_row in zip(got, expected):
+                for got_array, expected_array in zip(got_row, expected_row):
+                    assert got_array.tolist() == expected_array.tolist()
+                    assert got_array.dtype == expected_array.dtype
+    # Two argument sets, two examples (the same example again: no new call).
+    assert len(calls) == 4
+    # Each caller gets its own arrays (TFMA's CategoricalCrossEntropy writes into its
+    # predictions): what one caller does to them, the next caller and the inputs never see.
+    label, prediction, _ = next(shared(second, allow_none=True, class_weights={}))
+    assert not np.shares_memory(prediction, second.prediction)
+    label[...], prediction[...] = 7.0, 7.0
+    assert [row[:2] for row in shared(second, allow_none=True, class_weights={})] == [([0.0], [0.25])]
+    assert (second.label.tolist(), second.prediction.tolist()) == ([0.0], [0.25])
+
+
+def test_arguments_that_cannot_be_hashed_tell_the_results_apart():
+    import numpy as np
+    from tensorflow_model_analysis.metrics import metric_types, metric_util
+    from tensorflow_model_analysis.proto import config_pb2
+
+    shared = tfma_patches._shared_per_example(metric_util.to_label_prediction_example_weight)
+    inputs = metric_types.StandardMetricInputs(
+        labels={"a": np.array([1.0]), "b": np.array([0.0])}, predictions=np.array([0.5]), example_weights=None)
+    by_a, by_b = (config_pb2.EvalConfig(model_specs=[config_pb2.ModelSpec(label_key=key)]) for key in "ab")
+    for _ in range(2):
+        assert [row[0].tolist() for row in shared(inputs, eval_config=by_a)] == [[1.0]]
+        assert [row[0].tolist() for row in shared(inputs, eval_config=by_b)] == [[0.0]]
+
+
+def test_each_thread_keeps_its_own_last_example():
+    import threading
+
+    seen = []
+    shared = tfma_patches._shared_per_example(lambda inputs: (seen.append(inputs) or [(inputs,)]))
+    first, second = object(), object()
+    assert list(shared(first)) == [(first,)]
+    other = threading.Thread(target=lambda: list(shared(second)))
+    other.start()
+    other.join()
+    assert list(shared(first)) == [(first,)]
+    assert seen == [first, second]
+
+
+def test_a_confusion_matrix_combiner_built_with_tfma_s_default_gets_the_shared_function():
+    from tensorflow_model_analysis.metrics import binary_confusion_matrices, metric_util
+
+    original = metric_util.to_label_prediction_example_weight
+
+    def combiner(**kwargs):
+        return binary_confusion_matrices._BinaryConfusionMatrixCombiner(
+            key=None, eval_config=None, thresholds=[0.5], example_id_key=None, example_ids_count=0,
+            aggregation_type=None, class_weights=None, example_weighted=False, enable_fractional_labels=True,
+            **kwargs)
+
+    own = lambda *args, **kwargs: iter(())  # noqa: E731
+    with machinery.patched(tfma_patches.patches()):
+        shared = metric_util.to_label_prediction_example_weight
+        assert shared is not original and shared.__wrapped__ is original
+        assert combiner(extract_label_prediction_and_weight=original)._extract_label_prediction_and_weight is shared
+        assert combiner(extract_label_prediction_and_weight=own)._extract_label_prediction_and_weight is own
+    assert metric_util.to_label_prediction_example_weight is original
+    assert combiner(extract_label_prediction_and_weight=original)._extract_label_prediction_and_weight is original
+
+
+def test_tfma_calls_the_serving_signature_by_position_through_get_callable():
+    from tensorflow_model_analysis.utils import model_util
+
+    source = inspect.getsource(model_util)
+    assert "get_callable(model, signature_name, required)" in source
+    assert "signature(tf.constant(inputs, dtype=tf.string))" in source
+
+
+class _Recording:
+    """A function of one keyword input that records how it was called."""
+
+    structured_input_signature = ((), {"examples": "spec"})
+    structured_outputs = {"probability": "spec"}
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+        return "scores"
+
+
+def test_a_signature_of_one_input_is_called_by_its_name_when_given_it_by_position():
+    from tensorflow_model_analysis.utils import model_util
+
+    function = _Recording()
+    two_inputs = types.SimpleNamespace(structured_input_signature=((), {"a": 1, "b": 2}))
+    by_position = types.SimpleNamespace(structured_input_signature=(("a",), {}))
+    original = model_util.get_callable
+    with machinery.patched(tfma_patches.patches()):
+        wrapped = model_util.get_callable(types.SimpleNamespace(signatures={"serving_default": function}),
+                                          "serving_default")
+        for other in (two_inputs, by_position):
+            assert model_util.get_callable(types.SimpleNamespace(signatures={"s": other}), "s") is other
+    assert model_util.get_callable is original
+    assert wrapped is not function
+    assert wrapped("batch") == "scores"
+    wrapped(examples="keyword")
+    wrapped("a", "b")
+    assert function.calls == [((), {"examples": "batch"}), ((), {"examples": "keyword"}), (("a", "b"), {})]
+    assert wrapped.structured_outputs == function.structured_outputs
+    assert hasattr(wrapped, "structured_input_signature")
+    assert copy.copy(wrapped)("copied") == "scores" and function.calls[-1] == ((), {"examples": "copied"})
+
+
+@pytest.mark.timeout(120)
+def test_a_saved_model_s_signature_called_by_position_gives_what_it_gives_by_keyword(tmp_path):
+    import numpy as np
+    import tensorflow as tf
+    from tensorflow_model_analysis.utils import model_util
+
+    module = tf.Module()
+    module.serve = tf.function(lambda examples: {"length": tf.strings.length(examples)},
+                               input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+    tf.saved_model.save(module, str(tmp_path), signatures={"serving_default": module.serve})
+    loaded = tf.saved_model.load(str(tmp_path))
+    batch = tf.constant([b"a", b"bcd", b""])
+    with machinery.patched(tfma_patches.patches()):
+        signature = model_util.get_callable(loaded, "serving_default")
+    assert isinstance(signature, tfma_patches._ByKeyword)
+    np.testing.assert_array_equal(signature(batch)["length"], [1, 3, 0])
+    np.testing.assert_array_equal(signature(batch)["length"], signature(examples=batch)["length"])
+
