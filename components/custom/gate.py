@@ -19,9 +19,11 @@ Drift thresholds are the curated schema's `drift_comparator`s (L-infinity for ca
 features, Jensen-Shannon divergence for numeric ones), between the newest two spans the
 run ingested (SpanWindow's `spans_used`). The label is gated the same way: its share of
 1s (the L-infinity distance of a binary label) may move at most
-`features.LABEL_DRIFT_THRESHOLD` from one span to the next, or four standard errors of
-the difference where spans are small enough for sampling noise to reach that, so a label
-an upstream bug zeroed, inverted or recomputed is never trained on.
+`gate_thresholds.LABEL_DRIFT_THRESHOLD` from one span to the next, or
+`gate_thresholds.LABEL_NOISE_Z` standard errors of the difference where spans are small
+enough for sampling noise to reach that, so a label an upstream bug zeroed, inverted or
+recomputed is never trained on. Every threshold of the gate is set or named in
+`components.model.gate_thresholds`.
 
 The verdict is one integer property, `blessed`, for `tfx.dsl.Cond`, with what was found
 in each span (`span_checks`, JSON: span number -> lines) and the drift lines (`report`).
@@ -42,7 +44,7 @@ from tfx.dsl.component.experimental.decorators import component
 from tfx.types import standard_artifacts
 
 from components.custom import span_statistics, window
-from components.model import features
+from components.model import features, gate_thresholds
 from components.support import spans
 
 BLESSED_PROPERTY = "blessed"
@@ -126,22 +128,17 @@ def label_share(stats: Statistics) -> Optional[Tuple[float, float]]:
     return None
 
 
-# A label change must also exceed this many standard errors of the difference of two
-# binomial shares, so that spans of a few hundred rows do not stop on sampling noise.
-LABEL_NOISE_Z = 4.0
-
-
 def label_drift(current: Statistics, previous: Statistics, newest: int, previous_span: int,
-                threshold: float = features.LABEL_DRIFT_THRESHOLD) -> List[str]:
+                threshold: float = gate_thresholds.LABEL_DRIFT_THRESHOLD) -> List[str]:
     """A line naming the label when its share of 1s moved from the previous span to the
     newest by more than `threshold` (a binary label's L-infinity distance) and more than
-    `LABEL_NOISE_Z` standard errors, else none."""
+    `gate_thresholds.LABEL_NOISE_Z` standard errors, else none."""
     now, before = label_share(current), label_share(previous)
     if now is None or before is None:
         return []
     (share, count), (previous_share, previous_count) = now, before
     pooled = (share * count + previous_share * previous_count) / (count + previous_count)
-    noise = LABEL_NOISE_Z * (pooled * (1 - pooled) * (1 / count + 1 / previous_count)) ** 0.5
+    noise = gate_thresholds.LABEL_NOISE_Z * (pooled * (1 - pooled) * (1 / count + 1 / previous_count)) ** 0.5
     change = abs(share - previous_share)
     if change <= max(threshold, noise):
         return []

@@ -7,7 +7,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
 from components.custom import gate, span_statistics
-from components.model import features
+from components.model import features, gate_thresholds
 from components.support import spans
 from pipeline import config
 
@@ -86,7 +86,7 @@ def test_a_label_corrupted_upstream_is_named_with_its_change(two_spans, tmp_path
     assert line.startswith("[label span 15 -> 16] label 'big_tip': share of 1s 0.236 -> "), line
     change = float(line.split("L_INFTY=")[1].split()[0])
     threshold = float(line.split("(threshold ")[1].split(")")[0])
-    assert change > threshold >= features.LABEL_DRIFT_THRESHOLD, line
+    assert change > threshold >= gate_thresholds.LABEL_DRIFT_THRESHOLD, line
 
 
 def test_the_label_share_reads_numeric_and_categorical_statistics_alike():
