@@ -165,20 +165,21 @@ def sampling_error(data_root: str, rows: int, work: str) -> List[str]:
     from apache_beam.options.pipeline_options import PipelineOptions
     from tensorflow_metadata.proto.v0 import anomalies_pb2
 
-    from components.custom import drift
+    from components.custom import span_statistics
     from components.support import spans
     from pipeline import config
 
     schema = tfdv.load_schema_text(config.schema_file())
     every = spans.span_numbers(data_root)
     numbers = every[-2:]
-    rates = {"all rows": 1.0, "sample": drift.sample_rate(rows, len(every))}
+    rates = {"all rows": 1.0, "sample": span_statistics.sample_rate(rows, len(every))}
     distances = {}
     for name, rate in rates.items():
         out = os.path.join(work, f"sampling-{rate}")
         os.makedirs(out, exist_ok=True)
         options = PipelineOptions(list(config.local_beam_args()))
-        stats = drift.compute_span_statistics(beam.Pipeline(options=options), data_root, numbers, out, schema, rate)
+        stats = span_statistics.compute_span_statistics(
+            beam.Pipeline(options=options), data_root, numbers, out, schema, rate)
         found = tfdv.validate_statistics(stats[numbers[1]], schema, previous_statistics=stats[numbers[0]])
         distances[name] = {
             (d.path.step[0], anomalies_pb2.DriftSkewInfo.Measurement.Type.Name(m.type)): m.value

@@ -23,7 +23,7 @@ from tfx.proto import example_gen_pb2, trainer_pb2, transform_pb2
 from tfx.types import Channel, standard_artifacts
 
 import components
-from components.custom import drift, ingest, serving_check, window
+from components.custom import gate, ingest, serving_check, window
 from components.custom import pusher as staged_pusher
 from components.model import features
 from components.model.trainer import export
@@ -170,8 +170,8 @@ class DataChecks:
 
     def is_valid(self) -> Any:
         """The data gate's verdict, as the condition of every node after it."""
-        verdict = self.data_gate.outputs[drift.VERDICT_KEY].future()[0]
-        return verdict.custom_property(drift.BLESSED_PROPERTY) == 1
+        verdict = self.data_gate.outputs[gate.VERDICT_KEY].future()[0]
+        return verdict.custom_property(gate.BLESSED_PROPERTY) == 1
 
 
 def _data_checks(
@@ -198,7 +198,7 @@ def _data_checks(
     example_validator = ExampleValidator(
         statistics=statistics_gen.outputs["statistics"], schema=schema.outputs["schema"]
     ).with_id(NodeId.EXAMPLE_VALIDATOR)
-    data_gate = drift.DataGate(
+    data_gate = gate.DataGate(
         statistics=statistics_gen.outputs["statistics"],
         schema=schema.outputs["schema"],
         anomalies=example_validator.outputs["anomalies"],
@@ -306,7 +306,7 @@ def _pushing(data: DataChecks, training: Training, serving_model_dir: str, keep_
         statistics=data.statistics_gen.outputs["statistics"],
         evaluation=training.evaluator.outputs["evaluation"],
         schema=data.schema.outputs["schema"],
-        data_verdict=data.data_gate.outputs[drift.VERDICT_KEY],
+        data_verdict=data.data_gate.outputs[gate.VERDICT_KEY],
         code_version=code_version,
     ).with_id(NodeId.PUSHER)
     return [checked, pusher]

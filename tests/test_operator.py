@@ -94,7 +94,7 @@ def test_an_edit_to_any_kind_of_component_runs_on_the_next_run_with_the_same_dat
     assert all(states[node] == "ran" for node in EDITED), states
     versions = ws.versions()
 
-    gate = project_copy.path / "components" / "custom" / "drift.py"
+    gate = project_copy.path / "components" / "custom" / "gate.py"
     verdict = "verdict.set_int_custom_property(BLESSED_PROPERTY, 1 if schema_ok and spans_ok and not lines else 0)"
     source = gate.read_text()
     assert verdict in source, "the gate's verdict line"

@@ -1,6 +1,6 @@
 """A hundred thousand synthetic rows, end to end through the command line: the run must
 push, as on `data/`. (The Beam work of the scale path in worker processes is tested on
-its own: tests/components/custom/test_ingest.py and test_drift.py.)"""
+its own: tests/components/custom/test_ingest.py and test_span_statistics.py.)"""
 
 import glob
 

@@ -1,7 +1,8 @@
 """What Beam's workers run for this package's components: the DoFns and functions pickled
-into ImportExampleGen's (`components.custom.ingest`) and the data gate's (`components.custom.drift`)
-Beam pipelines, and into StatisticsGen's, Transform's and the Evaluator's where a local run
-reads their examples a file at a time (`RecordBatchesOfFiles`, see `pipeline.patches.tfxio`).
+into ImportExampleGen's (`components.custom.ingest`) and the data gate's
+(`components.custom.span_statistics`) Beam pipelines, and into StatisticsGen's,
+Transform's and the Evaluator's where a local run reads their examples a file at a time
+(`RecordBatchesOfFiles`, see `pipeline.patches.tfxio`).
 
 Beyond the launching process (Flink, Spark, Dataflow, `--beam portable`) a worker process
 imports the module of each DoFn it unpickles. So this one imports only what the work

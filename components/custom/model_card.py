@@ -30,7 +30,7 @@ import tensorflow as tf
 from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
 
 from components import SCHEMA_FILE, compat
-from components.custom import drift
+from components.custom import gate, span_statistics
 from components.model import features
 from components.support import evaluation as evaluation_output
 
@@ -82,7 +82,7 @@ def training_data(source_files: Dict[str, List[str]], split_names: List[str], st
     spans = sorted({int(path.split("/", 1)[0].split("-", 1)[1]) for path in files if path.startswith("span-")})
     rows, low, high = {}, None, None
     for split in split_names:
-        path = os.path.join(statistics_uri, f"Split-{split}", drift.STATS_FILE)
+        path = os.path.join(statistics_uri, f"Split-{split}", span_statistics.STATS_FILE)
         if not tf.io.gfile.exists(path):
             continue
         stats: statistics_pb2.DatasetFeatureStatisticsList = load_stats_binary(path)
@@ -114,7 +114,7 @@ def evaluation(evaluation_uri: str) -> Dict[str, Any]:
 
 def drift_near_thresholds(verdict_uri: str) -> List[str]:
     """Features whose drift from the previous span reached `NEAR_THRESHOLD` of their threshold."""
-    path = os.path.join(verdict_uri, drift.ANOMALIES_FILE)
+    path = os.path.join(verdict_uri, gate.ANOMALIES_FILE)
     if not tf.io.gfile.exists(path):
         return []
     with tf.io.gfile.GFile(path, "rb") as handle:

@@ -125,11 +125,6 @@ LABEL_KEY = "big_tip"
 LABEL_DTYPE = tf.int64
 # A trip is a "big tip" when the tip exceeds this fraction of the fare.
 BIG_TIP_FRACTION = 0.2
-# The data gate's limit on the change of the label's share of 1s from one span to the
-# next (the L-infinity distance of the two label distributions): 1.3x the largest change
-# between consecutive real spans of data/ (docs/data-quality.md). A label zeroed,
-# inverted or recomputed with other units upstream moves it further.
-LABEL_DRIFT_THRESHOLD = 0.13
 
 # Raw features the Evaluator slices metrics by.
 SLICE_FEATURES: Tuple[str, ...] = ("trip_start_hour", "payment_type")

@@ -28,7 +28,7 @@ from google.protobuf import descriptor, message, text_format
 from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 from tfx.types import standard_component_specs
 
-from components.custom import drift
+from components.custom import gate, span_statistics
 from pipeline import config
 from pipeline.inspect import run_details, run_report
 from pipeline.pipeline import NodeId
@@ -189,7 +189,7 @@ def flatten(found: message.Message, prefix: str, numbers: Dict[str, float], text
 
 
 def _statistics(uri: str, label: str, numbers: Dict[str, float], texts: Dict[str, str]) -> None:
-    for path in sorted(glob.glob(os.path.join(uri, "**", f"*{drift.STATS_FILE}"), recursive=True)):
+    for path in sorted(glob.glob(os.path.join(uri, "**", f"*{span_statistics.STATS_FILE}"), recursive=True)):
         with open(path, "rb") as handle:
             found = statistics_pb2.DatasetFeatureStatisticsList.FromString(handle.read())
         flatten(found, f"{label}/{os.path.relpath(path, uri)}", numbers, texts)
@@ -248,7 +248,7 @@ def read(output_root: str, examples: Sequence[bytes] = ()) -> RunNumbers:
     decisions["inferred schema"] = inferred_schema(output_root)
     statistics: Dict[str, float] = {}
     for node, key in ((NodeId.STATISTICS_GEN, standard_component_specs.STATISTICS_KEY),
-                      (NodeId.DATA_GATE, drift.VERDICT_KEY)):
+                      (NodeId.DATA_GATE, gate.VERDICT_KEY)):
         artifact = records.output(node, key)
         if artifact is not None:
             texts: Dict[str, str] = {}

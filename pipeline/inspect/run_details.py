@@ -18,7 +18,7 @@ import tensorflow_data_validation as tfdv
 from tensorflow_metadata.proto.v0 import anomalies_pb2, statistics_pb2
 from tfx.types import standard_component_specs
 
-from components.custom import drift, ingest, serving_check
+from components.custom import gate, ingest, serving_check, span_statistics
 from components.custom import pusher as staged_pusher
 from components.model.trainer.run import TRAINING_SUMMARY_FILE
 from components.support import evaluation as evaluation_output
@@ -116,11 +116,11 @@ def features_of(statistics: statistics_pb2.DatasetFeatureStatisticsList) -> Dict
 
 def _span_statistics(records: run_report.RunRecords, spans_read: List[int]) -> Dict[int, Dict[str, FeatureStats]]:
     """The newest two spans' statistics, as the data gate compared them."""
-    verdict = records.output(NodeId.DATA_GATE, drift.VERDICT_KEY)
+    verdict = records.output(NodeId.DATA_GATE, gate.VERDICT_KEY)
     statistics = records.output(NodeId.STATISTICS_GEN, standard_component_specs.STATISTICS_KEY)
     newest_two = spans_read[-2:]
     if verdict is not None:
-        sliced = os.path.join(verdict.uri, f"span-{drift.STATS_FILE}")
+        sliced = os.path.join(verdict.uri, f"span-{span_statistics.STATS_FILE}")
         if tf.io.gfile.exists(sliced):
             by_name = {d.name: d for d in tfdv.load_stats_binary(sliced).datasets}
             return {
@@ -129,10 +129,10 @@ def _span_statistics(records: run_report.RunRecords, spans_read: List[int]) -> D
             }
     if statistics is not None and len(newest_two) == 2:
         # Window mode: the newest span is the `eval` split, the one before `train_1`.
-        splits = dict(zip(newest_two, (drift.PREVIOUS_SPAN_SPLIT, "eval")))
+        splits = dict(zip(newest_two, (gate.PREVIOUS_SPAN_SPLIT, "eval")))
         found = {}
         for span, split in splits.items():
-            path = os.path.join(statistics.uri, f"Split-{split}", drift.STATS_FILE)
+            path = os.path.join(statistics.uri, f"Split-{split}", span_statistics.STATS_FILE)
             if tf.io.gfile.exists(path):
                 found[span] = features_of(tfdv.load_stats_binary(path))
         return found
@@ -140,10 +140,10 @@ def _span_statistics(records: run_report.RunRecords, spans_read: List[int]) -> D
 
 
 def _drift(records: run_report.RunRecords) -> List[DriftMeasure]:
-    verdict = records.output(NodeId.DATA_GATE, drift.VERDICT_KEY)
+    verdict = records.output(NodeId.DATA_GATE, gate.VERDICT_KEY)
     if verdict is None:
         return []
-    path = os.path.join(verdict.uri, drift.ANOMALIES_FILE)
+    path = os.path.join(verdict.uri, gate.ANOMALIES_FILE)
     if not tf.io.gfile.exists(path):
         return []
     with tf.io.gfile.GFile(path, "rb") as handle:
@@ -193,9 +193,9 @@ def read(
     elif spans_read:
         details.newest_span = spans_read[-1]
     details.stats = _span_statistics(records, spans_read)
-    verdict = records.output(NodeId.DATA_GATE, drift.VERDICT_KEY)
-    if verdict is not None and drift.SAMPLE_RATE_PROPERTY in verdict.custom_properties:
-        details.sample_rate = verdict.custom_properties[drift.SAMPLE_RATE_PROPERTY].double_value
+    verdict = records.output(NodeId.DATA_GATE, gate.VERDICT_KEY)
+    if verdict is not None and gate.SAMPLE_RATE_PROPERTY in verdict.custom_properties:
+        details.sample_rate = verdict.custom_properties[gate.SAMPLE_RATE_PROPERTY].double_value
     details.drift = _drift(records)
     model_run = records.output(NodeId.TRAINER, standard_component_specs.MODEL_RUN_KEY)
     summary_path = os.path.join(model_run.uri, TRAINING_SUMMARY_FILE) if model_run is not None else ""

@@ -18,7 +18,7 @@ from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 from tfx.types import standard_component_specs
 
-from components.custom import drift, serving_check, window
+from components.custom import gate, serving_check, window
 from components.custom import pusher as staged_pusher
 from components.model.trainer.run import TRAINING_SUMMARY_FILE
 from pipeline.config import MYSQL_PASSWORD_ENV, MYSQL_USER_ENV, MetadataConfig
@@ -150,12 +150,12 @@ def describe_anomalies(anomalies_uri: str) -> List[str]:
     lines = []
     for split_dir in sorted(tf.io.gfile.glob(os.path.join(anomalies_uri, "Split-*"))):
         split = os.path.basename(split_dir)[len("Split-"):]
-        lines += [f"[{split}] {line}" for line in drift.anomaly_lines(drift.split_anomalies(anomalies_uri, split))]
+        lines += [f"[{split}] {line}" for line in gate.anomaly_lines(gate.split_anomalies(anomalies_uri, split))]
     return lines
 
 
 def _window_mode(anomalies_uri: str) -> bool:
-    return bool(tf.io.gfile.glob(os.path.join(anomalies_uri, f"Split-{drift.PREVIOUS_SPAN_SPLIT}")))
+    return bool(tf.io.gfile.glob(os.path.join(anomalies_uri, f"Split-{gate.PREVIOUS_SPAN_SPLIT}")))
 
 
 def eval_metrics(evaluation_uri: str) -> Dict[str, float]:
@@ -235,21 +235,21 @@ def report_of(records: RunRecords, run_id: str) -> RunReport:
     if live(spans_used):
         report.spans = window.parse_spans(_value(spans_used))
     anomalies = output(NodeId.EXAMPLE_VALIDATOR, standard_component_specs.ANOMALIES_KEY)
-    verdict = output(NodeId.DATA_GATE, drift.VERDICT_KEY)
+    verdict = output(NodeId.DATA_GATE, gate.VERDICT_KEY)
     found: List[str] = []
     if verdict is not None:
-        checks = json.loads(string_property(verdict, drift.SPAN_CHECKS_PROPERTY) or "{}")
+        checks = json.loads(string_property(verdict, gate.SPAN_CHECKS_PROPERTY) or "{}")
         report.span_checks = {span: checks[span] for span in sorted(checks, key=int)}
         if not report.spans:  # the spans' file was removed by `gc`: the gate checked each of them
             report.spans = [int(span) for span in report.span_checks]
         found += [f"[span {span}] {line}" for span, lines in report.span_checks.items() for line in lines]
-        found += string_property(verdict, drift.REPORT_PROPERTY).splitlines()
+        found += string_property(verdict, gate.REPORT_PROPERTY).splitlines()
     if live(anomalies):
-        blessed = json_property(anomalies, drift.BLESSED_PROPERTY) or {}
+        blessed = json_property(anomalies, gate.BLESSED_PROPERTY) or {}
         # In window mode each split is a span, and the span lines above say it all.
         if not all(int(v) == 1 for v in blessed.values()) and (verdict is None or not _window_mode(anomalies.uri)):
             found = describe_anomalies(anomalies.uri) + found
-    if found or (verdict is not None and int_property(verdict, drift.BLESSED_PROPERTY) != 1):
+    if found or (verdict is not None and int_property(verdict, gate.BLESSED_PROPERTY) != 1):
         report.outcome = Outcome.DATA_REJECTED
         report.anomalies = found
         return report

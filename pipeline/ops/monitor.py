@@ -199,10 +199,10 @@ def compare(serving, training, schema) -> Tuple[List[details_lib.DriftMeasure], 
     import tensorflow_data_validation as tfdv
     from tensorflow_metadata.proto.v0 import anomalies_pb2
 
-    from components.custom import drift
+    from components.custom import gate
 
     traffic = tfdv.validate_statistics(serving, schema, environment=monitor_records.SERVING_ENVIRONMENT)
-    lines = drift.anomaly_lines(traffic)
+    lines = gate.anomaly_lines(traffic)
     skewed = tfdv.validate_statistics(training, schema, environment=monitor_records.SERVING_ENVIRONMENT,
                                       serving_statistics=serving)
     measures = [

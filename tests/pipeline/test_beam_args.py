@@ -152,7 +152,7 @@ def test_beyond_this_process_the_setup_file_becomes_one_archive_built_once(tmp_p
     assert archive.startswith(beam_args.archive_cache()) and archive.endswith(".tar.gz")
     with tarfile.open(archive) as built:
         names = built.getnames()
-    assert any(name.endswith("components/custom/drift.py") for name in names)
+    assert any(name.endswith("components/custom/gate.py") for name in names)
     assert any(name.endswith("components/model/schema/schema.pbtxt") for name in names)
     # Another command with the same source reuses it, without building.
     beam_args.package_archive.cache_clear()

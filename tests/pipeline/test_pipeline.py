@@ -64,6 +64,6 @@ def test_the_code_version_moves_with_any_edit_to_the_package(tmp_path):
     shutil.copytree(os.path.dirname(components.__file__), copy,
                     ignore=shutil.ignore_patterns("__pycache__"))
     before = config.source_digest(str(copy))
-    gate = copy / "custom" / "drift.py"
+    gate = copy / "custom" / "gate.py"
     gate.write_text(gate.read_text().replace("def DataGate(", "def DataGate(  # edited\n", 1))
     assert config.source_digest(str(copy)) != before

@@ -20,7 +20,7 @@ from tfx.types import standard_component_specs
 
 from components.compat import keras
 from components.model import split_rows
-from components.model.trainer import data, export, loop, model, settings, warm_start
+from components.model.trainer import data, export, loop, model, settings, tflite, warm_start
 
 TRAINING_SUMMARY_FILE = "training_summary.json"
 # Under the Trainer's folder: `<key>/` per training in progress (see `checkpoint_dir`).
@@ -235,7 +235,7 @@ def _train_and_export(
     if write_extras:
         if export_config.tflite:
             logging.info("TFLite model written to %s",
-                         export.write_tflite(keras_model, tf_transform_output, serving_model_dir))
+                         tflite.write_tflite(keras_model, tf_transform_output, serving_model_dir))
         export.write_warmup_requests(
             serving_model_dir,
             _serialized_examples(fn_args.eval_files),

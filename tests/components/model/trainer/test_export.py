@@ -1,5 +1,5 @@
-"""The exported SavedModel and TFLite model: signatures, hermeticity, warmup file, bad
-input, and the two models agreeing on every input fed to both."""
+"""The exported SavedModel: signatures, hermeticity, warmup file, bad input, and the
+serving check on it."""
 
 import math
 import os
@@ -10,79 +10,12 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-import tensorflow_transform as tft
 from tensorflow_serving.apis import prediction_log_pb2
 
 from components.model import features
-from components.model.trainer import data, export
-from components.model.trainer import model as model_lib
+from components.model.trainer import export
 from components.support import serving_probe
-
-
-@pytest.fixture(scope="module")
-def copied_transform_dir(tmp_path_factory, transform_output_dir):
-    """A private copy of the Transform output, deleted by `exported` once it has been used."""
-    copy = str(tmp_path_factory.mktemp("transform_copy") / "transform")
-    shutil.copytree(transform_output_dir, copy)
-    return copy
-
-
-@pytest.fixture(scope="module")
-def copied_transform_output(copied_transform_dir):
-    return tft.TFTransformOutput(copied_transform_dir)
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory, copied_transform_dir, copied_transform_output, examples_file, rows, to_example):
-    """An untrained model exported, with its TFLite twin, over the copied Transform output,
-    which is then deleted. The input pipeline ran on the same output first, as in the Trainer."""
-    data.transformed_rows([examples_file], data.transform_fn(copied_transform_output))
-    export_dir = str(tmp_path_factory.mktemp("export") / "1")
-    model = model_lib.build_model()
-    export.export_serving_model(model, copied_transform_output, export_dir)
-    export.write_tflite(model, copied_transform_output, export_dir)
-    written = export.write_warmup_requests(export_dir, (to_example(r) for r in rows), "big_tip", limit=25)
-    shutil.rmtree(copied_transform_dir)  # the export must not need it any more
-    return export_dir, written
-
-
-@pytest.fixture(scope="module")
-def loaded(exported):
-    return tf.saved_model.load(exported[0])
-
-
-@pytest.fixture
-def lite(exported):
-    """The TFLite model's signature runner, as an app would run it: TensorFlow's
-    interpreter, builtin ops only (no Flex delegate)."""
-    return tf.lite.Interpreter(model_path=os.path.join(exported[0], export.TFLITE_FILE)).get_signature_runner()
-
-
-def _raw_inputs(rows, **changes):
-    """`serving_raw` inputs for `rows`; `changes` maps a feature to `(row number, value)`."""
-    inputs = {}
-    for feature in features.FEATURES:
-        missing = export.MISSING_VALUES[feature.dtype]
-        values = [row[feature.name][0] if row[feature.name] else missing for row in rows]
-        if feature.name in changes:
-            row, value = changes[feature.name]
-            values[row] = value
-        inputs[feature.name] = tf.constant(values, dtype=feature.dtype)
-    return inputs
-
-
-def _invalid_values():
-    """`(feature, value)` pairs `serving_raw` must refuse, from the feature spec: NaN and
-    infinities in a required float, infinities in an optional one (NaN there means
-    missing), an empty required string."""
-    cases = []
-    for feature in features.FEATURES:
-        if feature.dtype.is_floating:
-            refused = (math.nan, math.inf, -math.inf) if feature.required else (math.inf, -math.inf)
-            cases += [pytest.param(feature.name, value, id=f"{feature.name}={value}") for value in refused]
-        elif feature.dtype == tf.string and feature.required:
-            cases.append(pytest.param(feature.name, b"", id=f"{feature.name}=empty"))
-    return cases
+from tests.components.model.trainer import serving_inputs
 
 
 def test_serving_default_scores_examples_without_label_after_transform_output_is_gone(
@@ -103,7 +36,7 @@ def test_raw_signature_takes_one_typed_input_per_feature_and_agrees_with_serving
     raw = loaded.signatures[export.RAW_SIGNATURE]
     _, input_specs = raw.structured_input_signature
     assert {name: spec.dtype for name, spec in input_specs.items()} == {f.name: f.dtype for f in features.FEATURES}
-    by_name = raw(**_raw_inputs(rows))[export.PROBABILITY_KEY].numpy()
+    by_name = raw(**serving_inputs.raw_inputs(rows))[export.PROBABILITY_KEY].numpy()
     examples = tf.constant([to_example(r, include_label=False) for r in rows])
     by_example = loaded.signatures[export.SERVING_SIGNATURE](examples=examples)[export.PROBABILITY_KEY].numpy()
     np.testing.assert_allclose(by_name, by_example, rtol=1e-5, atol=1e-6)
@@ -185,12 +118,12 @@ def test_missing_optional_features_get_the_documented_missing_ids(loaded, rows, 
     assert 0.0 <= float(probability[0]) <= 1.0
 
 
-@pytest.mark.parametrize("name, value", _invalid_values())
+@pytest.mark.parametrize("name, value", serving_inputs.invalid_values())
 def test_raw_signature_refuses_a_nan_or_empty_value_naming_the_feature(loaded, rows, name, value):
     raw = loaded.signatures[export.RAW_SIGNATURE]
     with pytest.raises(tf.errors.InvalidArgumentError, match=name):
-        raw(**_raw_inputs(rows[:3], **{name: (1, value)}))
-    assert np.isfinite(raw(**_raw_inputs(rows[:3]))[export.PROBABILITY_KEY].numpy()).all()
+        raw(**serving_inputs.raw_inputs(rows[:3], **{name: (1, value)}))
+    assert np.isfinite(raw(**serving_inputs.raw_inputs(rows[:3]))[export.PROBABILITY_KEY].numpy()).all()
 
 
 @pytest.mark.parametrize("name, value", [("fare", math.nan), ("trip_seconds", math.inf), ("payment_type", b"")])
@@ -200,47 +133,6 @@ def test_serving_default_refuses_the_same_values_in_examples(loaded, rows, to_ex
     examples = tf.constant([to_example(dict(rows[0], **{name: [value]}), include_label=False)])
     with pytest.raises(tf.errors.InvalidArgumentError, match=name):
         loaded.signatures[export.SERVING_SIGNATURE](examples=examples)
-
-
-def test_tflite_model_matches_the_saved_model_on_raw_features(exported, loaded, lite, rows):
-    assert os.path.isfile(os.path.join(exported[0], "assets.extra", "model.tflite"))
-    # Edge values each model must read as the other does: unknown tokens (OOV ids),
-    # integers and coordinates out of range, a missing optional value; the rows already
-    # leave optional features out (NaN, -1 and "" in `serving_raw`).
-    raw = _raw_inputs(
-        rows,
-        payment_type=(0, b"a payment type never seen"),
-        company=(1, b"a company never seen"),
-        dropoff_census_tract=(2, 123),
-        trip_start_hour=(3, 30),
-        trip_start_day=(4, -1),
-        pickup_latitude=(5, math.nan),
-        dropoff_longitude=(6, 0.0),
-    )
-    saved = loaded.signatures[export.RAW_SIGNATURE](**raw)[export.PROBABILITY_KEY].numpy()
-    outputs = lite(**{name: tensor.numpy() for name, tensor in raw.items()})
-    assert outputs[export.ERRORS_KEY].tolist() == []
-    # Builtin ops only: no TFLite runtime needs the Flex (select TF ops) delegate for it.
-    with open(os.path.join(exported[0], export.TFLITE_FILE), "rb") as handle:
-        assert b"Flex" not in handle.read()
-    on_lite = outputs[export.PROBABILITY_KEY]
-    assert on_lite.shape == (len(rows),)
-    assert np.isfinite(saved).all()
-    np.testing.assert_allclose(on_lite, saved, atol=1e-5)
-
-
-@pytest.mark.parametrize("name, value", _invalid_values())
-def test_tflite_model_refuses_what_the_saved_model_refuses(lite, rows, name, value):
-    """The values of `test_raw_signature_refuses_a_nan_or_empty_value_naming_the_feature`.
-    TFLite's builtins cannot fail a call with a message: every probability is NaN and
-    `errors` names the feature."""
-    raw = _raw_inputs(rows[:3], **{name: (1, value)})
-    refused = lite(**{feature: tensor.numpy() for feature, tensor in raw.items()})
-    assert np.isnan(refused[export.PROBABILITY_KEY]).all()
-    errors = [message.decode() for message in refused[export.ERRORS_KEY]]
-    assert len(errors) == 1 and errors[0].startswith(f"{name} "), errors
-    valid = lite(**{feature: tensor.numpy() for feature, tensor in _raw_inputs(rows[:3]).items()})
-    assert np.isfinite(valid[export.PROBABILITY_KEY]).all() and valid[export.ERRORS_KEY].tolist() == []
 
 
 def test_the_serving_check_passes_the_exported_model_in_a_fresh_process(exported):
