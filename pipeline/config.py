@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import hashlib
 import os
 from typing import Any, Dict, Optional, Sequence, Tuple
 
@@ -18,6 +17,7 @@ import components
 import components.model
 from components.model.trainer.settings import ExportConfig, TrainConfig
 from components.support import serving_probe, spans
+from pipeline import code_version
 from pipeline.beam_args import runs_here
 
 PIPELINE_NAME = "taxi-big-tip"  # KFP v2 allows [a-z0-9-] only
@@ -362,7 +362,7 @@ def pipeline_args(
         train=settings.train,
         export_settings=ExportConfig(model_name=settings.model_name),
         evaluation=settings.evaluation,
-        code_version=code_version(),
+        code_version=code_version.of_components(),
         keep_versions=settings.keep_versions,
         latency_budget_ms=settings.latency_budget_ms,
         window_size=settings.window_size,
@@ -391,25 +391,6 @@ def schema_dir() -> str:
 def schema_file() -> str:
     """The curated schema shipped inside the `components` package."""
     return os.path.join(schema_dir(), components.SCHEMA_FILE)
-
-
-def source_digest(root: str) -> str:
-    """Hash of the source (.py) and schema (.pbtxt) files under `root`."""
-    digest = hashlib.sha256()
-    for folder, subfolders, files in os.walk(root):
-        subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
-        for name in sorted(files):
-            if name.endswith((".py", ".pbtxt")):
-                path = os.path.join(folder, name)
-                digest.update(os.path.relpath(path, root).encode())
-                with open(path, "rb") as handle:
-                    digest.update(handle.read())
-    return digest.hexdigest()
-
-
-def code_version() -> str:
-    """Fingerprint of the `components` package (the user code Transform and Trainer run)."""
-    return source_digest(os.path.dirname(components.__file__))[:16]
 
 
 def _absolute(path: str) -> str:

@@ -31,6 +31,7 @@ from typing import Dict, List, Optional, Sequence
 import components
 import pipeline as pipeline_package
 from components.support import spans
+from pipeline import code_version
 from pipeline import config as config_lib
 from pipeline.outcome import Outcome, RunReport
 from pipeline.run import preflight
@@ -54,7 +55,7 @@ def fingerprint(run_config: config_lib.RunConfig, found: Sequence[spans.Span]) -
     the runtime change."""
     digest = hashlib.sha256()
     for package in (components, pipeline_package):
-        digest.update(config_lib.source_digest(os.path.dirname(package.__file__)).encode())
+        digest.update(code_version.source_digest(os.path.dirname(package.__file__)).encode())
     digest.update(json.dumps(dataclasses.asdict(run_config), sort_keys=True).encode())
     digest.update(json.dumps(runtime_versions(), sort_keys=True).encode())
     digest.update(spans.files_digest(path for span in found for path, _ in span.files).encode())

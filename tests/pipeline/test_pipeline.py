@@ -5,7 +5,7 @@ import os
 from google.protobuf import wrappers_pb2
 from tfx.proto import example_gen_pb2
 
-from pipeline import config
+from pipeline import code_version, config
 from pipeline import pipeline as pipeline_lib
 from pipeline.run import local_runner
 
@@ -40,7 +40,7 @@ def test_every_cached_node_that_runs_this_package_is_keyed_by_its_code(tmp_path)
 
     run_config = config.RunConfig(output_root=str(tmp_path)).resolved()
     built = local_runner.build_pipeline(run_config, ["span-1", "span-2"])
-    version = config.code_version()
+    version = code_version.of_components()
     keyed = {}
     for node in built.components:
         properties = node.exec_properties
@@ -63,7 +63,7 @@ def test_the_code_version_moves_with_any_edit_to_the_package(tmp_path):
     copy = tmp_path / "components"
     shutil.copytree(os.path.dirname(components.__file__), copy,
                     ignore=shutil.ignore_patterns("__pycache__"))
-    before = config.source_digest(str(copy))
+    before = code_version.source_digest(str(copy))
     gate = copy / "custom" / "gate.py"
     gate.write_text(gate.read_text().replace("def DataGate(", "def DataGate(  # edited\n", 1))
-    assert config.source_digest(str(copy)) != before
+    assert code_version.source_digest(str(copy)) != before
