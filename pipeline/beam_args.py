@@ -33,6 +33,8 @@ import sys
 import tempfile
 from typing import List, Optional, Sequence, Tuple
 
+from components.support import beam_place
+
 KINDS = ("direct", "portable", "flink", "spark", "dataflow")
 # The settings each kind needs, as their command-line flags.
 REQUIRED = {
@@ -186,7 +188,7 @@ def command_line(local: Tuple[str, ...], target: BeamTarget, given: Tuple[str, .
     once per version of the source (`package_archive`): Docker and Dataflow workers
     install it, so they run the launcher's code even from an older image; worker pools
     already have the package and leave it be."""
-    if target.kind == "direct" and _runner(given) in (None, "DirectRunner", _IN_MEMORY):
+    if target.kind == "direct" and beam_place.option(given, "runner") in (None, "DirectRunner", _IN_MEMORY):
         return local + given
     kept = tuple(arg for arg in local if not arg.startswith("--setup_file="))
     setup_files = [arg.split("=", 1)[1] for arg in local if arg.startswith("--setup_file=")]
@@ -197,28 +199,10 @@ def command_line(local: Tuple[str, ...], target: BeamTarget, given: Tuple[str, .
 _IN_MEMORY = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
 
 
-def _runner(args: Tuple[str, ...]) -> Optional[str]:
-    """The last `--runner` among `args`, None without one."""
-    runner = None
-    for index, arg in enumerate(args):
-        if arg.startswith("--runner="):
-            runner = arg.split("=", 1)[1]
-        elif arg == "--runner" and index + 1 < len(args):
-            runner = args[index + 1]
-    return runner
-
-
-# Runners whose workers are the launching process or its children, on its Python
-# environment: the DirectRunner in any mode, its in-memory engine named, and Prism.
-RUNNERS_HERE = ("direct", "fnapi", "switchingdirect", "bundlebaseddirect", "prism")
-
-
 def runs_here(args: Sequence[str]) -> bool:
-    """Whether Beam options `args` keep Beam's workers in this environment (no `--runner`:
-    the DirectRunner). Beam accepts a runner's class name, with or without its module and
-    its `Runner` suffix, in any case."""
-    name = (_runner(tuple(args)) or "DirectRunner").rsplit(".", 1)[-1].lower()
-    return name.removesuffix("runner") in RUNNERS_HERE
+    """Whether Beam options `args` keep Beam's workers in this environment: this process
+    or its children, on its Python environment (`components.support.beam_place`)."""
+    return beam_place.place_of(args) is not beam_place.Place.ELSEWHERE
 
 
 CACHE_ENV = "XDG_CACHE_HOME"

@@ -30,5 +30,5 @@ def test_a_hundred_thousand_rows_push(workspace, taxi_pipeline, last_run):
     assert len(written) == 2 * 4
     (log_line,) = [line for line in result.stdout.splitlines() if line.startswith("Full log: ")]
     log = open(log_line[len("Full log: "):]).read()
-    assert f"{ROWS} rows: Beam runs FnApiRunner in_memory with 1 worker(s) for every component" in log
+    assert f"{ROWS} rows: Beam runs FnApiRunner in_memory with 1 worker(s) in this process for every component" in log
     assert len(workspace.versions()) == 1

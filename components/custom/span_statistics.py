@@ -26,7 +26,7 @@ from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 from tfx.types import standard_artifacts
 
 from components.custom import beam_fns
-from components.support import spans
+from components.support import beam_place, spans
 
 # StatisticsGen's file of one split's statistics; the gate's own, of every span, is
 # `span-FeatureStats.pb` in its verdict's folder.
@@ -99,9 +99,9 @@ def beam_runs_here(options: PipelineOptions) -> bool:
     threads). Elsewhere (a portable job service, Flink, Spark, Dataflow, the DirectRunner's
     worker processes) the user sent Beam's work out of the component's process: the
     gate's pass goes there too, whatever the data's size."""
-    runner = (options.view_as(StandardOptions).runner or "DirectRunner").rsplit(".", 1)[-1]
-    mode = options.view_as(DirectOptions).direct_running_mode
-    return runner in ("DirectRunner", "FnApiRunner", "SwitchingDirectRunner") and mode != "multi_processing"
+    where = beam_place.place(options.view_as(StandardOptions).runner,
+                             options.view_as(DirectOptions).direct_running_mode)
+    return where is beam_place.Place.PROCESS
 
 
 def computed_in_process(total_rows: int, rate: float, options: PipelineOptions) -> bool:

@@ -16,6 +16,7 @@ import functools
 import os
 from typing import Callable, List
 
+from components.support import beam_place
 from pipeline.patches.machinery import Patch
 
 # The rows of each batch an Examples artifact is read in (`patches`) when the reader
@@ -110,6 +111,4 @@ def _decode_threads(pipeline) -> int:
 
 def _workers_here(pipeline) -> bool:
     """Whether `pipeline`'s runner keeps Beam's workers in this environment."""
-    from pipeline import beam_args
-
-    return beam_args.runs_here([f"--runner={type(pipeline.runner).__name__}"])
+    return beam_place.place(type(pipeline.runner).__name__) is not beam_place.Place.ELSEWHERE

@@ -24,6 +24,7 @@ from tfx.orchestration.portable import runtime_parameter_utils
 
 from components import compat
 from components.custom import pusher, serving_check
+from components.support import beam_place
 from pipeline import config, outcome
 from pipeline import pipeline as pipeline_lib
 from pipeline.inspect import run_report
@@ -185,8 +186,10 @@ def _describe_beam(beam_args: Sequence[str], parallel: Sequence[str], ingest: Se
     def described(args: Sequence[str]) -> str:
         options = PipelineOptions(list(args))
         direct = options.view_as(DirectOptions)
-        runner = (options.view_as(StandardOptions).runner or "").rsplit(".", 1)[-1]
-        return f"{runner} {direct.direct_running_mode} with {direct.direct_num_workers} worker(s)"
+        runner = options.view_as(StandardOptions).runner
+        where = beam_place.place(runner, direct.direct_running_mode).value
+        return (f"{(runner or '').rsplit('.', 1)[-1]} {direct.direct_running_mode} with "
+                f"{direct.direct_num_workers} worker(s) {where}")
 
     if not parallel:
         return f"{described(beam_args)} for every component"
