@@ -64,7 +64,8 @@ def add_monitor(commands: argparse._SubParsersAction) -> None:
 
 
 def monitor_traffic(args: argparse.Namespace, ending: Ending) -> int:
-    from pipeline import alerts, monitor
+    from pipeline import alerts
+    from pipeline.ops import monitor
 
     try:
         options.require_serving_dir(args)

@@ -35,6 +35,7 @@ import sys
 import time
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
+from components.support import beam_place
 from pipeline import beam_args, config, failures
 
 # How often each service is greeted while a run works.
@@ -103,12 +104,13 @@ class Service:
 def services(metadata: config.MetadataConfig, pipeline_args: Sequence[str]) -> List[Service]:
     """The services a run of `metadata` with the Beam options `pipeline_args` waits on."""
     found = [Service("mysql", str(metadata.mysql))] if metadata.mysql is not None else []
-    given = [arg[2:].split("=", 1) for arg in pipeline_args if arg.startswith("--") and "=" in arg]
-    options: Dict[str, str] = dict(given)
-    if options.get("runner") == "PortableRunner" and options.get("job_endpoint"):
-        found.append(Service("job-service", options["job_endpoint"]))
-        if options.get("environment_type") == "EXTERNAL" and options.get("environment_config"):
-            found.append(Service("worker-pool", options["environment_config"]))
+    runner = (beam_place.option(pipeline_args, "runner") or "").rsplit(".", 1)[-1].lower().removesuffix("runner")
+    job_endpoint = beam_place.option(pipeline_args, "job_endpoint")
+    if runner == "portable" and job_endpoint:
+        found.append(Service("job-service", job_endpoint))
+        pool = beam_place.option(pipeline_args, "environment_config")
+        if beam_place.option(pipeline_args, "environment_type") == "EXTERNAL" and pool:
+            found.append(Service("worker-pool", pool))
     return found
 
 
@@ -118,12 +120,18 @@ def watch(watched: Sequence[Service], run_ended: Callable[[float], bool], probe_
     ended (None) or one stayed silent for `silence` seconds (the message to say)."""
     limit = silence_seconds() if silence is None else silence
     silent_since: Dict[Service, float] = {}
+    # A worker pool may sit beside remote workers (Spark's), out of this machine's reach:
+    # only one that answered here once can stop answering.
+    answered = {service for service in watched if service.kind != "worker-pool"}
     while not run_ended(probe_seconds):
         for service in watched:
             try:
                 service.greet()
                 silent_since.pop(service, None)
+                answered.add(service)
             except Silent as err:
+                if service not in answered:
+                    continue
                 now = time.monotonic()
                 since = silent_since.setdefault(service, now)
                 if now - since >= limit:

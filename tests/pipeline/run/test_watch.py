@@ -81,19 +81,23 @@ def test_a_sqlite_store_is_not_watched(tmp_path, monkeypatch):
 
 
 def test_a_watch_whose_run_ended_says_nothing_and_kills_nothing(tmp_path):
-    """The watch process, its run ended (its standard input closed): it says
-    nothing and kills nothing, however silent the server."""
+    """The watch process, its run ended (its standard input closed) after the server
+    failed a greeting and before it was silent long enough: it says nothing and kills
+    nothing. (Greeted every 2 s for a silence of 8 s, each greeting failing after 5 s: the
+    first failure comes at about 7 s, the kill would come at about 21 s.)"""
     import subprocess
     import sys
 
     server = Server()
     server.answering = False
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         watcher = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.run.watch", str(sleeper.pid), str(tmp_path / "run.log"), "0.5", "run",
+            [sys.executable, "-m", "pipeline.run.watch", str(sleeper.pid), str(tmp_path / "run.log"), "8", "run",
              f"mysql://127.0.0.1:{server.socket.getsockname()[1]}/mlmd"],
             stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(9)
+        assert server.held, "the watch greeted the server"
         watcher.stdin.close()
         assert watcher.wait(timeout=60) == 0 and watcher.stderr.read() == ""
         assert sleeper.poll() is None and not (tmp_path / "run.log").exists()
@@ -144,6 +148,9 @@ def test_the_services_a_run_waits_on_are_read_from_its_store_and_beam_options():
     # Spark's job server, workers in Docker: the job service alone.
     spark = ("--runner=PortableRunner", "--job_endpoint=h:8099", "--environment_type=DOCKER", "--environment_config=i")
     assert [s.kind for s in watch.services(config.MetadataConfig("/m.sqlite"), spark)] == ["job-service"]
+    # Beam's other spellings of the same options.
+    spelled = ("--runner", "apache_beam.runners.portability.portable_runner.PortableRunner", "--job_endpoint", "h:1")
+    assert [str(s) for s in watch.services(config.MetadataConfig("/m.sqlite"), spelled)] == ["job-service=h:1"]
     assert all(watch.Service.parse(str(s)) == s for s in watch.services(mysql, portable))
 
 
@@ -164,9 +171,34 @@ def test_a_beam_service_that_stops_answering_is_named_and_one_that_answers_is_no
         alive = [watch.Service("job-service", f"127.0.0.1:{port}")]
         assert watch.watch(alive, _for(1.5), probe_seconds=0.1, silence=1.0) is None
         address = f"127.0.0.1:{silent.socket.getsockname()[1]}"
-        message = watch.watch([watch.Service("worker-pool", address)], _for(60), probe_seconds=0.1, silence=1.0)
+        message = watch.watch([watch.Service("job-service", address)], _for(60), probe_seconds=0.1, silence=1.0)
     finally:
         answering.stop(None)
         silent.close()
-    assert message.startswith(f"Beam's worker pool at {address} stopped answering mid-run (no answer for "), message
+    assert message.startswith(f"Beam's job service at {address} stopped answering mid-run (no answer for "), message
     assert "no gRPC handshake within 0.5 s" in message and "taxi-pipeline beam-services" in message
+
+
+def test_a_worker_pool_is_named_once_it_answered_here_and_stopped(monkeypatch):
+    """Spark's pools sit beside its workers, maybe out of this machine's reach: a pool that
+    never answered here is no stall; one that answered and went away is."""
+    import threading
+    from concurrent import futures
+
+    import grpc
+
+    monkeypatch.setattr(watch, "GREETING_SECONDS", 0.5)
+    silent = Server()
+    silent.answering = False
+    unreachable = [watch.Service("worker-pool", f"127.0.0.1:{silent.socket.getsockname()[1]}")]
+    try:
+        assert watch.watch(unreachable, _for(3), probe_seconds=0.1, silence=1.0) is None
+    finally:
+        silent.close()
+    pool = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    port = pool.add_insecure_port("127.0.0.1:0")
+    pool.start()
+    threading.Timer(1.0, pool.stop, args=(None,)).start()
+    message = watch.watch([watch.Service("worker-pool", f"127.0.0.1:{port}")], _for(60), probe_seconds=0.1,
+                          silence=1.0)
+    assert message.startswith(f"Beam's worker pool at 127.0.0.1:{port} stopped answering mid-run"), message
