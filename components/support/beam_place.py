@@ -26,10 +26,16 @@ class Place(enum.Enum):
     ELSEWHERE = "on the runner's workers, beyond this environment"
 
 
+def runner_name(runner: Optional[str]) -> str:
+    """`--runner`'s value as Beam reads it: without its module and its `Runner` suffix,
+    in lower case (None: the DirectRunner, `direct`)."""
+    return (runner or "DirectRunner").rsplit(".", 1)[-1].lower().removesuffix("runner")
+
+
 def place(runner: Optional[str], running_mode: Optional[str] = None) -> Place:
     """Where a pipeline with this `--runner` (None: the DirectRunner) and the
     DirectRunner's `--direct_running_mode` runs its work."""
-    name = (runner or "DirectRunner").rsplit(".", 1)[-1].lower().removesuffix("runner")
+    name = runner_name(runner)
     if name not in RUNNERS_HERE:
         return Place.ELSEWHERE
     if name in OWN_PROCESS or running_mode == WORKER_PROCESSES:

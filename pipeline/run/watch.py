@@ -104,9 +104,8 @@ class Service:
 def services(metadata: config.MetadataConfig, pipeline_args: Sequence[str]) -> List[Service]:
     """The services a run of `metadata` with the Beam options `pipeline_args` waits on."""
     found = [Service("mysql", str(metadata.mysql))] if metadata.mysql is not None else []
-    runner = (beam_place.option(pipeline_args, "runner") or "").rsplit(".", 1)[-1].lower().removesuffix("runner")
     job_endpoint = beam_place.option(pipeline_args, "job_endpoint")
-    if runner == "portable" and job_endpoint:
+    if beam_place.runner_name(beam_place.option(pipeline_args, "runner")) == "portable" and job_endpoint:
         found.append(Service("job-service", job_endpoint))
         pool = beam_place.option(pipeline_args, "environment_config")
         if beam_place.option(pipeline_args, "environment_type") == "EXTERNAL" and pool:
