@@ -80,21 +80,26 @@ test-fast: lint
 
 # This stack's whole suite, then every other stack's stack-dependent part (SUITE=every-stack),
 # each where it loads, then the compiled pipeline in each stack's image (test-image).
-# The images and the emulator build meanwhile, at the lowest CPU and disk priority, into
-# .image-build.log: on a machine with cold caches that is a quarter of an hour of pip and
-# mmdebstrap the image tests would otherwise wait for, and with warm ones a minute. The
-# tools the builds and the tests install come first, one apt-get at a time.
+# Meanwhile, at the lowest CPU and disk priority, into .background-build.log: the other
+# stacks' environments (and the Debian 13 root they may run in), then the images and the
+# emulator. On a machine with cold caches that is about twenty minutes of mmdebstrap and pip
+# the later phases would otherwise wait for; with warm ones a minute or two. The tools the
+# builds and the tests install come first, one apt-get at a time. `scripts/venv` holds a
+# lock on each environment, so a phase that reaches one still being made waits for it.
+OTHER_STACKS := $(filter-out $(STACK),$(STACKS))
 test-all-stacks: $(STAMP) test-tools
 	@scripts/image tools
-	@setsid nice -n 19 ionice -c 3 sh -c '$(MAKE) --no-print-directory image && scripts/gcs-emulator' \
-	    > .image-build.log 2>&1 & build=$$!; \
+	@setsid nice -n 19 ionice -c 3 sh -c 'for other in $(OTHER_STACKS); do \
+	    scripts/stack run $$other $(MAKE) --no-print-directory STACK=$$other venv test-tools || exit $$?; done; \
+	  $(MAKE) --no-print-directory image && scripts/gcs-emulator' \
+	    > .background-build.log 2>&1 & build=$$!; \
 	trap 'kill -- -$$build 2>/dev/null' EXIT; \
 	$(MAKE) --no-print-directory test || exit $$?; \
-	for other in $(filter-out $(STACK),$(STACKS)); do \
+	for other in $(OTHER_STACKS); do \
 	  scripts/stack run $$other $(MAKE) --no-print-directory STACK=$$other SUITE=every-stack test || exit $$?; \
 	done; \
-	wait $$build || { tail -n 20 .image-build.log; echo "error: building the images or the emulator failed \
-	(the lines above, all of it in .image-build.log)" >&2; exit 2; }; \
+	wait $$build || { tail -n 20 .background-build.log; echo "error: building the other stacks, the images \
+	or the emulator failed (the lines above, all of it in .background-build.log)" >&2; exit 2; }; \
 	trap - EXIT; \
 	$(MAKE) --no-print-directory image-tests
 
