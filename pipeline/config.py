@@ -16,6 +16,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import components
 import components.model
 from components.model.trainer.settings import ExportConfig, TrainConfig
+from components.setting import setting
 from components.support import serving_probe, spans
 from pipeline import code_version
 from pipeline.beam_args import runs_here
@@ -65,10 +66,8 @@ class ExitCode(enum.IntEnum):
 class EvaluationConfig:
     """When a candidate model is blessed."""
 
-    # The candidate's eval AUC must reach this, whatever the baseline.
-    min_auc: float = 0.80
-    # And may be at most this much below the latest blessed model's AUC.
-    max_auc_drop: float = 0.005
+    min_auc: float = setting(0.80, "the candidate's eval AUC must reach this to be blessed, whatever the baseline")
+    max_auc_drop: float = setting(0.005, "and may be at most this much below the AUC of the model that serves")
     # Train:eval hash buckets of ExampleGen's deterministic split (all-spans mode).
     train_buckets: int = 4
     eval_buckets: int = 1
@@ -165,16 +164,19 @@ class Settings:
     """What the pipeline does, wherever it runs."""
 
     pipeline_name: str = PIPELINE_NAME
-    model_name: str = MODEL_NAME
-    keep_versions: int = KEEP_VERSIONS
+    keep_versions: int = setting(KEEP_VERSIONS, "pushed versions kept in the serving folder; older ones are deleted",
+                                 minimum=1)
     # Train on the newest this many spans (the newest = eval split), chosen when the
     # pipeline runs; None: all spans, hash-split.
     window_size: Optional[int] = None
-    # Start training from the latest blessed model when compatible.
-    warm_start: bool = True
-    # The serving check's p99 latency budget for one single-example request.
-    latency_budget_ms: float = serving_probe.DEFAULT_BUDGET_MS
+    warm_start: bool = setting(True, "start training from the serving model's weights when its features and shapes "
+                                     "still match")
+    latency_budget_ms: float = setting(serving_probe.DEFAULT_BUDGET_MS,
+                                       "the serving check's p99 budget for a single-example request; over it, the "
+                                       "model is not pushed (exit 6)")
+    # The sections below are settings too, each flag named for its field.
     train: TrainConfig = TrainConfig()
+    export: ExportConfig = ExportConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     beam_args: Tuple[str, ...] = ()
     # The Evaluator's own Beam options (`parallel_beam_args`); empty: the pipeline's.
@@ -189,6 +191,10 @@ class Settings:
             spans.window_train_splits(self.window_size)  # refuses a window of fewer than 2 spans
         if not self.latency_budget_ms > 0:
             raise ValueError(f"the latency budget must be a positive number of ms, got {self.latency_budget_ms}")
+
+    @property
+    def model_name(self) -> str:
+        return self.export.model_name
 
 
 # The MySQL account of `--metadata-mysql`, from the environment (never a flag or a file).
@@ -352,24 +358,14 @@ def pipeline_args(
 ) -> Dict[str, Any]:
     """`create_pipeline(...)`'s keyword arguments for these settings and locations."""
     return dict(
-        pipeline_name=settings.pipeline_name,
+        settings=settings,
         pipeline_root=pipeline_root,
         data_root=data_root,
         schema_path=schema_folder,
         # The schema a compiled pipeline reads from its image is this package's own.
         schema_digest=spans.sha256(schema_file()),
         serving_model_dir=serving_model_dir,
-        train=settings.train,
-        export_settings=ExportConfig(model_name=settings.model_name),
-        evaluation=settings.evaluation,
         code_version=code_version.of_components(),
-        keep_versions=settings.keep_versions,
-        latency_budget_ms=settings.latency_budget_ms,
-        window_size=settings.window_size,
-        warm_start=settings.warm_start,
-        beam_pipeline_args=settings.beam_args,
-        parallel_beam_pipeline_args=settings.parallel_beam_args,
-        ingest_beam_pipeline_args=settings.ingest_beam_args,
     )
 
 

@@ -9,6 +9,8 @@ import dataclasses
 import os
 from typing import List
 
+from components import setting
+from components.model.trainer.settings import ExportConfig
 from components.support import spans
 from pipeline import beam_args, config
 
@@ -16,27 +18,87 @@ from pipeline import beam_args, config
 GLOB_CHARACTERS = "*?["
 
 
-def positive(text: str) -> int:
+def at_least(minimum: float, kind: type = int):
+    """An argparse type: a number of `kind` no smaller than `minimum`."""
+    def parse(text: str):
+        value = kind(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its "invalid ... value" message
+    return parse
+
+
+positive = at_least(1)
+
+
+def add_setting(group, field: dataclasses.Field) -> None:
+    """The flag of one setting (`components.setting`): its name, type, default and help
+    from its declaration."""
+    if isinstance(field.default, bool):
+        group.add_argument(setting.flag(field), action=argparse.BooleanOptionalAction, default=field.default,
+                           help=field.metadata["help"])
+        return
+    kind = type(field.default)
+    minimum = field.metadata["minimum"]
+    group.add_argument(setting.flag(field), type=kind if minimum is None else at_least(minimum, kind),
+                       default=field.default, metavar={int: "N", float: "NUMBER"}.get(kind, "NAME"),
+                       help=f"{field.metadata['help']} (default: %(default)s)")
+
+
+def add_settings(command: argparse.ArgumentParser) -> None:
+    """Every setting of `config.Settings` and of its sections (the Trainer's, the export's,
+    the blessing's) as a flag: for the commands that build the DAG (`run`, `retrain`,
+    `compile`)."""
+    group = command.add_argument_group(
+        "what the pipeline does", "the same flags locally and in `compile`, where the job's JSON holds them; "
+                                  "declared in pipeline/config.py (Settings, EvaluationConfig) and "
+                                  "components/model/trainer/settings.py")
+    for cls in _setting_classes():
+        for field in setting.declared(cls):
+            add_setting(group, field)
+
+
+def _setting_classes() -> List[type]:
+    """`config.Settings` and the dataclasses of its sections (the fields whose default is one)."""
+    sections = [type(field.default) for field in dataclasses.fields(config.Settings)
+                if dataclasses.is_dataclass(field.default)]
+    return [config.Settings, *sections]
+
+
+def _given(args: argparse.Namespace, cls: type) -> dict:
+    return {field.name: getattr(args, field.name) for field in setting.declared(cls) if hasattr(args, field.name)}
+
+
+def add_window(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--window", type=_window, default=config.WINDOW_SIZE, metavar="N",
+                         help="train on the newest N spans (at least 2), chosen on each run, the newest evaluated "
+                              "on; 0: every span, hash-split train:eval (default: %(default)s)")
+
+
+def _window(text: str) -> int:
     value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value == 1 or value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (every span) or at least 2 spans, got {value}")
     return value
 
 
-def add_latency_budget(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--latency-budget-ms", type=float, default=config.Settings().latency_budget_ms,
-                         help="the serving check's p99 budget for a single-example request; over it, the model "
-                              "is not pushed (exit 6)")
-
-
-def add_notify(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--notify", default=None, metavar="URL",
-                         help="POST a JSON summary to this Slack-compatible webhook when the command ends, "
-                              "whatever the outcome (a failure to notify never changes the exit status); the URL "
-                              f"is a credential: prefer --notify-file or {config.NOTIFY_URL_ENV}, which keep it "
-                              "out of shell history and ps")
+def add_notify(command: argparse.ArgumentParser, *, refused: bool = False) -> None:
+    """`--notify` and `--notify-file`; `refused`: `--notify` is declared only to be refused
+    with what to do (`compile`, whose JSON would hold the URL)."""
+    command.add_argument("--notify", default=None, metavar="URL", help=argparse.SUPPRESS if refused else (
+        "POST a JSON summary to this Slack-compatible webhook when the command ends, whatever the outcome (a "
+        "failure to notify never changes the exit status); the URL is a credential: prefer --notify-file or "
+        f"{config.NOTIFY_URL_ENV}, which keep it out of shell history and ps"))
+    if refused:
+        return
     command.add_argument("--notify-file", default=None, metavar="PATH",
                          help=f"--notify's URL, read from this file's first line (default: ${config.NOTIFY_URL_ENV})")
+
+
+def add_dry_run(command: argparse.ArgumentParser, shows: str) -> None:
+    command.add_argument("--dry-run", action="store_true", help=f"change nothing: {shows}")
 
 
 def notify_url(args: argparse.Namespace) -> str:
@@ -73,7 +135,8 @@ def located(args: argparse.Namespace) -> config.RunConfig:
         output_root=args.output_root,
         metadata_mysql=args.metadata_mysql,
         serving_dir=getattr(args, "serving_dir", defaults.serving_dir),
-        settings=dataclasses.replace(defaults.settings, model_name=getattr(args, "model_name", config.MODEL_NAME)),
+        settings=dataclasses.replace(defaults.settings, export=dataclasses.replace(
+            defaults.settings.export, model_name=getattr(args, "model_name", config.MODEL_NAME))),
     ).resolved()
 
 
@@ -91,9 +154,48 @@ def add_metadata_options(command: argparse.ArgumentParser) -> None:
                               f"(account from {config.MYSQL_USER_ENV} and {config.MYSQL_PASSWORD_ENV})")
 
 
+def add_data_root(command: argparse.ArgumentParser, *, remote: bool = False) -> None:
+    """`--data-root`; `remote`: required, a location every task of a compiled job reaches."""
+    _add_location(command, "--data-root", config.DATA_ROOT, "folder of span-<N>/ folders of GZIP TFRecords", remote)
+
+
+def add_serving_dir(command: argparse.ArgumentParser, *, remote: bool = False) -> None:
+    """`--serving-dir`; `remote` as for `add_data_root`."""
+    _add_location(command, "--serving-dir", config.SERVING_DIR,
+                  "where blessed models are pushed, a folder per model name", remote)
+
+
+def _add_location(command: argparse.ArgumentParser, flag: str, default: str, what: str, remote: bool) -> None:
+    where = (f"gs://BUCKET/... or its Cloud Storage FUSE path {config.FUSE_ROOT}BUCKET/..." if remote
+             else f"a local folder or gs://... (default: {default})")
+    command.add_argument(flag, required=remote, default=None if remote else default, help=f"{what}: {where}")
+
+
 def add_serving_location(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--serving-dir", default=config.SERVING_DIR, help="where blessed models are pushed")
-    command.add_argument("--model-name", default=config.MODEL_NAME, help="the model's folder under --serving-dir")
+    """For the commands that read what was pushed: `--serving-dir` and `--model-name`."""
+    add_serving_dir(command)
+    add_setting(command, _field(ExportConfig, "model_name"))
+
+
+def _field(cls: type, name: str) -> dataclasses.Field:
+    return next(field for field in dataclasses.fields(cls) if field.name == name)
+
+
+def add_model_version(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--model", type=_model_version, default=SERVING, metavar="serving|VERSION",
+                         help=f"'{SERVING}': the version TF Serving serves (a pin included), or a version number "
+                              f"('{OLD_SERVING}' is read as '{SERVING}')")
+
+
+SERVING, OLD_SERVING = "serving", "latest"
+
+
+def _model_version(text: str) -> str:
+    if text == OLD_SERVING:
+        return SERVING
+    if text != SERVING and not text.isdigit():
+        raise argparse.ArgumentTypeError(f"must be '{SERVING}' or a version number, got {text!r}")
+    return text
 
 
 def add_beam_options(command: argparse.ArgumentParser, default_help: str) -> None:
@@ -119,6 +221,8 @@ def add_beam_options(command: argparse.ArgumentParser, default_help: str) -> Non
     beam.add_argument("--dataflow-project", metavar="PROJECT", help="dataflow: the Google Cloud project")
     beam.add_argument("--dataflow-region", metavar="REGION", help="dataflow: its region, e.g. europe-west4")
     beam.add_argument("--temp-location", metavar="GS_PATH", help="dataflow: a gs:// folder for its temporary files")
+    command.add_argument("beam_args", nargs="*", metavar="BEAM_ARG",
+                         help="more Beam options, after `--` (e.g. Dataflow's); they come last, and win")
 
 
 def beam_target(args: argparse.Namespace) -> beam_args.BeamTarget:
@@ -139,13 +243,11 @@ def beam_target(args: argparse.Namespace) -> beam_args.BeamTarget:
 
 def settings(args: argparse.Namespace, local_beam_args: tuple, **more) -> config.Settings:
     """The pipeline's settings from a command line that builds the DAG (`run`, `retrain`,
-    `compile`): the versions kept, the serving check's budget, the Beam options, and `more`."""
-    return config.Settings(
-        keep_versions=args.keep_versions,
-        latency_budget_ms=args.latency_budget_ms,
-        beam_args=beam_command_line(args, local_beam_args),
-        **more,
-    )
+    `compile`): every flag of `add_settings`, the Beam options, and `more`."""
+    sections = {field.name: type(field.default)(**_given(args, type(field.default)))
+                for field in dataclasses.fields(config.Settings) if dataclasses.is_dataclass(field.default)}
+    return config.Settings(**_given(args, config.Settings), **sections,
+                           beam_args=beam_command_line(args, local_beam_args), **more)
 
 
 def beam_command_line(args: argparse.Namespace, local: tuple) -> tuple:

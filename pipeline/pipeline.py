@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Optional, Tuple
 
 from tensorflow_model_analysis import constants as tfma_constants
 from tensorflow_model_analysis.proto import config_pb2 as tfma_config
@@ -27,9 +27,8 @@ from components.custom import gate, ingest, serving_check, window
 from components.custom import pusher as staged_pusher
 from components.model import features
 from components.model.trainer import export
-from components.model.trainer.settings import ExportConfig, TrainConfig
 from components.support import spans
-from pipeline.config import EvaluationConfig
+from pipeline.config import EvaluationConfig, Settings
 
 PREPROCESSING_FN = "components.model.preprocessing.preprocessing_fn"
 RUN_FN = "components.model.trainer.run.run_fn"
@@ -226,12 +225,10 @@ class Training:
         return [self.transform, self.baseline, self.trainer, self.evaluator]
 
 
-def _training(
-    data: DataChecks, splits: Splits, train: TrainConfig, export_settings: ExportConfig,
-    evaluation: EvaluationConfig, code_version: str, warm_start: bool,
-) -> Training:
+def _training(data: DataChecks, settings: Settings, code_version: str) -> Training:
     """Transform → Trainer (warm-started from the serving model) → Evaluator against it."""
     examples, schema = data.example_gen.outputs["examples"], data.schema.outputs["schema"]
+    splits = window_splits(settings.window_size)
     transform = Transform(
         examples=examples,
         schema=schema,
@@ -265,12 +262,12 @@ def _training(
         examples=examples,
         transform_graph=transform.outputs["transform_graph"],
         schema=schema,
-        base_model=baseline.outputs["model"] if warm_start else None,
+        base_model=baseline.outputs["model"] if settings.warm_start else None,
         train_args=trainer_pb2.TrainArgs(splits=list(splits.train)),
         eval_args=trainer_pb2.EvalArgs(splits=[splits.eval]),
         custom_config={
-            "train": dataclasses.asdict(train),
-            "export": dataclasses.asdict(export_settings),
+            "train": dataclasses.asdict(settings.train),
+            "export": dataclasses.asdict(settings.export),
             CODE_VERSION: code_version,
         },
     ).with_id(NodeId.TRAINER)
@@ -279,29 +276,29 @@ def _training(
         model=trainer.outputs["model"],
         baseline_model=baseline.outputs["model"],
         example_splits=[splits.eval],
-        eval_config=_eval_config(evaluation),
+        eval_config=_eval_config(settings.evaluation),
         # TFMA's extractors, reading only the example columns the eval config names.
         module_path=EVAL_EXTRACTORS_MODULE,
     ).with_id(NodeId.EVALUATOR)
     return Training(transform, baseline, trainer, evaluator)
 
 
-def _pushing(data: DataChecks, training: Training, serving_model_dir: str, keep_versions: int,
-             latency_budget_ms: float, code_version: str) -> list:
+def _pushing(data: DataChecks, training: Training, serving_model_dir: str, settings: Settings,
+             code_version: str) -> list:
     """ServingCheck (the blessed model, served as TF Serving serves it) → Pusher, which
     writes each version's model card from the data checks' and the evaluation's outputs."""
     model = training.trainer.outputs["model"]
     checked = serving_check.ServingCheck(
         model=model,
         model_blessing=training.evaluator.outputs["blessing"],
-        latency_budget_ms=latency_budget_ms,
+        latency_budget_ms=settings.latency_budget_ms,
         code_version=code_version,
     ).with_id(NodeId.SERVING_CHECK)
     pusher = staged_pusher.StagedPusher(
         model=model,
         model_blessing=checked.outputs[serving_check.BLESSING_KEY],
         serving_model_dir=serving_model_dir,
-        keep_versions=keep_versions,
+        keep_versions=settings.keep_versions,
         examples=data.example_gen.outputs["examples"],
         statistics=data.statistics_gen.outputs["statistics"],
         evaluation=training.evaluator.outputs["evaluation"],
@@ -314,79 +311,53 @@ def _pushing(data: DataChecks, training: Training, serving_model_dir: str, keep_
 
 def create_pipeline(
     *,
-    pipeline_name: str,
+    settings: Settings,
     pipeline_root: str,
     data_root: str,
     schema_path: str,
     schema_digest: str,
     serving_model_dir: str,
-    train: TrainConfig,
-    export_settings: ExportConfig,
-    evaluation: EvaluationConfig,
     code_version: str,
-    keep_versions: int,
-    latency_budget_ms: float = serving_check.DEFAULT_BUDGET_MS,
-    window_size: Optional[int] = None,
     span_listing: str = "",
-    warm_start: bool = True,
-    beam_pipeline_args: Sequence[str] = (),
-    parallel_beam_pipeline_args: Sequence[str] = (),
-    ingest_beam_pipeline_args: Sequence[str] = (),
     metadata_connection_config: Optional[Any] = None,
     enable_cache: bool = True,
 ) -> tfx_pipeline.Pipeline:
     """The full DAG, from ImportExampleGen to Pusher.
 
     Args:
-      pipeline_name: Name of the pipeline (and its MLMD context).
+      settings: What the pipeline does (`pipeline.config.Settings`: the Trainer's, the
+        export's and the blessing's settings, the versions kept, the serving check's
+        budget, the rolling window, the warm start, the Beam options), each declared once
+        with its default and its help.
       pipeline_root: Where component outputs are written (local path or gs://).
       data_root: Folder of `span-<N>/` folders of GZIP TFRecords of tf.Example.
       schema_path: Folder holding the curated `schema.pbtxt` imported as the contract.
       schema_digest: SHA-256 of that file's bytes: the import's cache key, so an edited
         schema is imported (and the data checked against it) on the next run.
       serving_model_dir: Pusher's destination, `<serving>/<model name>`; versions go below.
-      train: The Trainer's training settings (its `custom_config['train']`).
-      export_settings: The Trainer's export settings (its `custom_config['export']`).
-      evaluation: Blessing thresholds and the train/eval split.
       code_version: Fingerprint of this package's code, given to every cached node that
         runs it (`CODE_VERSION`): an edit re-runs that node and what follows.
-      keep_versions: Pushed versions kept in `serving_model_dir`; older ones are deleted.
-      latency_budget_ms: The serving check's p99 budget for a single-example request.
-      window_size: Train on a rolling window of this many newest spans (at least two),
-        chosen by the SpanWindow node each time the pipeline runs: the newest span is the
-        eval split, the others are trained on, each span its own ExampleGen split. None:
-        every span, split train:eval by a deterministic hash of each example. Either
-        way SpanWindow records the spans the run ingests, for the data gate.
       span_listing: The span folders found when the run was planned ("span-12,span-13"), the
         SpanWindow node's cache key; "" when unknown (a compiled pipeline, whose
         runner then turns that node's cache off).
-      warm_start: Give the Trainer the serving model as `base_model`; it starts
-        from those weights when the feature set and shapes still match.
-      beam_pipeline_args: Beam options for the Beam-based components.
-      parallel_beam_pipeline_args: The Evaluator's own Beam options,
-        after the pipeline's (e.g. the DirectRunner's worker processes for large data,
-        see `pipeline.config.parallel_beam_args`); empty: the pipeline's alone.
-      ingest_beam_pipeline_args: ImportExampleGen's own Beam options, after the
-        pipeline's (`pipeline.config.threaded_beam_args`); empty: the pipeline's alone.
       metadata_connection_config: MLMD connection; None lets the orchestrator choose.
       enable_cache: Reuse outputs of executions whose inputs did not change.
     """
-    data = _data_checks(data_root, schema_path, schema_digest, window_size, span_listing, evaluation,
-                        serving_model_dir, code_version)
+    data = _data_checks(data_root, schema_path, schema_digest, settings.window_size, span_listing,
+                        settings.evaluation, serving_model_dir, code_version)
     with Cond(data.is_valid()):
-        training = _training(data, window_splits(window_size), train, export_settings, evaluation, code_version,
-                             warm_start)
-        pushing = _pushing(data, training, serving_model_dir, keep_versions, latency_budget_ms, code_version)
-    if parallel_beam_pipeline_args:
-        training.evaluator.with_beam_pipeline_args(list(parallel_beam_pipeline_args))
-    if ingest_beam_pipeline_args:
-        data.example_gen.with_beam_pipeline_args(list(ingest_beam_pipeline_args))
+        training = _training(data, settings, code_version)
+        pushing = _pushing(data, training, serving_model_dir, settings, code_version)
+    if settings.parallel_beam_args:
+        training.evaluator.with_beam_pipeline_args(list(settings.parallel_beam_args))
+    if settings.ingest_beam_args:
+        data.example_gen.with_beam_pipeline_args(list(settings.ingest_beam_args))
 
     return tfx_pipeline.Pipeline(
-        pipeline_name=pipeline_name,
+        pipeline_name=settings.pipeline_name,
         pipeline_root=pipeline_root,
         components=[*data.nodes(), *training.nodes(), *pushing],
         enable_cache=enable_cache,
         metadata_connection_config=metadata_connection_config,
-        beam_pipeline_args=list(beam_pipeline_args),
+        beam_pipeline_args=list(settings.beam_args),
     )

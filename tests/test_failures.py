@@ -146,7 +146,7 @@ def test_commands_given_what_does_not_exist_name_it(copy_of_finished_run, taxi_p
     records = ("--output-root", str(ws.out))
     cases = [
         (("predict", "--model", "5", "--input", str(ws.data / "span-16" / "*"), "--output", str(tmp_path / "p"),
-          *serving), "--model must be 'latest' or a version in "),
+          *serving), "--model must be 'serving' or a version in "),
         (("predict", "--input", str(tmp_path / "nowhere" / "*.gz"), "--output", str(tmp_path / "p"), *serving),
          f"--input {tmp_path / 'nowhere' / '*.gz'}: its folder {tmp_path / 'nowhere'} does not exist"),
         (("serving", "pin", "5", *serving), "version 5 is not in "),
@@ -155,7 +155,7 @@ def test_commands_given_what_does_not_exist_name_it(copy_of_finished_run, taxi_p
         (("lineage", "5", *records, *serving), f"no push of version 5 to {ws.model_dir} is recorded"),
         (("report", "nosuchrun", *records), "no run 'nosuchrun' in "),
         (("history", "--output-root", str(tmp_path / "never-ran")), f"--output-root {tmp_path / 'never-ran'} does not"),
-        (("make-data", "--csv", str(tmp_path / "missing.csv"), "--out", str(tmp_path / "made")),
+        (("make-data", "--source-csv", str(tmp_path / "missing.csv"), "--out", str(tmp_path / "made")),
          f"{tmp_path / 'missing.csv'} does not exist"),
         (("compile", "--image", "i", "--pipeline-root", "gs://b/root", "--data-root", "gs://b/data",
           "--serving-dir", "gs://b/serving", "--output", str(tmp_path / "no" / "dir" / "pipeline.json")),

@@ -120,3 +120,37 @@ def test_the_checks_see_a_wrong_way_import_even_a_lazy_one(tmp_path):
     assert shared_test_code(tmp_path) == [
         "tests/test_a.py:1 imports tests.conftest", "tests/test_a.py:2 imports tests.test_b",
     ]
+
+
+# Sizes a reader takes in at once: a module of one concern, a function of one step.
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 400, 60
+
+
+def oversized(root: Path) -> List[str]:
+    """Modules over MAX_MODULE_LINES and functions over MAX_FUNCTION_LINES in components/
+    and pipeline/."""
+    found = []
+    for package in ("components", "pipeline"):
+        for path in sorted((root / package).rglob("*.py")):
+            text = path.read_text()
+            where = path.relative_to(root)
+            if len(text.splitlines()) > MAX_MODULE_LINES:
+                found.append(f"{where}: {len(text.splitlines())} lines")
+            for node in ast.walk(ast.parse(text, str(path))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    lines = node.end_lineno - node.lineno + 1
+                    if lines > MAX_FUNCTION_LINES:
+                        found.append(f"{where}:{node.lineno} {node.name}: {lines} lines")
+    return found
+
+
+def test_modules_and_functions_stay_small():
+    assert oversized(REPO_ROOT) == []
+
+
+def test_the_size_check_sees_a_long_function(tmp_path):
+    package = tmp_path / "pipeline"
+    package.mkdir()
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    (package / "long.py").write_text(f"def long():\n{body}\n")
+    assert oversized(tmp_path) == [f"pipeline/long.py:1 long: {MAX_FUNCTION_LINES + 1} lines"]

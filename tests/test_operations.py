@@ -253,9 +253,9 @@ def test_batch_scores_equal_the_saved_models_own(copy_of_finished_run, taxi_pipe
     assert lines[0] == "probability,class_id" and len(lines) == len(serialized) + 1
     assert sorted(float(line.split(",")[0]) for line in lines[1:]) == pytest.approx(sorted(expected), abs=1e-6)
 
-    again = taxi_pipeline("predict", "--model", "latest", "--input", str(inputs / "*"), "--output", str(output),
+    again = taxi_pipeline("predict", "--model", "serving", "--input", str(inputs / "*"), "--output", str(output),
                           "--serving-dir", str(ws.serving))
     assert again.returncode == 1 and "is not empty" in again.stderr  # nothing overwritten
     unknown = taxi_pipeline("predict", "--model", "7", "--input", str(inputs / "*"), "--output",
                             str(tmp_path / "other"), "--serving-dir", str(ws.serving))
-    assert unknown.returncode == 1 and "--model must be 'latest' or a version" in unknown.stderr
+    assert unknown.returncode == 1 and "--model must be 'serving' or a version" in unknown.stderr

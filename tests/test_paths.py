@@ -34,7 +34,8 @@ MISSING = [
      "--serving-dir {missing} does not exist"),
     (("run", "--data-root", "{missing}", "--output-root", "{tmp}/out", "--serving-dir", "{tmp}/serving"), 1,
      "data root {missing} does not exist"),
-    (("make-data", "--csv", "{missing}/data.csv", "--out", "{tmp}/made"), 1, "{missing}/data.csv does not exist"),
+    (("make-data", "--source-csv", "{missing}/data.csv", "--out", "{tmp}/made"), 1,
+     "{missing}/data.csv does not exist"),
 ]
 EMPTY = [
     (("serving", "list", "--serving-dir", "{empty}"), "No model versions in {empty}/big_tip."),

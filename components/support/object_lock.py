@@ -17,7 +17,7 @@ import os
 import socket
 import threading
 import time
-from typing import Iterator, Tuple
+from typing import Any, Dict, Iterator, Tuple
 
 LEASE_SECONDS = 90
 RENEW_SECONDS = 20
@@ -45,7 +45,28 @@ def held(uri: str, wait_seconds: float = WAIT_SECONDS, lease_seconds: float = LE
     from google.cloud import storage
 
     bucket_name, name = split(uri)
-    bucket = storage.Client().bucket(bucket_name)
+    blob, record = _take(storage.Client().bucket(bucket_name), name, uri, wait_seconds, lease_seconds)
+    held_as = {"generation": blob.generation}
+    stop = threading.Event()
+    renewer = threading.Thread(target=_renew, args=(blob, record, held_as, stop, lease_seconds),
+                               name="push-lock-lease", daemon=True)
+    renewer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        renewer.join()
+        try:
+            blob.delete(if_generation_match=held_as["generation"])
+        except (exceptions.NotFound, exceptions.PreconditionFailed):
+            logging.warning("the push lock %s was no longer ours when released (its lease ran out)", uri)
+
+
+def _take(bucket, name: str, uri: str, wait_seconds: float, lease_seconds: float) -> Tuple[Any, Dict[str, Any]]:
+    """Creates the lock object (only if none exists), breaking one whose lease ran out;
+    the object and the record it holds."""
+    from google.api_core import exceptions
+
     holder = f"{socket.gethostname()}:{os.getpid()}"
     deadline = time.monotonic() + wait_seconds
     while True:
@@ -53,7 +74,7 @@ def held(uri: str, wait_seconds: float = WAIT_SECONDS, lease_seconds: float = LE
         record = {"holder": holder, "expires": time.time() + lease_seconds}
         try:
             blob.upload_from_string(json.dumps(record), content_type="application/json", if_generation_match=0)
-            break
+            return blob, record
         except exceptions.PreconditionFailed:
             pass
         current = bucket.get_blob(name)
@@ -75,27 +96,19 @@ def held(uri: str, wait_seconds: float = WAIT_SECONDS, lease_seconds: float = LE
                            f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(expires))}): nothing was pushed; "
                            "run again once it is done, or delete the object if its holder is gone")
         time.sleep(POLL_SECONDS)
-    held_as = {"generation": blob.generation}
-    stop = threading.Event()
 
-    def renew() -> None:
-        while not stop.wait(RENEW_SECONDS):
-            record["expires"] = time.time() + lease_seconds
-            try:
-                blob.upload_from_string(json.dumps(record), content_type="application/json",
-                                        if_generation_match=held_as["generation"])
-                held_as["generation"] = blob.generation
-            except exceptions.GoogleAPIError as err:
-                logging.warning("could not renew the push lock %s: %s", uri, err)
 
-    renewer = threading.Thread(target=renew, name="push-lock-lease", daemon=True)
-    renewer.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        renewer.join()
+def _renew(blob, record: Dict[str, Any], held_as: Dict[str, int], stop: threading.Event,
+           lease_seconds: float) -> None:
+    """Extends the lease every RENEW_SECONDS until `stop`, writing only over our own
+    generation of the object."""
+    from google.api_core import exceptions
+
+    while not stop.wait(RENEW_SECONDS):
+        record["expires"] = time.time() + lease_seconds
         try:
-            blob.delete(if_generation_match=held_as["generation"])
-        except (exceptions.NotFound, exceptions.PreconditionFailed):
-            logging.warning("the push lock %s was no longer ours when released (its lease ran out)", uri)
+            blob.upload_from_string(json.dumps(record), content_type="application/json",
+                                    if_generation_match=held_as["generation"])
+            held_as["generation"] = blob.generation
+        except exceptions.GoogleAPIError as err:
+            logging.warning("could not renew the push lock gs://%s/%s: %s", blob.bucket.name, blob.name, err)

@@ -13,26 +13,18 @@ def add_compile(commands: argparse._SubParsersAction) -> None:
     kfp.add_argument("--image", required=True, help="the pipeline image (see Dockerfile)")
     kfp.add_argument("--pipeline-root", required=True,
                      help="gs:// root for component outputs")
-    kfp.add_argument("--data-root", required=True, help="gs:// folder of span-<N>/ folders (or /gcs/BUCKET/...)")
-    kfp.add_argument("--serving-dir", required=True,
-                     help="gs:// folder blessed models are pushed to (or /gcs/BUCKET/...)")
-    kfp.add_argument("--keep-versions", type=options.positive, default=config.KEEP_VERSIONS,
-                     help="pushed versions kept")
-    kfp.add_argument("--window", type=int, default=config.WINDOW_SIZE,
-                     help="train on the newest N spans, chosen on each run (the newest is evaluated on); "
-                          "0: every span, hash-split")
+    options.add_data_root(kfp, remote=True)
+    options.add_serving_dir(kfp, remote=True)
+    options.add_window(kfp)
     kfp.add_argument("--output", default="pipeline.json", help="where to write the PipelineJob JSON")
-    options.add_latency_budget(kfp)
     kfp.add_argument("--notify-secret", default="", metavar="NAME",
                      help="where the exit handler reads the URL of the Slack-compatible webhook it tells how each "
                           "job ended, even when a component failed: a Secret Manager secret, "
                           "projects/PROJECT/secrets/SECRET[/versions/VERSION], or env:VARIABLE of the task's "
                           "environment; the compiled JSON holds only this name")
-    # Declared to be refused with what to do: the URL would be written into the JSON.
-    kfp.add_argument("--notify", default=None, help=argparse.SUPPRESS)
+    options.add_notify(kfp, refused=True)
+    options.add_settings(kfp)
     options.add_beam_options(kfp, "Beam's in-memory engine inside each component's container")
-    kfp.add_argument("beam_args", nargs="*", metavar="BEAM_ARG",
-                     help="Beam options for the Beam components (e.g. Dataflow's), after `--`")
     kfp.set_defaults(handler=compile_pipeline)
 
 
@@ -64,7 +56,7 @@ def add_schedule(commands: argparse._SubParsersAction) -> None:
     schedule.add_argument("--project", required=True, help="Google Cloud project")
     schedule.add_argument("--region", required=True, help="Vertex AI region, e.g. europe-west4")
     schedule.add_argument("--service-account", default=None, help="service account the runs use")
-    schedule.add_argument("--dry-run", action="store_true", help="print the CreateScheduleRequest, send nothing")
+    options.add_dry_run(schedule, "print the CreateScheduleRequest, send nothing")
     schedule.set_defaults(handler=schedule_pipeline)
 
 

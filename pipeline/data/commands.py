@@ -14,7 +14,8 @@ def add_make_data(commands: argparse._SubParsersAction) -> None:
     data = commands.add_parser(
         "make-data", help="rebuild data/ from the CSV shipped in the tfx wheel, or write synthetic data of any size"
     )
-    data.add_argument("--csv", default=None, help="source CSV (default: the one in the tfx wheel)")
+    data.add_argument("--source-csv", default=None, metavar="PATH",
+                      help="the CSV of trips to convert or draw from (default: the one in the tfx wheel)")
     data.add_argument("--out", default=None, help=f"output folder (default {config.DATA_ROOT}; required with --rows)")
     data.add_argument("--rows", type=options.positive, default=None,
                       help="write this many synthetic rows (drawn from the CSV with noise; for timing and memory, "
@@ -31,7 +32,7 @@ def make_data(args: argparse.Namespace, ending: Ending) -> int:
     from pipeline.data import dataset, synthetic
 
     if args.rows is None:
-        report = dataset.convert(args.csv or dataset.default_csv_path(), args.out or config.DATA_ROOT)
+        report = dataset.convert(args.source_csv or dataset.default_csv_path(), args.out or config.DATA_ROOT)
         print(report.summary())
         return 0
     if args.out is None:
@@ -39,7 +40,7 @@ def make_data(args: argparse.Namespace, ending: Ending) -> int:
         raise ValueError("--rows needs --out: the folder to write the synthetic spans to")
     started = time.perf_counter()
     counts = synthetic.write(synthetic.SyntheticConfig(
-        rows=args.rows, out_dir=args.out, spans=args.spans, seed=args.seed, csv_path=args.csv or "", drift=args.drift
+        rows=args.rows, out_dir=args.out, spans=args.spans, seed=args.seed, csv_path=args.source_csv or "", drift=args.drift
     ))
     print(f"Wrote {sum(counts.values())} synthetic rows in {len(counts)} spans to {args.out} "
           f"({time.perf_counter() - started:.1f} s); see {os.path.join(args.out, synthetic.README_FILE)}")

@@ -11,16 +11,13 @@ from pipeline.outcome import Ending
 
 def add_predict(commands: argparse._SubParsersAction) -> None:
     predict = commands.add_parser("predict", help="score tf.Example TFRecords with a pushed model, with Beam")
-    predict.add_argument("--model", default="latest",
-                         help="'latest' (the version TF Serving serves, a pin included) or a version number")
+    options.add_model_version(predict)
     predict.add_argument("--input", required=True, metavar="GLOB", help="GZIP TFRecords of tf.Example to score")
     predict.add_argument("--output", required=True, metavar="DIR", help="a new or empty folder for the scores")
     predict.add_argument("--csv", action="store_true", help="also write a CSV of probability and class")
     predict.add_argument("--key", default="", metavar="FEATURE", help="with --csv: a feature's value to join on")
     options.add_serving_location(predict)
     options.add_beam_options(predict, "Beam's in-memory engine in this process")
-    predict.add_argument("beam_args", nargs="*", metavar="BEAM_ARG",
-                         help="Beam options after `--` (e.g. Dataflow's); default: this machine's DirectRunner")
     predict.set_defaults(handler=predict_files, quiet=True)
 
 
@@ -50,8 +47,7 @@ def add_monitor(commands: argparse._SubParsersAction) -> None:
                               "lines of TF Serving REST bodies or Vertex AI request-response log rows")
     monitor.add_argument("--format", default=config.AUTO_FORMAT, choices=(config.AUTO_FORMAT,) + config.REQUEST_FORMATS,
                          help="the files' format (default: told from each file's first record)")
-    monitor.add_argument("--model", default="serving",
-                         help="'serving' (the version TF Serving serves) or the version number that served them")
+    options.add_model_version(monitor)
     monitor.add_argument("--max-malformed", type=float, default=config.MONITOR_MAX_MALFORMED,
                          metavar="FRACTION",
                          help="above this fraction of malformed records the traffic is not judged (exit 1)")
@@ -59,7 +55,6 @@ def add_monitor(commands: argparse._SubParsersAction) -> None:
     options.add_serving_location(monitor)
     options.add_notify(monitor)
     options.add_beam_options(monitor, "Beam's in-memory engine in this process")
-    monitor.add_argument("beam_args", nargs="*", metavar="BEAM_ARG", help="extra Beam options, after `--`")
     monitor.set_defaults(handler=monitor_traffic, quiet=True)
 
 

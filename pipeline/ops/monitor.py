@@ -216,9 +216,6 @@ def compare(serving, training, schema) -> Tuple[List[details_lib.DriftMeasure], 
 def run(monitor: MonitorConfig) -> MonitorResult:
     """Judges the traffic of `monitor.requests_glob`; writes its page and MLMD record."""
     import tensorflow as tf
-    import tensorflow_data_validation as tfdv
-    from google.protobuf import text_format
-    from tensorflow_metadata.proto.v0 import schema_pb2
 
     started = time.perf_counter()
     if not 0 <= monitor.max_malformed < 1:
@@ -237,27 +234,8 @@ def run(monitor: MonitorConfig) -> MonitorResult:
     monitor_id = new_monitor_id()
     root = os.path.join(run_config.output_root, MONITOR_DIR)
     output_dir = os.path.join(root, monitor_id)
-    cache_dir = os.path.join(root, TRAINING_CACHE)
     os.makedirs(output_dir)
-    os.makedirs(cache_dir, exist_ok=True)
-    with open(config.schema_file(), encoding="utf-8") as handle:
-        schema_text = handle.read()
-    schema = text_format.Parse(schema_text, schema_pb2.Schema())
-    # Keyed by the examples and by the schema the records are decoded by.
-    schema_key = hashlib.sha256(schema_text.encode()).hexdigest()[:12]
-    cached = os.path.join(cache_dir, f"examples-{training.examples_id}-schema-{schema_key}-{STATS}")
-    groups = {"serving": sorted(files.items())}
-    if not os.path.exists(cached):
-        from pipeline.ops import request_logs
-
-        groups["training"] = [(path, request_logs.EXAMPLES) for path in training.files]
-    logging.info("monitor %s: %d request files against version %s (run %s, %s)", monitor_id, len(paths),
-                 version, training.run_id, "training statistics cached" if len(groups) == 1 else "training data read")
-    found = compute_statistics(groups, schema, output_dir, monitor.beam_args)
-    if "training" in groups:
-        os.replace(os.path.join(output_dir, f"training-{STATS}"), cached)
-    serving_stats = tfdv.load_stats_binary(os.path.join(output_dir, f"serving-{STATS}"))
-    training_stats = tfdv.load_stats_binary(cached)
+    schema, serving_stats, training_stats, found = _statistics(monitor, files, training, version, root, output_dir)
     malformed, shown = found["serving"]
     requests = int(serving_stats.datasets[0].num_examples) if serving_stats.datasets else 0
     if malformed and malformed > monitor.max_malformed * (requests + malformed):
@@ -281,6 +259,38 @@ def run(monitor: MonitorConfig) -> MonitorResult:
         page=result.page, requests_glob=monitor.requests_glob, training_run=training.run_id,
     ))
     return result
+
+
+def _statistics(monitor: MonitorConfig, files: Dict[str, str], training: TrainingData, version: int, root: str,
+                output_dir: str):
+    """The curated schema, the traffic's statistics, the training data's (computed once per
+    training examples and schema, then read from the cache) and the malformed records
+    found, by group."""
+    import tensorflow_data_validation as tfdv
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    cache_dir = os.path.join(root, TRAINING_CACHE)
+    os.makedirs(cache_dir, exist_ok=True)
+    with open(config.schema_file(), encoding="utf-8") as handle:
+        schema_text = handle.read()
+    schema = text_format.Parse(schema_text, schema_pb2.Schema())
+    # Keyed by the examples and by the schema the records are decoded by.
+    schema_key = hashlib.sha256(schema_text.encode()).hexdigest()[:12]
+    cached = os.path.join(cache_dir, f"examples-{training.examples_id}-schema-{schema_key}-{STATS}")
+    groups = {"serving": sorted(files.items())}
+    if not os.path.exists(cached):
+        from pipeline.ops import request_logs
+
+        groups["training"] = [(path, request_logs.EXAMPLES) for path in training.files]
+    logging.info("monitor %s: %d request files against version %s (run %s, %s)", os.path.basename(output_dir),
+                 len(files), version, training.run_id,
+                 "training statistics cached" if len(groups) == 1 else "training data read")
+    found = compute_statistics(groups, schema, output_dir, monitor.beam_args)
+    if "training" in groups:
+        os.replace(os.path.join(output_dir, f"training-{STATS}"), cached)
+    serving_stats = tfdv.load_stats_binary(os.path.join(output_dir, f"serving-{STATS}"))
+    return schema, serving_stats, tfdv.load_stats_binary(cached), found
 
 
 def summary(result: MonitorResult) -> str:

@@ -30,7 +30,7 @@ CSV_PREFIX = "scores"
 
 @dataclasses.dataclass(frozen=True)
 class PredictConfig:
-    model: str  # "latest" (what TF Serving serves) or a version number
+    model: str  # "serving" (what TF Serving serves) or a version number
     input_glob: str
     output_dir: str
     serving_dir: str
@@ -42,16 +42,16 @@ class PredictConfig:
 
 
 def model_path(serving_dir: str, model_name: str, model: str) -> str:
-    """The version folder `model` names: `latest` is the one TF Serving serves (a pin
+    """The version folder `model` names: `serving` is the one TF Serving serves (a pin
     included), else a version number."""
     model_dir = os.path.join(serving_dir, model_name)
     current = serving_config.state(serving_dir, model_name)
     if not current.on_disk:
         raise ValueError(f"no model versions in {model_dir}: run the pipeline first")
-    if model == "latest":
+    if model == "serving":
         return os.path.join(model_dir, str(current.serving))
     if not model.isdigit() or int(model) not in current.on_disk:
-        raise ValueError(f"--model must be 'latest' or a version in {model_dir} "
+        raise ValueError(f"--model must be 'serving' or a version in {model_dir} "
                          f"({', '.join(map(str, current.on_disk))}), got {model!r}")
     return os.path.join(model_dir, model)
 

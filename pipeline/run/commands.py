@@ -12,7 +12,6 @@ import time
 from typing import Sequence
 
 from components import compat
-from components.model.trainer.settings import TrainConfig
 from components.support import spans
 from pipeline import config, failures, options
 from pipeline.outcome import Ending, Outcome, RunReport
@@ -28,8 +27,7 @@ def add_retrain(commands: argparse._SubParsersAction) -> None:
     command = commands.add_parser(
         "retrain", help="for schedulers: train on the newest spans if a new span landed, else do nothing"
     )
-    command.add_argument("--window", type=options.positive, default=config.WINDOW_SIZE,
-                         help="spans in the rolling window: the newest is evaluated on, the others trained on")
+    options.add_window(command)
     _add_retention_options(command)
     command.add_argument("--keep-everything", action="store_true",
                          help="no retention after the run: keep every run's artifacts (see `gc`)")
@@ -42,8 +40,7 @@ def add_gc(commands: argparse._SubParsersAction) -> None:
                    "(MLMD lineage)"
     )
     _add_retention_options(command)
-    command.add_argument("--dry-run", action="store_true",
-                         help="list what would be removed and its size; change nothing")
+    options.add_dry_run(command, "list what would be removed and its size")
     options.add_metadata_options(command)
     options.add_serving_location(command)
     command.set_defaults(handler=collect, quiet=True)
@@ -82,41 +79,24 @@ def collect(args: argparse.Namespace, ending: Ending) -> int:
 
 
 def _add_local_options(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--data-root", default=config.DATA_ROOT, help="folder of span-<N>/ TFRecord folders")
+    options.add_data_root(command)
     options.add_metadata_options(command)
-    command.add_argument("--serving-dir", default=config.SERVING_DIR, help="where blessed models are pushed")
-    command.add_argument("--keep-versions", type=options.positive, default=config.KEEP_VERSIONS,
-                         help="pushed versions kept in the serving folder; older ones are deleted")
+    options.add_serving_dir(command)
     command.add_argument("--force", action="store_true", help="run even when nothing changed since the last run")
     command.add_argument("--verbose", action="store_true", help="full TensorFlow/Beam/TFX logs on the console")
-    command.add_argument("--run-eagerly", action="store_true",
-                         help="run the Trainer's tf.functions eagerly (debugging; much slower)")
     command.add_argument("--orchestrator", choices=config.ORCHESTRATORS, default=config.ORCHESTRATORS[0],
                          help="local: LocalDagRunner, one node after another; beam: BeamDagRunner, "
                               "each node a step of one Beam pipeline")
     command.add_argument("--no-speedups", action="store_true",
                          help=f"run without the library speed-ups of pipeline/patches/ (also {machinery.ENV}=0)")
-    options.add_latency_budget(command)
     options.add_notify(command)
+    options.add_settings(command)
     options.add_beam_options(command, "Beam's in-memory engine in this process")
-    command.add_argument("beam_args", nargs="*", metavar="BEAM_ARG", help="extra Beam options, after `--`")
     command.set_defaults(handler=run)
 
 
-def run_config(args: argparse.Namespace) -> config.RunConfig:
-    """The resolved config of a `run` or `retrain` command line."""
-    return config.RunConfig(
-        data_root=args.data_root,
-        output_root=args.output_root,
-        serving_dir=args.serving_dir,
-        metadata_mysql=args.metadata_mysql,
-        settings=options.settings(args, config.local_beam_args(), train=TrainConfig(run_eagerly=args.run_eagerly)),
-    ).resolved()
-
-
-def run(args: argparse.Namespace, ending: Ending) -> int:
-    """`run` and `retrain`: resolve the config, run, report; exit status by outcome."""
-    started = time.perf_counter()
+def _set_process_environment(args: argparse.Namespace) -> None:
+    """What this process and those it starts read from the environment."""
     if args.no_speedups:
         os.environ[machinery.ENV] = "0"  # one setting, read by the run and the exit
     if not args.verbose:
@@ -124,6 +104,26 @@ def run(args: argparse.Namespace, ending: Ending) -> int:
         # For the processes the run starts (Beam's workers): their Python warnings would
         # go straight to the console; their log records reach the run's log file.
         os.environ.setdefault("PYTHONWARNINGS", "ignore")
+
+
+def run_config(args: argparse.Namespace) -> config.RunConfig:
+    """The resolved config of a `run` or `retrain` command line."""
+    if args.command == "retrain" and not args.window:
+        raise ValueError("retrain trains on the newest spans when one lands: give --window 2 or more "
+                         "(`run` trains on every span)")
+    return config.RunConfig(
+        data_root=args.data_root,
+        output_root=args.output_root,
+        serving_dir=args.serving_dir,
+        metadata_mysql=args.metadata_mysql,
+        settings=options.settings(args, config.local_beam_args()),
+    ).resolved()
+
+
+def run(args: argparse.Namespace, ending: Ending) -> int:
+    """`run` and `retrain`: resolve the config, run, report; exit status by outcome."""
+    started = time.perf_counter()
+    _set_process_environment(args)
     # The config first (it refuses a remote output root before anything is written there),
     # then logging: importing TensorFlow, TFX and their dependencies already logs and warns.
     resolved = run_config(args)

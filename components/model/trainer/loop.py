@@ -168,28 +168,11 @@ def train(
     tf.config.run_functions_eagerly(config.run_eagerly)
     epoch_batches: EpochBatches = train_batches if callable(train_batches) else (lambda _: train_batches)
     distributed = strategy.num_replicas_in_sync > 1
-    with strategy.scope():
-        optimizer = make_optimizer(model, config)
-    if distributed:
-        eval_dataset = strategy.experimental_distribute_dataset(eval_dataset.with_options(_each_batch_split()))
-        # Per-replica specs (train and eval batches share them); the batch dimension stays None.
-        signature = eval_dataset.element_spec
-    steps = make_steps(
-        model, optimizer, signature, config.log_every_steps, strategy, config.jit_compile, config.steps_per_call
-    )
-    epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+    optimizer, steps, eval_dataset = _steps_for(model, eval_dataset, signature, config, strategy)
     early_stopping = EarlyStopping(model)
-    history_json = tf.Variable("[]", dtype=tf.string, trainable=False, name="history")
-    checkpoint = tf.train.Checkpoint(
-        model=model, optimizer=optimizer, step=steps.step_counter, epoch=epoch,
-        early_stopping=early_stopping, history=history_json,
-    )
-    checkpoint_dir = checkpoint_dir or os.path.join(model_run_dir, "checkpoints")
-    manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=2)
-    if manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-        logging.info("resumed from checkpoint at epoch %d of %d (%s)",
-                     int(epoch), config.epochs, manager.latest_checkpoint)
+    epoch, history_json, manager = _checkpointed(
+        model, optimizer, steps, early_stopping, checkpoint_dir or os.path.join(model_run_dir, "checkpoints"),
+        config.epochs)
     resumed_from_epoch = int(epoch)
     history: List[Dict[str, float]] = json.loads(history_json.numpy())
     writer = tf.summary.create_file_writer(os.path.join(model_run_dir, "train"))
@@ -201,14 +184,7 @@ def train(
             dataset = strategy.experimental_distribute_dataset(dataset.with_options(_each_batch_split()))
         steps.reset_metrics()
         started = time.perf_counter()
-        try:
-            examples += steps.run_epoch(dataset, True, strategy)
-        except tf.errors.InvalidArgumentError as err:
-            if LOSS_CHECK_MESSAGE in str(err):
-                raise TrainingDivergedError(
-                    f"loss became NaN or Inf at step {int(steps.step_counter)}; nothing was exported"
-                ) from err
-            raise
+        examples += _train_epoch(steps, dataset, strategy)
         train_seconds += time.perf_counter() - started
         steps.run_epoch(eval_dataset, False, strategy)
         epoch.assign_add(1)
@@ -225,6 +201,53 @@ def train(
         logging.info("early stopping after epoch %d: eval loss did not improve", int(epoch))
     return _result(model, early_stopping, history, int(epoch), steps, examples / max(train_seconds, 1e-9),
                    resumed_from_epoch)
+
+
+def _steps_for(model: keras.Model, eval_dataset: tf.data.Dataset, signature: Tuple, config: TrainConfig,
+               strategy: tf.distribute.Strategy):
+    """The optimizer, the traced steps and the eval batches as the steps take them: split
+    over the replicas when there are several."""
+    with strategy.scope():
+        optimizer = make_optimizer(model, config)
+    if strategy.num_replicas_in_sync > 1:
+        eval_dataset = strategy.experimental_distribute_dataset(eval_dataset.with_options(_each_batch_split()))
+        # Per-replica specs (train and eval batches share them); the batch dimension stays None.
+        signature = eval_dataset.element_spec
+    steps = make_steps(
+        model, optimizer, signature, config.log_every_steps, strategy, config.jit_compile, config.steps_per_call
+    )
+    return optimizer, steps, eval_dataset
+
+
+def _checkpointed(model: keras.Model, optimizer, steps, early_stopping: EarlyStopping, checkpoint_dir: str,
+                  epochs: int) -> Tuple[tf.Variable, tf.Variable, tf.train.CheckpointManager]:
+    """The loop's own state in `tf.Variable`s (the epoch, the history as JSON), checkpointed
+    with the model, the optimizer, the step counter and the early-stopping state; restored
+    from the newest checkpoint in `checkpoint_dir` when there is one."""
+    epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+    history_json = tf.Variable("[]", dtype=tf.string, trainable=False, name="history")
+    checkpoint = tf.train.Checkpoint(
+        model=model, optimizer=optimizer, step=steps.step_counter, epoch=epoch,
+        early_stopping=early_stopping, history=history_json,
+    )
+    manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=2)
+    if manager.latest_checkpoint:
+        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+        logging.info("resumed from checkpoint at epoch %d of %d (%s)", int(epoch), epochs, manager.latest_checkpoint)
+    return epoch, history_json, manager
+
+
+def _train_epoch(steps, dataset, strategy: tf.distribute.Strategy) -> int:
+    """One epoch of training steps; the examples trained on. A NaN or Inf loss stops
+    training with TrainingDivergedError."""
+    try:
+        return steps.run_epoch(dataset, True, strategy)
+    except tf.errors.InvalidArgumentError as err:
+        if LOSS_CHECK_MESSAGE in str(err):
+            raise TrainingDivergedError(
+                f"loss became NaN or Inf at step {int(steps.step_counter)}; nothing was exported"
+            ) from err
+        raise
 
 
 def _write_scalars(writer, step: int, record: Dict[str, float], optimizer, examples_per_second: float) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping, Optional
 
+from components.setting import setting
+
 # TF Serving reads at most this many warmup records.
 MAX_WARMUP_RECORDS = 1000
 # The exported model's serving interface, by name: what `export` writes and what the
@@ -22,27 +24,28 @@ EPOCH_PROGRESS = "epoch %d of %d: train loss %.4f, eval loss %.4f, eval AUC %.4f
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    epochs: int = 8
-    batch_size: int = 256
-    learning_rate: float = 0.01
-    # Stop when eval loss has not improved for this many epochs (0 disables).
-    early_stopping_patience: int = 2
-    # In-graph progress line every this many steps (0 disables).
-    log_every_steps: int = 100
-    run_eagerly: bool = False
-    # Seeds the initial weights and the shuffling: the same data and settings train the
-    # same model.
-    seed: int = 42
-    # A training set too small for this many batches of `batch_size` per epoch is cut
-    # into smaller batches (at least 32 examples): a short window must still get steps.
-    min_steps_per_epoch: int = 10
-    # float16 compute with dynamic loss scaling (pays off on GPUs; runs on CPU).
-    mixed_precision: bool = False
-    # Compile each replica's step with XLA (the in-graph progress print stays outside).
-    jit_compile: bool = False
-    # Steps run inside the graph per call of the epoch loop: fewer Python round trips.
-    # NaN detection and in-graph logging still act on every step.
-    steps_per_call: int = 50
+    """The Trainer's `custom_config['train']`; each setting is also a flag of `run`,
+    `retrain` and `compile` (`components.setting`)."""
+
+    epochs: int = setting(8, "passes over the training split at most (see --early-stopping-patience)", minimum=1)
+    batch_size: int = setting(256, "examples per training step", minimum=1)
+    learning_rate: float = setting(0.01, "Adam's learning rate")
+    early_stopping_patience: int = setting(
+        2, "stop when the eval loss has not improved for this many epochs (0: never stop early)", minimum=0)
+    log_every_steps: int = setting(100, "an in-graph progress line every this many steps (0: none)", minimum=0)
+    run_eagerly: bool = setting(False, "run the Trainer's tf.functions eagerly (debugging; much slower)")
+    # The same data and settings train the same model.
+    seed: int = setting(42, "seeds the initial weights and the shuffling")
+    # A short window must still get steps.
+    min_steps_per_epoch: int = setting(
+        10, "a training set too small for this many batches per epoch is cut into smaller batches (at least 32 "
+            "examples)", minimum=0)
+    # Pays off on GPUs; runs on CPU.
+    mixed_precision: bool = setting(False, "float16 compute with dynamic loss scaling")
+    # The in-graph progress print stays outside the compiled step.
+    jit_compile: bool = setting(False, "compile each replica's training step with XLA")
+    # Fewer Python round trips; NaN detection and in-graph logging still act on every step.
+    steps_per_call: int = setting(50, "training steps run inside the graph per call of the epoch loop", minimum=1)
 
     @classmethod
     def from_custom_config(cls, custom_config: Optional[Mapping[str, object]]) -> "TrainConfig":
@@ -62,14 +65,14 @@ def settings_from_custom_config(cls: type, custom_config: Optional[Mapping[str, 
 
 @dataclasses.dataclass(frozen=True)
 class ExportConfig:
-    """The Trainer's `custom_config['export']`."""
+    """The Trainer's `custom_config['export']`; each setting is also a flag
+    (`components.setting`)."""
 
-    # The name TF Serving serves the model under (the Pusher's folder name).
-    model_name: str = "big_tip"
-    # Warmup requests written from real eval examples (0 writes no warmup file).
-    warmup_requests: int = 100
-    # Also write the raw-feature model as TFLite (assets.extra/model.tflite).
-    tflite: bool = False
+    model_name: str = setting("big_tip", "the name TF Serving serves the model under: its folder in the serving folder")
+    warmup_requests: int = setting(
+        100, f"warm-up requests for TF Serving written from real eval examples (0: none; at most {MAX_WARMUP_RECORDS})",
+        minimum=0)
+    tflite: bool = setting(False, "also write the raw-feature model as TFLite (assets.extra/model.tflite)")
 
     @classmethod
     def from_custom_config(cls, custom_config: Optional[Mapping[str, object]]) -> "ExportConfig":

@@ -160,8 +160,8 @@ def make_steps(
     train_loss = keras.metrics.Mean(name="train_loss")
     eval_loss = keras.metrics.Mean(name="eval_loss")
     with strategy.scope():
-        loss_fn = keras.losses.BinaryCrossentropy(from_logits=True, reduction="none")
         eval_auc = keras.metrics.AUC(name="eval_auc")
+        replica_train_step, replica_eval_step = _replica_steps(model, optimizer, eval_auc, jit_compile)
 
     def log_progress() -> None:
         if log_every_steps > 0:  # decided once, while tracing; no branch in the graph otherwise
@@ -170,31 +170,6 @@ def make_steps(
                 lambda: tf.print("step", step_counter, "loss", train_loss.result(), output_stream=absl_logging.info),
                 tf.no_op,
             )
-
-    def batch_loss(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
-        per_example = loss_fn(
-            tf.expand_dims(tf.cast(labels, tf.float32), -1), tf.expand_dims(tf.cast(logits, tf.float32), -1)
-        )
-        return tf.nn.compute_average_loss(per_example)
-
-    # AutoGraph is off: the steps have no data-dependent Python control flow, and
-    # converting the whole Keras call stack would dominate the first trace.
-    @tf.function(autograph=False, jit_compile=jit_compile)
-    def replica_train_step(batch_features: Dict[str, tf.Tensor], labels: tf.Tensor) -> tf.Tensor:
-        with tf.GradientTape() as tape:
-            logits = model(batch_features, training=True)
-            loss = tf.debugging.check_numerics(batch_loss(labels, logits), LOSS_CHECK_MESSAGE)
-            scaled_loss = compat.scale_loss(optimizer, loss)
-        gradients = tape.gradient(scaled_loss, model.trainable_variables)
-        compat.apply_scaled_gradients(optimizer, gradients, model.trainable_variables)
-        return loss
-
-    @tf.function(autograph=False, jit_compile=jit_compile)
-    def replica_eval_step(batch_features: Dict[str, tf.Tensor], labels: tf.Tensor) -> tf.Tensor:
-        logits = model(batch_features, training=False)
-        loss = batch_loss(labels, logits)
-        eval_auc.update_state(labels, tf.sigmoid(tf.cast(logits, tf.float32)))
-        return loss
 
     @tf.function(input_signature=signature, autograph=False)
     def train_step(batch_features: Dict[str, tf.Tensor], labels: tf.Tensor) -> tf.Tensor:
@@ -222,6 +197,41 @@ def make_steps(
         train_step, eval_step, step_counter, train_loss, eval_loss, eval_auc, metric_results,
         steps_per_call=steps_per_call,
     )
+
+
+def _replica_steps(model: keras.Model, optimizer: keras.optimizers.Optimizer, eval_auc: keras.metrics.AUC,
+                   jit_compile: bool) -> Tuple[Callable, Callable]:
+    """The train and eval steps of one replica on its share of the batch: each returns that
+    share's loss; the train step applies its (loss-scaled) gradients, the eval step updates
+    `eval_auc`."""
+    loss_fn = keras.losses.BinaryCrossentropy(from_logits=True, reduction="none")
+
+    def batch_loss(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+        per_example = loss_fn(
+            tf.expand_dims(tf.cast(labels, tf.float32), -1), tf.expand_dims(tf.cast(logits, tf.float32), -1)
+        )
+        return tf.nn.compute_average_loss(per_example)
+
+    # AutoGraph is off: the steps have no data-dependent Python control flow, and
+    # converting the whole Keras call stack would dominate the first trace.
+    @tf.function(autograph=False, jit_compile=jit_compile)
+    def replica_train_step(batch_features: Dict[str, tf.Tensor], labels: tf.Tensor) -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            logits = model(batch_features, training=True)
+            loss = tf.debugging.check_numerics(batch_loss(labels, logits), LOSS_CHECK_MESSAGE)
+            scaled_loss = compat.scale_loss(optimizer, loss)
+        gradients = tape.gradient(scaled_loss, model.trainable_variables)
+        compat.apply_scaled_gradients(optimizer, gradients, model.trainable_variables)
+        return loss
+
+    @tf.function(autograph=False, jit_compile=jit_compile)
+    def replica_eval_step(batch_features: Dict[str, tf.Tensor], labels: tf.Tensor) -> tf.Tensor:
+        logits = model(batch_features, training=False)
+        loss = batch_loss(labels, logits)
+        eval_auc.update_state(labels, tf.sigmoid(tf.cast(logits, tf.float32)))
+        return loss
+
+    return replica_train_step, replica_eval_step
 
 
 def make_optimizer(model: keras.Model, config: TrainConfig) -> keras.optimizers.Optimizer:

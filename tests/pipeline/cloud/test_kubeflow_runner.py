@@ -134,10 +134,11 @@ def test_cloud_storage_fuse_paths_compile_as_given(tmp_path, capsys):
 
 
 def test_a_window_of_one_span_is_refused_when_compiling(tmp_path, capsys):
-    status = cli.main(["compile", "--image", IMAGE, "--pipeline-root", "gs://b/p", "--data-root", "gs://b/d",
-                       "--serving-dir", "gs://b/s", "--window", "1", "--output", str(tmp_path / "p.json")])
-    assert status == 1
-    assert "a window needs at least 2 spans" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["compile", "--image", IMAGE, "--pipeline-root", "gs://b/p", "--data-root", "gs://b/d",
+                  "--serving-dir", "gs://b/s", "--window", "1", "--output", str(tmp_path / "p.json")])
+    assert stopped.value.code == 2
+    assert "--window: must be 0 (every span) or at least 2 spans" in capsys.readouterr().err
     assert not (tmp_path / "p.json").exists()
 
 
