@@ -35,7 +35,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from pipeline import beam_args, config, failures, options
+from pipeline import beam_args, cloud_storage, config, failures, options
 from pipeline.cloud import commands as cloud_commands
 from pipeline.data import commands as data_commands
 from pipeline.inspect import commands as inspect_commands
@@ -137,6 +137,7 @@ def _dispatch(args: argparse.Namespace, ending: Ending) -> int:
 def console_main() -> None:
     """The `taxi-pipeline` command: `main`, then the process exits with its status."""
     process.ends_with_exit_process()
+    cloud_storage.bound()
     code = main()
     process.exit_process(int(code), machinery.enabled())
 

@@ -40,6 +40,9 @@ READ_ONLY = ("read-only file system",)
 NO_PERMISSION = ("permission denied", "operation not permitted")
 DAMAGED_STORE = ("file is not a database", "database disk image is malformed")
 LOCKED_STORE = ("database is locked", "concurrent writes aborted")
+# TensorFlow's Cloud Storage client, out of tries on a bucket that does not answer in time
+# (`pipeline/cloud_storage.py`) or cannot be reached at all.
+CLOUD_STORAGE_SILENT = ("libcurl code 28", "libcurl code 7 ", "libcurl code 6 ")
 MYSQL_UNREACHABLE = ("can't connect to mysql", "mysql server has gone away", "lost connection to mysql",
                      "mysql_real_connect failed", "can't connect to local mysql")
 
@@ -155,6 +158,14 @@ def resource_limit(err: BaseException) -> Optional[str]:
     return None
 
 
+def cloud_storage_silent(err: BaseException) -> str:
+    found = re.search(r"gs://[^\s'\"]+", str(err))
+    what = f"reading or writing {found.group(0)}" if found else "a gs:// path"
+    return (f"Cloud Storage did not answer {what} in time ({short(err, 160)}): check this machine's network "
+            "to storage.googleapis.com (proxy, firewall, DNS) and Cloud Storage's status, then run again; a run "
+            f"resumes from the components it recorded. {NOTHING_CHANGED}")
+
+
 def short(err: BaseException, limit: int = 240) -> str:
     """The first line of `err`'s message, without byte strings, at most `limit` characters."""
     lines = str(err).strip().splitlines()
@@ -177,6 +188,8 @@ def explain(err: BaseException, metadata: Optional[config.MetadataConfig] = None
             return locked_store(metadata)
         if any(s in text for s in MYSQL_UNREACHABLE):
             return unreachable_store(metadata, short(err, 120))
+    if any(s in text for s in CLOUD_STORAGE_SILENT):
+        return cloud_storage_silent(err)
     if (isinstance(err, OSError) and err.errno == errno.EROFS) or any(s in text for s in READ_ONLY):
         where = _where(err, str(err), *READ_ONLY)
         return (f"{where.strip() or 'a folder the command writes'} is on a read-only file system: mount it "

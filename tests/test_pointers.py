@@ -83,7 +83,7 @@ def test_every_file_test_heading_and_section_named_exists():
     ("see README.md and docs/operations.md#no-such-heading", "docs/operations.md#no-such-heading"),
     ("tests/test_layout.py::test_that_is_not_there", "tests/test_layout.py::test_that_is_not_there"),
     ("(see README, At scale)", "README, At scale"),
-    ("`create_pipeline(train_config=..., train=...)`", "create_pipeline(train_config=)"),
+    ("`create_pipeline(train_config=..., settings=...)`", "create_pipeline(train_config=)"),
 ])
 def test_the_check_finds_a_pointer_that_leads_nowhere(tmp_path, text, wrong):
     probe = tmp_path / "probe.md"

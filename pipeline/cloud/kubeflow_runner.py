@@ -44,6 +44,7 @@ def compile_pipeline(kfp_config: config.KubeflowConfig, output_path: str) -> Dic
         compiled_fixes.span_window_keyed_by_job,
         compiled_fixes.producer_tasks_named_as_compiled,
         compiled_fixes.baseline_is_the_served_model,
+        compiled_fixes.cloud_storage_bounded_in_job,
     ):
         job = fix(job)
     with open(output_path, "w") as handle:

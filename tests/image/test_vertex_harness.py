@@ -86,7 +86,7 @@ class _Starts(vertex.Image):
         self.outputs = list(outputs)
         self.attempts = 0
 
-    def run_once(self, argv, log_path, timeout):
+    def run_once(self, argv, log_path, timeout, env=None):
         text, status = self.outputs[self.attempts]
         self.attempts += 1
         with open(log_path, "a") as log:

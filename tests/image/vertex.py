@@ -132,10 +132,11 @@ class Image:
         self.hosts = list(hosts)
         self.env = dict(env or {})
 
-    def run(self, argv: List[str], log_path: str, timeout: float = TASK_TIMEOUT_SECONDS) -> int:
+    def run(self, argv: List[str], log_path: str, timeout: float = TASK_TIMEOUT_SECONDS,
+            env: Optional[Dict[str, str]] = None) -> int:
         for attempt in range(1, START_ATTEMPTS + 1):
             start = os.path.getsize(log_path) if os.path.exists(log_path) else 0
-            status = self.run_once(argv, log_path, timeout)
+            status = self.run_once(argv, log_path, timeout, env)
             if status == 0 or not self.never_started(log_path, start) or attempt == START_ATTEMPTS:
                 return status
             with open(log_path, "a", encoding="utf-8") as log:
@@ -151,11 +152,12 @@ class Image:
         return any(START_FAILURE.search(line) for line in lines) and all(
             START_FAILURE.search(line) or BUILDAH_LINE.match(line) for line in lines)
 
-    def run_once(self, argv: List[str], log_path: str, timeout: float) -> int:
-        return self.start(argv, log_path).wait(timeout)
+    def run_once(self, argv: List[str], log_path: str, timeout: float, env: Optional[Dict[str, str]] = None) -> int:
+        return self.start(argv, log_path, env).wait(timeout)
 
-    def start(self, argv: List[str], log_path: str) -> "Running":
-        """Starts `argv` in a fresh container; `wait()` or `kill()` the result."""
+    def start(self, argv: List[str], log_path: str, env: Optional[Dict[str, str]] = None) -> "Running":
+        """Starts `argv` in a fresh container, with `env` over the image's variables;
+        `wait()` or `kill()` the result."""
         made = subprocess.run(["buildah", "from", "--pull-never", "--quiet", "--dns", "none"]
                               + [f"--add-host={host}" for host in self.hosts] + [self.image],
                               capture_output=True, text=True)
@@ -165,7 +167,7 @@ class Image:
         command = ["buildah", "run", "--isolation", "chroot"]
         for host, inside in self.mounts.items():
             command += ["--volume", f"{host}:{inside}"]
-        for key, value in sorted(self.env.items()):
+        for key, value in sorted({**self.env, **(env or {})}.items()):
             command += ["--env", f"{key}={value}"]
         command += [container, "--"] + argv
         log = open(log_path, "ab")  # noqa: SIM115 (closed by Running)
@@ -251,6 +253,12 @@ class ArtifactStore:
             raise HarnessError(f"resolver filter clause not understood: {clause!r}")
         found = [a for a in self.data["artifacts"] if a["pipeline"] == pipeline and all(t(a) for t in tests)]
         return [strip_record(found[-1])] if found else []
+
+
+def container_env(container: Dict[str, Any]) -> Dict[str, str]:
+    """The variables a task's container spec sets (`env`), which Vertex AI sets in the
+    task's container."""
+    return {variable["name"]: variable["value"] for variable in container.get("env", [])}
 
 
 def cache_key(image: str, container: Dict[str, Any], executor_input: Dict[str, Any],
@@ -538,7 +546,7 @@ class VertexJob:
         hook = container.get("lifecycle", {}).get("preCacheCheck")
         if hook:
             driver_log = os.path.join(self.logs, f"{name}.driver.log")
-            status = self.image.run(self.argv(hook, executor_input), driver_log)
+            status = self.image.run(self.argv(hook, executor_input), driver_log, env=container_env(container))
             if status != 0:
                 return self.failed(name, started, driver_log, f"its preCacheCheck driver exited {status}")
             driver_output = self.read_json(output_file)
@@ -556,7 +564,7 @@ class VertexJob:
         if hit is not None:
             return TaskResult(name, "CACHED", time.perf_counter() - started, outputs=hit["outputs"],
                               parameters=hit["parameters"], cache_key=fingerprint)
-        status = self.image.run(self.argv(container, executor_input), log)
+        status = self.image.run(self.argv(container, executor_input), log, env=container_env(container))
         if status != 0:
             return self.failed(name, started, log, f"exited {status}")
         produced = self.read_json(output_file) or {}

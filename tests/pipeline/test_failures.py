@@ -107,3 +107,14 @@ def test_an_unforeseen_error_is_one_line_without_bytes():
     err = RuntimeError("Not a valid TFRecord. Fewer than 497 bytes: b'0aea030a100a0762' \n more detail")
     line = failures.explain(err)
     assert line == "RuntimeError: Not a valid TFRecord. Fewer than 497 bytes: <bytes> (the full log says where)"
+
+
+@pytest.mark.parametrize("curl", ["libcurl code 28 meaning 'Timeout was reached', error details: SSL connection "
+                                  "timeout", "libcurl code 6 meaning 'Couldn't resolve host name'"])
+def test_cloud_storage_out_of_tries_is_named_with_the_path_and_what_to_do(curl):
+    err = tf.errors.AbortedError(None, None, f"All 3 retry attempts failed. The last failure: Error executing an "
+                                             f"HTTP request: {curl}\n\t when reading metadata of gs://b/data/span-3")
+    line = failures.explain(err)
+    assert line.startswith("Cloud Storage did not answer reading or writing gs://b/data/span-3 in time (All 3 retry")
+    assert "storage.googleapis.com" in line and line.endswith(failures.NOTHING_CHANGED)
+    assert "\n" not in line

@@ -7,7 +7,7 @@ import pytest
 from google.protobuf import json_format
 
 from components.custom import pusher
-from pipeline import config
+from pipeline import cloud_storage, config
 from pipeline.cloud import compiled_fixes, kubeflow_runner
 
 IMAGE = "example.com/taxi-pipeline:1"
@@ -149,3 +149,21 @@ def test_every_artifact_type_of_the_compiled_job_is_importable_as_its_container_
         titles.add(class_path)
         assert import_utils.import_class_by_path(class_path) is not None, class_path
     assert "components.ServedModelBlessing" in titles
+
+
+def test_tfx_compiles_no_container_environment_and_the_fix_bounds_cloud_storage_in_every_task(compiled_job):
+    executors = compiled_job["pipelineSpec"]["deploymentSpec"]["executors"]
+    containers = [executor["container"] for executor in executors.values() if "container" in executor]
+    assert len(containers) >= 10 and not any(container.get("env") for container in containers)
+    job = _job()
+    first = next(executor["container"] for executor in job["pipelineSpec"]["deploymentSpec"]["executors"].values()
+                 if "container" in executor)
+    first["env"] = [{"name": "GCS_REQUEST_IDLE_TIMEOUT_SECS", "value": "5"}]  # a user's own value stays
+    fixed = compiled_fixes.cloud_storage_bounded_in_job(job)["pipelineSpec"]["deploymentSpec"]["executors"]
+    for executor in fixed.values():
+        if "container" not in executor:
+            continue
+        env = {variable["name"]: variable["value"] for variable in executor["container"]["env"]}
+        assert set(env) == set(cloud_storage.BOUNDS)
+        expected = "5" if executor["container"] is first else cloud_storage.BOUNDS["GCS_REQUEST_IDLE_TIMEOUT_SECS"]
+        assert env["GCS_REQUEST_IDLE_TIMEOUT_SECS"] == expected

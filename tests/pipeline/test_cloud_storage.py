@@ -1,0 +1,89 @@
+"""TensorFlow's Cloud Storage client under `cloud_storage.BOUNDS`, against a Cloud Storage
+that accepts connections and never answers: the read ends within the bound, after the
+tries the bounds allow, with the line `failures.explain` gives for it. The client's host
+names resolve to that listener in a mount namespace of the probe's own (its /etc/hosts)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from pipeline import cloud_storage, failures
+
+PROBE = """
+import json, sys, time
+import tensorflow as tf
+from pipeline import failures
+started = time.monotonic()
+try:
+    tf.io.gfile.exists("gs://taxi-bucket/data/span-1")
+except Exception as err:
+    print(json.dumps({"seconds": time.monotonic() - started, "explained": failures.explain(err)}))
+    sys.exit(0)
+sys.exit("the silent Cloud Storage answered")
+"""
+TRIES = int(cloud_storage.BOUNDS["GCS_RETRY_CONFIG_MAX_RETRIES"]) + 1
+# Each try waits at most the connect (or idle) bound, then the back-offs: 1, 2, 4 s.
+BOUND_SECONDS = TRIES * int(cloud_storage.BOUNDS["GCS_REQUEST_IDLE_TIMEOUT_SECS"]) + 2 ** (TRIES - 1) - 1
+
+
+def _silent_listener():
+    """A socket on port 443 of a loopback address of its own that accepts and never answers."""
+    for _ in range(20):
+        address = f"127.0.{random.randint(1, 254)}.{random.randint(1, 254)}"
+        listener = socket.socket()
+        try:
+            listener.bind((address, 443))
+        except OSError:
+            listener.close()
+            continue
+        listener.listen(16)
+        return address, listener
+    pytest.fail("no free loopback address for port 443")
+
+
+@pytest.mark.slow
+@pytest.mark.every_stack
+@pytest.mark.timeout(BOUND_SECONDS + 240)
+def test_a_cloud_storage_that_never_answers_ends_a_read_within_the_bound(tmp_path):
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare, for a mount namespace with its own /etc/hosts")
+    address, listener = _silent_listener()
+    held = []  # open, never answered
+
+    def accept():
+        while True:
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    hosts = tmp_path / "hosts"
+    hosts.write_text(f"{address} www.googleapis.com storage.googleapis.com oauth2.googleapis.com\n"
+                     "127.0.0.1 localhost\n")
+    env = {name: value for name, value in os.environ.items() if not name.startswith("GCS_")}
+    env.update(GOOGLE_AUTH_TOKEN_FOR_TESTING="token", NO_GCE_CHECK="true", TF_CPP_MIN_LOG_LEVEL="3")
+    cloud_storage.bound(env)
+    try:
+        done = subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+             'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts), sys.executable, "-c", PROBE],
+            env=env, capture_output=True, text=True, timeout=BOUND_SECONDS + 180)
+    finally:
+        listener.close()
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["seconds"] <= BOUND_SECONDS + 15
+    assert len(held) == TRIES
+    assert found["explained"].startswith(
+        "Cloud Storage did not answer reading or writing gs://taxi-bucket/data/span-1 in time")
+    assert failures.NOTHING_CHANGED in found["explained"]
