@@ -30,10 +30,11 @@ blessed but failed the serving check, 1 any other error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
-from typing import Optional, Sequence
+from typing import ContextManager, Optional, Sequence
 
 from pipeline import beam_args, cloud_storage, config, failures, options
 from pipeline.cloud import commands as cloud_commands
@@ -110,6 +111,21 @@ def _metadata_of(args: argparse.Namespace) -> Optional[config.MetadataConfig]:
     return config.MetadataConfig(path, getattr(args, "metadata_mysql", None))
 
 
+def _watched(args: argparse.Namespace) -> ContextManager:
+    """A MySQL store that stops answering would hold a command in a query for good (MLMD's
+    client has no read timeout): the commands that read or write one are watched as a run
+    is (`pipeline/run/watch.py`), `run` and `retrain` by their own watch, which also
+    greets Beam's services."""
+    mysql = getattr(args, "metadata_mysql", None)
+    if mysql is None:
+        return contextlib.nullcontext()
+    from pipeline.run import watch
+
+    if args.command in watch.RUNS:
+        return contextlib.nullcontext()
+    return watch.watching(config.MetadataConfig("", mysql), (), "", args.command, getattr(args, "notify", "") or "")
+
+
 def _dispatch(args: argparse.Namespace, ending: Ending) -> int:
     try:
         if getattr(args, "quiet", False):
@@ -117,7 +133,8 @@ def _dispatch(args: argparse.Namespace, ending: Ending) -> int:
         if hasattr(args, "notify") and args.command != "compile":
             # `compile` refuses a URL (pipeline.cloud.commands): the JSON would hold it.
             args.notify = options.notify_url(args)
-        return args.handler(args, ending)
+        with _watched(args):
+            return args.handler(args, ending)
     except (ValueError, LookupError) as err:
         # Said by this package (or by argument checks), naming what to do; a store found
         # damaged or locked has a log worth reading.

@@ -18,7 +18,9 @@ the watch posts it.
 
     python -m pipeline.run.watch PID LOG_PATH SILENCE_SECONDS COMMAND SERVICE...
 
-watches for PID until its standard input closes (the run's end); a SERVICE is
+watches for PID until its standard input closes (the run's end; LOG_PATH "" for a command
+without a log file of its own: `gc`, `history` and the other readers of a MySQL store,
+which `pipeline/cli.py` watches the same way); a SERVICE is
 `mysql://HOST:PORT/DB`, `job-service=HOST:PORT` or `worker-pool=HOST:PORT`. The webhook's
 URL, if any, comes in its environment (`config.NOTIFY_URL_ENV`), never on its command line.
 """
@@ -51,6 +53,8 @@ KILLED = 128 + signal.SIGKILL
 # What to do when Beam's services stop answering.
 BEAM_ADVICE = "check it (here: `taxi-pipeline beam-services`), then run again"
 NAMES = {"job-service": "Beam's job service", "worker-pool": "Beam's worker pool"}
+# The commands that run the pipeline, which resume from what the store recorded.
+RUNS = ("run", "retrain")
 
 
 class Silent(RuntimeError):
@@ -92,11 +96,14 @@ class Service:
         if silence:
             raise Silent(silence)
 
-    def stalled(self, seconds: float, why: str) -> str:
+    def stalled(self, seconds: float, why: str, command: str = "run") -> str:
         if self.kind == "mysql":
             what, advice = f"the metadata store {self.address}", "check the server, then run again"
         else:
             what, advice = f"{NAMES[self.kind]} at {self.address}", BEAM_ADVICE
+        if command not in RUNS:
+            return (f"{what} stopped answering while `{command}` ran (no answer for {seconds:.0f} s; {why}): "
+                    f"{advice}. " + failures.NOTHING_CHANGED)
         return (f"{what} stopped answering mid-run (no answer for {seconds:.0f} s; {why}): {advice}; the run "
                 "resumes from the components it recorded. " + failures.NOTHING_CHANGED)
 
@@ -114,7 +121,7 @@ def services(metadata: config.MetadataConfig, pipeline_args: Sequence[str]) -> L
 
 
 def watch(watched: Sequence[Service], run_ended: Callable[[float], bool], probe_seconds: float = PROBE_SECONDS,
-          silence: Optional[float] = None) -> Optional[str]:
+          silence: Optional[float] = None, command: str = "run") -> Optional[str]:
     """Greets each service every `probe_seconds` until `run_ended(timeout)` says the run
     ended (None) or one stayed silent for `silence` seconds (the message to say)."""
     limit = silence_seconds() if silence is None else silence
@@ -134,7 +141,7 @@ def watch(watched: Sequence[Service], run_ended: Callable[[float], bool], probe_
                 now = time.monotonic()
                 since = silent_since.setdefault(service, now)
                 if now - since >= limit:
-                    return service.stalled(now - since, str(err))
+                    return service.stalled(now - since, str(err), command)
     return None
 
 
@@ -173,12 +180,14 @@ def main(argv: Sequence[str]) -> int:
         return bool(readable) and not sys.stdin.buffer.read1(1)
 
     # Greeted at least four times within the silence allowed, however short it is set.
-    message = watch(watched, run_ended, probe_seconds=min(PROBE_SECONDS, max(silence / 4, 0.1)), silence=silence)
+    message = watch(watched, run_ended, probe_seconds=min(PROBE_SECONDS, max(silence / 4, 0.1)), silence=silence,
+                    command=command)
     if message is None or run_ended(0):  # the run ended while the last greeting waited
         return 0
-    with contextlib.suppress(OSError), open(log_path, "a") as log:
-        log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} ERROR watch: {message}\n")
-    print(f"Full log: {log_path}\nerror: {message}", file=sys.stderr, flush=True)
+    if log_path:
+        with contextlib.suppress(OSError), open(log_path, "a") as log:
+            log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} ERROR watch: {message}\n")
+    print((f"Full log: {log_path}\n" if log_path else "") + f"error: {message}", file=sys.stderr, flush=True)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     url = os.environ.get(config.NOTIFY_URL_ENV, "")

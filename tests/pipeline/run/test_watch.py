@@ -15,8 +15,10 @@ class Server:
     """A TCP server on 127.0.0.1 that greets as MySQL does (`answering`) or, switched
     off, accepts connections and never says a word (a stopped server's kernel still accepts)."""
 
-    def __init__(self) -> None:
+    def __init__(self, answers: int = -1) -> None:
         self.answering = True
+        # Connections greeted before it falls silent for good (-1: while `answering`).
+        self.answers = answers
         self.socket = socket.socket()
         self.socket.bind(("127.0.0.1", 0))
         self.socket.listen(16)
@@ -27,6 +29,9 @@ class Server:
         with contextlib.suppress(OSError):
             while True:
                 connection = self.socket.accept()[0]
+                if self.answers == 0:
+                    self.answering = False
+                self.answers -= 1
                 if self.answering:
                     connection.sendall(b"\x0a\x00\x00\x00")
                     connection.close()
@@ -202,3 +207,30 @@ def test_a_worker_pool_is_named_once_it_answered_here_and_stopped(monkeypatch):
     message = watch.watch([watch.Service("worker-pool", f"127.0.0.1:{port}")], _for(60), probe_seconds=0.1,
                           silence=1.0)
     assert message.startswith(f"Beam's worker pool at 127.0.0.1:{port} stopped answering mid-run"), message
+
+
+def test_a_reader_of_a_store_that_stops_answering_is_ended_naming_it(tmp_path):
+    """`history` on a MySQL store that greets the command's check, then never answers
+    MLMD's own connection: watched as a run is, it ends within the silence allowed, with
+    one line naming the store and the command, instead of waiting for good."""
+    import os
+    import subprocess
+    import sys
+
+    server = Server(answers=1)
+    port = server.socket.getsockname()[1]
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "pipeline.cli", "history", "--metadata-mysql", f"127.0.0.1:{port}/mlmd",
+             "--output-root", str(tmp_path)],
+            env={**os.environ, watch.SILENCE_ENV: "2", config.MYSQL_USER_ENV: "u", config.MYSQL_PASSWORD_ENV: "p"},
+            capture_output=True, text=True, timeout=120)
+    finally:
+        server.close()
+    assert done.returncode == -9, done.stdout + done.stderr
+    assert time.monotonic() - started < 60
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: the metadata store mysql://127.0.0.1:{port}/mlmd stopped answering while "
+                           "`history` ran (no answer for "), last
+    assert "check the server, then run again" in last and "Full log" not in done.stderr
