@@ -147,6 +147,24 @@ def grpc_silence(address: str, timeout: float) -> Optional[str]:
         channel.close()
 
 
+def http_silence(address: str, timeout: float) -> Optional[str]:
+    """None when the HTTP server at `address` (Flink's JobManager: its REST API) answers a
+    request within `timeout` seconds, whatever its status; else why not."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{address}/v1/overview", timeout=timeout):
+            return None
+    except urllib.error.HTTPError:
+        return None  # an answer, if not the one asked for
+    except (OSError, ValueError) as err:
+        reason = getattr(err, "reason", err)
+        if isinstance(reason, TimeoutError) or "timed out" in str(reason):
+            return f"no HTTP answer within {timeout:g} s"
+        return f"no HTTP answer ({getattr(reason, 'strerror', None) or reason})"
+
+
 def check_reachable(target: BeamTarget, timeout: float = 5.0) -> None:
     """ValueError naming the first service of `target` that accepts no connection, or (a
     gRPC service) completes no handshake, within `timeout` seconds: a job submitted to
@@ -161,10 +179,13 @@ def check_reachable(target: BeamTarget, timeout: float = 5.0) -> None:
         except (OSError, ValueError) as err:
             raise ValueError(f"{what} at {address} does not answer ({err.strerror or err}): "
                              f"start it{start}, or fix the address") from err
-        silence = grpc_silence(address, timeout) if what.startswith("the Beam") else None
+        if what.startswith("the Beam"):
+            silence, whose = grpc_silence(address, timeout), "Beam's"
+        else:
+            silence, whose = http_silence(address, timeout), "Flink's REST address"
         if silence:
             raise ValueError(f"{what} at {address} accepts connections but does not answer ({silence}): "
-                             f"check that it is Beam's and running (not stopped){start}, or fix the address")
+                             f"check that it is {whose} and running (not stopped){start}, or fix the address")
 
 
 def dataflow(project: str, region: str, temp_location: str, image: str, max_workers: int = 10) -> Tuple[str, ...]:

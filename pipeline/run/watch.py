@@ -1,5 +1,6 @@
 """A watch on the services a run waits on, for the length of the run: a MySQL metadata
-store, and Beam's job service and worker pool (`--beam portable|spark`).
+store, Beam's job service and worker pool (`--beam portable|spark`) and Flink's
+JobManager (`--beam flink`).
 
 ML Metadata's MySQL client has no read timeout, and holds Python's GIL while it waits:
 a server that stops answering mid-run without closing its sockets (stopped, a network
@@ -21,7 +22,8 @@ the watch posts it.
 watches for PID until its standard input closes (the run's end; LOG_PATH "" for a command
 without a log file of its own: `gc`, `history` and the other readers of a MySQL store,
 which `pipeline/cli.py` watches the same way); a SERVICE is
-`mysql://HOST:PORT/DB`, `job-service=HOST:PORT` or `worker-pool=HOST:PORT`. The webhook's
+`mysql://HOST:PORT/DB`, `job-service=HOST:PORT`, `worker-pool=HOST:PORT` or
+`flink-master=HOST:PORT` (greeted over HTTP, its REST API). The webhook's
 URL, if any, comes in its environment (`config.NOTIFY_URL_ENV`), never on its command line.
 """
 
@@ -52,7 +54,9 @@ SILENCE_ENV = "TAXI_SILENCE_SECONDS"
 KILLED = 128 + signal.SIGKILL
 # What to do when Beam's services stop answering.
 BEAM_ADVICE = "check it (here: `taxi-pipeline beam-services`), then run again"
-NAMES = {"job-service": "Beam's job service", "worker-pool": "Beam's worker pool"}
+NAMES = {"job-service": "Beam's job service", "worker-pool": "Beam's worker pool",
+         "flink-master": "Flink's JobManager"}
+FLINK_ADVICE = "check the Flink cluster (its JobManager's REST address, --flink-master), then run again"
 # The commands that run the pipeline, which resume from what the store recorded.
 RUNS = ("run", "retrain")
 
@@ -92,7 +96,10 @@ class Service:
             except failures.StoreError as err:
                 raise Silent(str(err).split("(", 1)[-1].split(")", 1)[0]) from err
             return
-        silence = beam_args.grpc_silence(self.address, GREETING_SECONDS)
+        if self.kind == "flink-master":
+            silence = beam_args.http_silence(self.address, GREETING_SECONDS)
+        else:
+            silence = beam_args.grpc_silence(self.address, GREETING_SECONDS)
         if silence:
             raise Silent(silence)
 
@@ -100,7 +107,8 @@ class Service:
         if self.kind == "mysql":
             what, advice = f"the metadata store {self.address}", "check the server, then run again"
         else:
-            what, advice = f"{NAMES[self.kind]} at {self.address}", BEAM_ADVICE
+            what = f"{NAMES[self.kind]} at {self.address}"
+            advice = FLINK_ADVICE if self.kind == "flink-master" else BEAM_ADVICE
         if command not in RUNS:
             return (f"{what} stopped answering while `{command}` ran (no answer for {seconds:.0f} s; {why}): "
                     f"{advice}. " + failures.NOTHING_CHANGED)
@@ -111,6 +119,10 @@ class Service:
 def services(metadata: config.MetadataConfig, pipeline_args: Sequence[str]) -> List[Service]:
     """The services a run of `metadata` with the Beam options `pipeline_args` waits on."""
     found = [Service("mysql", str(metadata.mysql))] if metadata.mysql is not None else []
+    flink_master = beam_place.option(pipeline_args, "flink_master")
+    if beam_place.runner_name(beam_place.option(pipeline_args, "runner")) == "flink" and ":" in flink_master:
+        # Not `[auto]` or `[local]`, Beam's own cluster in this process.
+        found.append(Service("flink-master", flink_master.removeprefix("http://")))
     job_endpoint = beam_place.option(pipeline_args, "job_endpoint")
     if beam_place.runner_name(beam_place.option(pipeline_args, "runner")) == "portable" and job_endpoint:
         found.append(Service("job-service", job_endpoint))

@@ -255,3 +255,23 @@ def test_the_eval_split_stays_near_its_row_limit(rows, train_buckets):
 ])
 def test_which_runners_keep_beam_s_workers_in_this_environment(args, here):
     assert beam_args.runs_here(args) is here
+
+
+def test_a_flink_jobmanager_that_accepts_and_never_answers_is_refused_in_seconds():
+    import socket
+    import time
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # accepted by the kernel, never answered
+    address = f"127.0.0.1:{silent.getsockname()[1]}"
+    started = time.monotonic()
+    try:
+        with pytest.raises(ValueError) as refused:
+            beam_args.check_reachable(beam_args.BeamTarget(kind="flink", flink_master=address), timeout=1.0)
+    finally:
+        silent.close()
+    assert str(refused.value) == (
+        f"the Flink JobManager (--flink-master) at {address} accepts connections but does not answer (no HTTP "
+        "answer within 1 s): check that it is Flink's REST address and running (not stopped), or fix the address")
+    assert time.monotonic() - started < 10

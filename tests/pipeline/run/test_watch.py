@@ -234,3 +234,33 @@ def test_a_reader_of_a_store_that_stops_answering_is_ended_naming_it(tmp_path):
     assert last.startswith(f"error: the metadata store mysql://127.0.0.1:{port}/mlmd stopped answering while "
                            "`history` ran (no answer for "), last
     assert "check the server, then run again" in last and "Full log" not in done.stderr
+
+
+def test_flink_s_jobmanager_is_greeted_over_http_and_named_when_it_stops_answering(monkeypatch):
+    """Any HTTP answer of its REST address (even a 404) is a greeting; a socket that
+    accepts and never answers is not."""
+    import http.server
+
+    monkeypatch.setattr(watch, "GREETING_SECONDS", 0.5)
+    answering = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=answering.serve_forever, daemon=True).start()
+    silent = Server()
+    silent.answering = False
+    try:
+        alive = [watch.Service("flink-master", f"127.0.0.1:{answering.server_address[1]}")]
+        assert watch.watch(alive, _for(1.5), probe_seconds=0.1, silence=1.0) is None
+        address = f"127.0.0.1:{silent.socket.getsockname()[1]}"
+        message = watch.watch([watch.Service("flink-master", address)], _for(60), probe_seconds=0.1, silence=1.0)
+    finally:
+        answering.shutdown()
+        silent.close()
+    assert message.startswith(f"Flink's JobManager at {address} stopped answering mid-run (no answer for "), message
+    assert "no HTTP answer within 0.5 s" in message and "--flink-master" in message
+
+
+def test_a_flink_run_watches_its_jobmanager_and_an_embedded_one_is_not_watched():
+    flink = ("--runner=FlinkRunner", "--flink_master=10.1.2.3:8081", "--environment_type=EXTERNAL")
+    store = config.MetadataConfig("m.sqlite")
+    assert watch.services(store, flink) == [watch.Service("flink-master", "10.1.2.3:8081")]
+    assert watch.services(store, ("--runner=FlinkRunner", "--flink_master=[auto]")) == []
+    assert watch.Service.parse("flink-master=10.1.2.3:8081") == watch.Service("flink-master", "10.1.2.3:8081")
