@@ -31,8 +31,23 @@ except Exception as err:
 sys.exit("the silent Cloud Storage answered")
 """
 TRIES = int(cloud_storage.BOUNDS["GCS_RETRY_CONFIG_MAX_RETRIES"]) + 1
-# Each try waits at most the connect (or idle) bound, then the back-offs: 1, 2, 4 s.
-BOUND_SECONDS = TRIES * int(cloud_storage.BOUNDS["GCS_REQUEST_IDLE_TIMEOUT_SECS"]) + 2 ** (TRIES - 1) - 1
+# The bounds' waits, shortened here to keep the test short: the client reads them all
+# the same way (the bounds as set took 88 s against such a socket; docs/operations.md).
+SHORTER = {"GCS_REQUEST_CONNECTION_TIMEOUT_SECS": "3", "GCS_REQUEST_IDLE_TIMEOUT_SECS": "3"}
+
+
+def _bound_seconds(bounds) -> float:
+    """The longest one operation may wait: each try the connect or the idle bound, then the
+    back-offs, doubling from 1 s."""
+    wait = max(int(bounds["GCS_REQUEST_CONNECTION_TIMEOUT_SECS"]), int(bounds["GCS_REQUEST_IDLE_TIMEOUT_SECS"]))
+    return TRIES * wait + 2 ** (TRIES - 1) - 1
+
+
+BOUND_SECONDS = _bound_seconds({**cloud_storage.BOUNDS, **SHORTER})
+
+
+def test_the_bounds_end_an_operation_within_two_minutes():
+    assert _bound_seconds(cloud_storage.BOUNDS) <= 130
 
 
 def _silent_listener():
@@ -73,6 +88,7 @@ def test_a_cloud_storage_that_never_answers_ends_a_read_within_the_bound(tmp_pat
     env = {name: value for name, value in os.environ.items() if not name.startswith("GCS_")}
     env.update(GOOGLE_AUTH_TOKEN_FOR_TESTING="token", NO_GCE_CHECK="true", TF_CPP_MIN_LOG_LEVEL="3")
     cloud_storage.bound(env)
+    env.update(SHORTER)
     # Inside the Debian 13 root (scripts/debian-root) the command already runs in a private
     # mount namespace, whose root is no mount point: its propagation cannot be set again.
     propagation = "unchanged" if os.environ.get("TAXI_STACK_ROOT") else "private"
@@ -85,7 +101,7 @@ def test_a_cloud_storage_that_never_answers_ends_a_read_within_the_bound(tmp_pat
         listener.close()
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    assert found["seconds"] <= BOUND_SECONDS + 15
+    assert found["seconds"] <= BOUND_SECONDS + 10
     assert len(held) == TRIES
     assert found["explained"].startswith(
         "Cloud Storage did not answer reading or writing gs://taxi-bucket/data/span-1 in time")
