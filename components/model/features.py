@@ -1,7 +1,9 @@
 """The one declaration of the model's features and label.
 
-Transform, the Trainer, the Evaluator, the data converter and the tests all read
-this module; nothing else names a feature.
+Transform, the Trainer, the Evaluator, the data converter and the synthetic data (its
+noise on the numeric features, the label from the fare and the tips) and the tests all
+read this module; nothing else names a feature, but for the feature the synthetic data's
+`--drift` moves (`pipeline/data/synthetic.py`, `DRIFT_FEATURE`, one of the numeric ones).
 """
 
 from __future__ import annotations
@@ -123,8 +125,11 @@ PASSTHROUGH_COLUMNS: Dict[str, tf.dtypes.DType] = {
 
 LABEL_KEY = "big_tip"
 LABEL_DTYPE = tf.int64
-# A trip is a "big tip" when the tip exceeds this fraction of the fare.
+# A trip is a "big tip" when the tip exceeds this fraction of the fare: the source's tips
+# column (not a feature: it is the label's source) against the fare feature.
 BIG_TIP_FRACTION = 0.2
+FARE_KEY = "fare"
+TIPS_COLUMN = "tips"
 
 # Raw features the Evaluator slices metrics by.
 SLICE_FEATURES: Tuple[str, ...] = ("trip_start_hour", "payment_type")

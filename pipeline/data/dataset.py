@@ -26,8 +26,7 @@ from components.support import spans
 # Span 1 is the first quarter of this year; spans count quarters from there on.
 FIRST_SPAN_YEAR = 2013
 TIMESTAMP_COLUMN = "trip_start_timestamp"
-FARE_COLUMN = "fare"
-TIPS_COLUMN = "tips"
+FARE_COLUMN, TIPS_COLUMN = features.FARE_KEY, features.TIPS_COLUMN
 
 
 class DataError(ValueError):

@@ -33,9 +33,9 @@ from components.model import features
 from components.support import spans
 from pipeline.data import dataset
 
-# The fields drawn with noise (each multiplied by its own log-normal factor), and tips,
-# which is not stored but decides the label.
-NOISY_FEATURES: Tuple[str, ...] = ("fare", "trip_miles", "trip_seconds")
+# The fields drawn with noise (each multiplied by its own log-normal factor): the numeric
+# features, and tips, which is not stored but decides the label.
+NOISY_FEATURES: Tuple[str, ...] = tuple(f.name for f in features.FEATURES if f.kind is features.Kind.NUMERIC)
 DRIFT_FEATURE = "trip_miles"
 README_FILE = "SYNTHETIC.md"
 _CHUNK = 20_000
@@ -148,7 +148,7 @@ def _span_draws(source: _Source, config: SyntheticConfig, span: int, count: int)
     low = (span - 1) * total // config.spans
     high = max(span * total // config.spans, low + 1)
     rng = np.random.default_rng(np.random.SeedSequence([config.seed, span]))
-    fare_column = NOISY_FEATURES.index("fare")
+    fare_column = NOISY_FEATURES.index(features.FARE_KEY)
     for start in range(0, count, _CHUNK):
         size = min(_CHUNK, count - start)
         picked = rng.integers(low, high, size)
