@@ -136,5 +136,11 @@ def test_a_run_between_two_retrains_does_not_make_the_second_retrain_again(works
 def test_a_window_of_one_span_is_refused(workspace, copy_spans, taxi_pipeline):
     copy_spans(workspace.data, (15, 16))
     result = taxi_pipeline("retrain", "--window", "1", *workspace.locations())
-    assert result.returncode == 1
-    assert "at least 2 spans" in result.stderr
+    assert result.returncode == 2  # a usage error, before anything is read
+    assert "--window: must be 0 (every span) or at least 2 spans, got 1" in result.stderr
+    every_span = taxi_pipeline("retrain", "--window", "0", *workspace.locations())
+    assert every_span.returncode == 1
+    assert every_span.stderr.splitlines()[-1] == (
+        "error: retrain trains on the newest spans when one lands: give --window 2 or more (`run` trains on "
+        "every span)")
+    assert not workspace.metadata.exists()
