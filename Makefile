@@ -72,7 +72,8 @@ test-tools:
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "Installing Debian's$$missing for the tests."; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 \
+	      --no-install-recommends $$missing >/dev/null; \
 	  else echo "note: missing$$missing and no apt-get as root: the tests that use them will fail"; fi; fi
 
 test-fast: lint

@@ -150,14 +150,19 @@ def grpc_silence(address: str, timeout: float) -> Optional[str]:
 def http_silence(address: str, timeout: float) -> Optional[str]:
     """None when the HTTP server at `address` (Flink's JobManager: its REST API) answers a
     request within `timeout` seconds, whatever its status; else why not."""
+    import http.client
     import urllib.error
     import urllib.request
 
+    # Straight to the address: a proxy's own error page would pass for the JobManager's answer.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with urllib.request.urlopen(f"http://{address}/v1/overview", timeout=timeout):
+        with opener.open(f"http://{address}/v1/overview", timeout=timeout):
             return None
     except urllib.error.HTTPError:
         return None  # an answer, if not the one asked for
+    except http.client.HTTPException as err:
+        return f"not an HTTP server ({type(err).__name__})"
     except (OSError, ValueError) as err:
         reason = getattr(err, "reason", err)
         if isinstance(reason, TimeoutError) or "timed out" in str(reason):

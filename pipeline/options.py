@@ -71,10 +71,13 @@ def _given(args: argparse.Namespace, cls: type) -> dict:
     return {field.name: getattr(args, field.name) for field in setting.declared(cls) if hasattr(args, field.name)}
 
 
-def add_window(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--window", type=_window, default=config.WINDOW_SIZE, metavar="N",
-                         help="train on the newest N spans (at least 2), chosen on each run, the newest evaluated "
-                              "on; 0: every span, hash-split train:eval (default: %(default)s)")
+def add_window(command: argparse.ArgumentParser, *, every_span: bool) -> None:
+    """`--window N`: train on the newest N spans; `every_span`: 0 may also be given, for
+    every span (`compile`; `retrain` exists to train on the newest)."""
+    command.add_argument("--window", type=_window if every_span else at_least(2), default=config.WINDOW_SIZE,
+                         metavar="N", help="train on the newest N spans (at least 2), chosen on each run, the newest "
+                                           "evaluated on" + ("; 0: every span, hash-split train:eval" if every_span
+                                                             else "") + " (default: %(default)s)")
 
 
 def _window(text: str) -> int:

@@ -15,7 +15,7 @@ def add_compile(commands: argparse._SubParsersAction) -> None:
                      help="gs:// root for component outputs")
     options.add_data_root(kfp, remote=True)
     options.add_serving_dir(kfp, remote=True)
-    options.add_window(kfp)
+    options.add_window(kfp, every_span=True)
     kfp.add_argument("--output", default="pipeline.json", help="where to write the PipelineJob JSON")
     kfp.add_argument("--notify-secret", default="", metavar="NAME",
                      help="where the exit handler reads the URL of the Slack-compatible webhook it tells how each "

@@ -40,7 +40,8 @@ def make_data(args: argparse.Namespace, ending: Ending) -> int:
         raise ValueError("--rows needs --out: the folder to write the synthetic spans to")
     started = time.perf_counter()
     counts = synthetic.write(synthetic.SyntheticConfig(
-        rows=args.rows, out_dir=args.out, spans=args.spans, seed=args.seed, csv_path=args.source_csv or "", drift=args.drift
+        rows=args.rows, out_dir=args.out, spans=args.spans, seed=args.seed, csv_path=args.source_csv or "",
+        drift=args.drift,
     ))
     print(f"Wrote {sum(counts.values())} synthetic rows in {len(counts)} spans to {args.out} "
           f"({time.perf_counter() - started:.1f} s); see {os.path.join(args.out, synthetic.README_FILE)}")

@@ -202,9 +202,11 @@ def write_csv(config: SyntheticConfig, path: str) -> int:
 
 def _readme(config: SyntheticConfig, counts: Sequence[int], csv_digest: str) -> str:
     per_span = ", ".join(f"span-{index + 1}: {count}" for index, count in enumerate(counts))
+    command = (f"taxi-pipeline make-data --rows {config.rows} --spans {config.spans} --seed {config.seed} "
+               f"--drift {config.drift} --out ...")
     return f"""# Synthetic data: for timing and memory, not for judging a model
 
-Written by `taxi-pipeline make-data --rows {config.rows} --spans {config.spans} --seed {config.seed} --drift {config.drift} --out ...`.
+Written by `{command}`.
 
 - Source: `{os.path.basename(config.csv_path)}` (sha256 {csv_digest[:16]}), sorted by
   `trip_start_timestamp` and cut into {config.spans} time slices; span k draws its rows with

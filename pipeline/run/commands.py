@@ -27,7 +27,7 @@ def add_retrain(commands: argparse._SubParsersAction) -> None:
     command = commands.add_parser(
         "retrain", help="for schedulers: train on the newest spans if a new span landed, else do nothing"
     )
-    options.add_window(command)
+    options.add_window(command, every_span=False)
     _add_retention_options(command)
     command.add_argument("--keep-everything", action="store_true",
                          help="no retention after the run: keep every run's artifacts (see `gc`)")
@@ -108,9 +108,6 @@ def _set_process_environment(args: argparse.Namespace) -> None:
 
 def run_config(args: argparse.Namespace) -> config.RunConfig:
     """The resolved config of a `run` or `retrain` command line."""
-    if args.command == "retrain" and not args.window:
-        raise ValueError("retrain trains on the newest spans when one lands: give --window 2 or more "
-                         "(`run` trains on every span)")
     return config.RunConfig(
         data_root=args.data_root,
         output_root=args.output_root,

@@ -119,7 +119,7 @@ class Service:
 def services(metadata: config.MetadataConfig, pipeline_args: Sequence[str]) -> List[Service]:
     """The services a run of `metadata` with the Beam options `pipeline_args` waits on."""
     found = [Service("mysql", str(metadata.mysql))] if metadata.mysql is not None else []
-    flink_master = beam_place.option(pipeline_args, "flink_master")
+    flink_master = beam_place.option(pipeline_args, "flink_master") or ""
     if beam_place.runner_name(beam_place.option(pipeline_args, "runner")) == "flink" and ":" in flink_master:
         # Not `[auto]` or `[local]`, Beam's own cluster in this process.
         found.append(Service("flink-master", flink_master.removeprefix("http://")))

@@ -275,3 +275,25 @@ def test_a_flink_jobmanager_that_accepts_and_never_answers_is_refused_in_seconds
         f"the Flink JobManager (--flink-master) at {address} accepts connections but does not answer (no HTTP "
         "answer within 1 s): check that it is Flink's REST address and running (not stopped), or fix the address")
     assert time.monotonic() - started < 10
+
+
+def test_a_flink_address_that_is_no_http_server_is_named_not_raised():
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+
+    def answer_garbage():
+        connection = server.accept()[0]
+        connection.recv(1024)
+        connection.sendall(b"\x00\x01 not http\r\n\r\n")
+        connection.close()
+
+    threading.Thread(target=answer_garbage, daemon=True).start()
+    try:
+        why = beam_args.http_silence(f"127.0.0.1:{server.getsockname()[1]}", 2.0)
+    finally:
+        server.close()
+    assert why.startswith("not an HTTP server (")

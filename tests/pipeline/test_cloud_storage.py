@@ -32,22 +32,24 @@ sys.exit("the silent Cloud Storage answered")
 """
 TRIES = int(cloud_storage.BOUNDS["GCS_RETRY_CONFIG_MAX_RETRIES"]) + 1
 # The bounds' waits, shortened here to keep the test short: the client reads them all
-# the same way (the bounds as set took 88 s against such a socket; docs/operations.md).
+# the same way.
 SHORTER = {"GCS_REQUEST_CONNECTION_TIMEOUT_SECS": "3", "GCS_REQUEST_IDLE_TIMEOUT_SECS": "3"}
 
 
 def _bound_seconds(bounds) -> float:
     """The longest one operation may wait: each try the connect or the idle bound, then the
-    back-offs, doubling from 1 s."""
+    back-offs, doubling from 1 s up to their cap."""
     wait = max(int(bounds["GCS_REQUEST_CONNECTION_TIMEOUT_SECS"]), int(bounds["GCS_REQUEST_IDLE_TIMEOUT_SECS"]))
-    return TRIES * wait + 2 ** (TRIES - 1) - 1
+    cap = int(bounds["GCS_RETRY_CONFIG_MAX_DELAY_TIME_US"]) / 1e6
+    return TRIES * wait + sum(min(2 ** attempt, cap) for attempt in range(TRIES - 1))
 
 
 BOUND_SECONDS = _bound_seconds({**cloud_storage.BOUNDS, **SHORTER})
 
 
-def test_the_bounds_end_an_operation_within_two_minutes():
-    assert _bound_seconds(cloud_storage.BOUNDS) <= 130
+def test_the_bounds_end_an_operation_within_four_minutes():
+    # TensorFlow adds up to a second of jitter to each back-off.
+    assert _bound_seconds(cloud_storage.BOUNDS) + TRIES - 1 <= 240
 
 
 def _silent_listener():
@@ -101,7 +103,7 @@ def test_a_cloud_storage_that_never_answers_ends_a_read_within_the_bound(tmp_pat
         listener.close()
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    assert found["seconds"] <= BOUND_SECONDS + 10
+    assert found["seconds"] <= BOUND_SECONDS + TRIES + 10
     assert len(held) == TRIES
     assert found["explained"].startswith(
         "Cloud Storage did not answer reading or writing gs://taxi-bucket/data/span-1 in time")

@@ -263,4 +263,5 @@ def test_a_flink_run_watches_its_jobmanager_and_an_embedded_one_is_not_watched()
     store = config.MetadataConfig("m.sqlite")
     assert watch.services(store, flink) == [watch.Service("flink-master", "10.1.2.3:8081")]
     assert watch.services(store, ("--runner=FlinkRunner", "--flink_master=[auto]")) == []
+    assert watch.services(store, ("--runner=FlinkRunner",)) == []  # Beam's embedded Flink
     assert watch.Service.parse("flink-master=10.1.2.3:8081") == watch.Service("flink-master", "10.1.2.3:8081")
