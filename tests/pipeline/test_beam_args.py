@@ -110,16 +110,23 @@ def test_a_service_that_does_not_answer_stops_the_command_before_it_starts(tmp_p
     assert not (tmp_path / "out").exists()
 
 
-def test_a_service_that_accepts_and_never_answers_stops_the_command_in_seconds(tmp_path, taxi_pipeline):
-    """A stopped job service's kernel still accepts connections: Beam's runner would wait a
-    minute for its handshake and end on a bare `FutureTimeoutError`."""
+def _silent_socket():
+    """A socket on 127.0.0.1 the kernel accepts connections on and nothing answers (a
+    stopped server's), and its HOST:PORT."""
     import socket
-    import time
 
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
-    silent.listen(16)  # accepted by the kernel, never answered
-    address = f"127.0.0.1:{silent.getsockname()[1]}"
+    silent.listen(16)
+    return silent, f"127.0.0.1:{silent.getsockname()[1]}"
+
+
+def test_a_service_that_accepts_and_never_answers_stops_the_command_in_seconds(tmp_path, taxi_pipeline):
+    """A stopped job service's kernel still accepts connections: Beam's runner would wait a
+    minute for its handshake and end on a bare `FutureTimeoutError`."""
+    import time
+
+    silent, address = _silent_socket()
     started = time.monotonic()
     try:
         result = taxi_pipeline("run", "--data-root", str(tmp_path / "data"), "--output-root", str(tmp_path / "out"),
@@ -258,13 +265,9 @@ def test_which_runners_keep_beam_s_workers_in_this_environment(args, here):
 
 
 def test_a_flink_jobmanager_that_accepts_and_never_answers_is_refused_in_seconds():
-    import socket
     import time
 
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(16)  # accepted by the kernel, never answered
-    address = f"127.0.0.1:{silent.getsockname()[1]}"
+    silent, address = _silent_socket()
     started = time.monotonic()
     try:
         with pytest.raises(ValueError) as refused:
