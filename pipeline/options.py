@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from typing import List
+from typing import Dict, List
 
 from components import setting
 from components.model.trainer.settings import ExportConfig
@@ -60,11 +60,15 @@ def add_settings(command: argparse.ArgumentParser) -> None:
             add_setting(group, field)
 
 
+def _sections() -> Dict[str, type]:
+    """The sections of `config.Settings` (its fields whose default is a dataclass), by name."""
+    return {field.name: type(field.default) for field in dataclasses.fields(config.Settings)
+            if dataclasses.is_dataclass(field.default)}
+
+
 def _setting_classes() -> List[type]:
-    """`config.Settings` and the dataclasses of its sections (the fields whose default is one)."""
-    sections = [type(field.default) for field in dataclasses.fields(config.Settings)
-                if dataclasses.is_dataclass(field.default)]
-    return [config.Settings, *sections]
+    """`config.Settings` and the dataclasses of its sections."""
+    return [config.Settings, *_sections().values()]
 
 
 def _given(args: argparse.Namespace, cls: type) -> dict:
@@ -247,8 +251,7 @@ def beam_target(args: argparse.Namespace) -> beam_args.BeamTarget:
 def settings(args: argparse.Namespace, local_beam_args: tuple, **more) -> config.Settings:
     """The pipeline's settings from a command line that builds the DAG (`run`, `retrain`,
     `compile`): every flag of `add_settings`, the Beam options, and `more`."""
-    sections = {field.name: type(field.default)(**_given(args, type(field.default)))
-                for field in dataclasses.fields(config.Settings) if dataclasses.is_dataclass(field.default)}
+    sections = {name: cls(**_given(args, cls)) for name, cls in _sections().items()}
     return config.Settings(**_given(args, config.Settings), **sections,
                            beam_args=beam_command_line(args, local_beam_args), **more)
 

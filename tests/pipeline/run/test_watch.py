@@ -159,6 +159,19 @@ def test_the_services_a_run_waits_on_are_read_from_its_store_and_beam_options():
     assert all(watch.Service.parse(str(s)) == s for s in watch.services(mysql, portable))
 
 
+def _left_alone_then_named(kind: str, answering: str):
+    """The watch on a service of `kind` at `answering` (it must say nothing), then on a
+    socket that accepts and never answers: (what it says, that socket's address)."""
+    silent = Server()
+    silent.answering = False
+    try:
+        assert watch.watch([watch.Service(kind, answering)], _for(1.5), probe_seconds=0.1, silence=1.0) is None
+        address = f"127.0.0.1:{silent.socket.getsockname()[1]}"
+        return watch.watch([watch.Service(kind, address)], _for(60), probe_seconds=0.1, silence=1.0), address
+    finally:
+        silent.close()
+
+
 def test_a_beam_service_that_stops_answering_is_named_and_one_that_answers_is_not(monkeypatch):
     """A gRPC server greets with its handshake; a socket that accepts and never answers
     (a stopped job service's kernel) does not."""
@@ -170,16 +183,10 @@ def test_a_beam_service_that_stops_answering_is_named_and_one_that_answers_is_no
     answering = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
     port = answering.add_insecure_port("127.0.0.1:0")
     answering.start()
-    silent = Server()
-    silent.answering = False
     try:
-        alive = [watch.Service("job-service", f"127.0.0.1:{port}")]
-        assert watch.watch(alive, _for(1.5), probe_seconds=0.1, silence=1.0) is None
-        address = f"127.0.0.1:{silent.socket.getsockname()[1]}"
-        message = watch.watch([watch.Service("job-service", address)], _for(60), probe_seconds=0.1, silence=1.0)
+        message, address = _left_alone_then_named("job-service", f"127.0.0.1:{port}")
     finally:
         answering.stop(None)
-        silent.close()
     assert message.startswith(f"Beam's job service at {address} stopped answering mid-run (no answer for "), message
     assert "no gRPC handshake within 0.5 s" in message and "taxi-pipeline beam-services" in message
 
@@ -244,16 +251,10 @@ def test_flink_s_jobmanager_is_greeted_over_http_and_named_when_it_stops_answeri
     monkeypatch.setattr(watch, "GREETING_SECONDS", 0.5)
     answering = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
     threading.Thread(target=answering.serve_forever, daemon=True).start()
-    silent = Server()
-    silent.answering = False
     try:
-        alive = [watch.Service("flink-master", f"127.0.0.1:{answering.server_address[1]}")]
-        assert watch.watch(alive, _for(1.5), probe_seconds=0.1, silence=1.0) is None
-        address = f"127.0.0.1:{silent.socket.getsockname()[1]}"
-        message = watch.watch([watch.Service("flink-master", address)], _for(60), probe_seconds=0.1, silence=1.0)
+        message, address = _left_alone_then_named("flink-master", f"127.0.0.1:{answering.server_address[1]}")
     finally:
         answering.shutdown()
-        silent.close()
     assert message.startswith(f"Flink's JobManager at {address} stopped answering mid-run (no answer for "), message
     assert "no HTTP answer within 0.5 s" in message and "--flink-master" in message
 
