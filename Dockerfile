@@ -27,33 +27,17 @@ ARG PYTHON=python3
 # A CA bundle for pip where downloads go through a proxy with its own CA (scripts/image
 # mounts the machine's); unset, pip's own.
 ARG PIP_CERT
-ENV DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
-# Debian's python3 packages only when the base's Python lacks venv or its headers (a
-# CPython in /usr/local has both).
-RUN missing=""; command -v g++ >/dev/null 2>&1 || missing="g++ ca-certificates"; \
-    "${PYTHON}" -c 'import ensurepip, os, sysconfig; \
-assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' >/dev/null 2>&1 \
-      || missing="${missing} python3 python3-venv python3-dev"; \
-    if [ -n "${missing}" ]; then \
-      apt-get update -qq && apt-get install -y -qq --no-install-recommends ${missing} >/dev/null \
-        && rm -rf /var/lib/apt/lists/*; \
-    fi
+# A stack's environment made by scripts/venv with the base's Python, to copy instead of
+# installing the lock again (scripts/image mounts the clone's .venv-STACK; scripts/image-venv).
+ARG PREBUILT_VENV
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /build
 COPY locks/${STACK}.txt lock.txt
+COPY locks/pip-tools.txt ./
 # setup.py alone: the build runs on the venv's pinned setuptools (--no-build-isolation), so
 # pyproject.toml's test and lint settings do not reach these layers.
-COPY setup.py ./
-RUN set -e; \
-    case "${STACK}" in tfx-1.16) want=3.10 ;; tfx-1.21) want=3.13 ;; *) echo "unknown STACK ${STACK}" >&2; exit 1 ;; esac; \
-    have=$("${PYTHON}" -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
-    test "${have}" = "${want}" || { echo "locks/${STACK}.txt is for Python ${want}; ${PYTHON} here is ${have}" >&2; exit 1; }; \
-    "${PYTHON}" -m venv /opt/taxi; \
-    /opt/taxi/bin/pip install --quiet pip==24.2 setuptools==84.2.1 wheel==0.48.0; \
-    mkdir -p pipeline components; \
-    /opt/taxi/bin/pip install --quiet --no-build-isolation -c lock.txt .; \
-    /opt/taxi/bin/pip uninstall --quiet -y taxi-tfx-pipeline; \
-    rm -rf /opt/taxi/lib/python*/site-packages/tensorflow/include
-# TensorFlow's C++ headers (430 MB) serve only to compile custom ops, which nothing here does.
+COPY setup.py scripts/image-venv ./
+RUN sh image-venv "${STACK}" "${PYTHON}" "${PREBUILT_VENV}"
 
 FROM ${BASE_IMAGE}
 ARG STACK=tfx-1.21

@@ -15,7 +15,7 @@ VENV        := .venv-$(STACK)
 BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.installed
 LOCK        := locks/$(STACK).txt
-PIP_TOOLS   := pip==24.2 setuptools==84.2.1 wheel==0.48.0
+PIP_TOOLS   := $(shell grep == locks/pip-tools.txt)
 PYTEST_ARGS ?=
 # Also for the other stack's suite in test-all-stacks (through the environment).
 export PYTEST_ARGS
@@ -44,9 +44,8 @@ stack:
 venv: $(STAMP)
 
 # A copy of the lock's environment, cached once per lock (scripts/venv), with this package.
-$(STAMP): setup.py $(LOCK) | stack
+$(STAMP): setup.py $(LOCK) locks/pip-tools.txt | stack
 	scripts/venv $(STACK) $(VENV) $(PIP_TOOLS)
-	@touch $@
 
 run: $(STAMP)
 	$(BIN)/taxi-pipeline run
@@ -82,17 +81,18 @@ test-fast: lint
 # This stack's whole suite, then every other stack's stack-dependent part (SUITE=every-stack),
 # each where it loads, then the compiled pipeline in each stack's image (test-image).
 # Meanwhile, at the lowest CPU and disk priority, into .background-build.log: the other
-# stacks' environments (and the Debian 13 root they may run in), then the images and the
-# emulator. On a machine with cold caches that is about twenty minutes of mmdebstrap and pip
-# the later phases would otherwise wait for; with warm ones a minute or two. The tools the
-# builds and the tests install come first, one apt-get at a time. `scripts/venv` holds a
+# stacks' environments (and the Debian 13 root they may run in), then the images (copied
+# from the environments: scripts/image-venv) and the emulator. The tools the builds install
+# come first, then the background starts beside this stack's environment and the suite: on a
+# machine with cold caches that is about twenty minutes of mmdebstrap, pip and go the later
+# phases would otherwise wait for; with warm ones a minute or two. `scripts/venv` holds a
 # lock on each environment, so a phase that reaches one still being made waits for it.
 OTHER_STACKS := $(filter-out $(STACK),$(STACKS))
-test-all-stacks: $(STAMP) test-tools
+test-all-stacks: | stack
 	@scripts/image tools
 	@setsid nice -n 19 ionice -c 3 sh -c 'for other in $(OTHER_STACKS); do \
 	    scripts/stack run $$other $(MAKE) --no-print-directory STACK=$$other venv test-tools || exit $$?; done; \
-	  $(MAKE) --no-print-directory image && scripts/gcs-emulator' \
+	  $(MAKE) --no-print-directory venv image && scripts/gcs-emulator' \
 	    > .background-build.log 2>&1 & build=$$!; \
 	trap 'kill -- -$$build 2>/dev/null' EXIT; \
 	$(MAKE) --no-print-directory test || exit $$?; \
