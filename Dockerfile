@@ -15,9 +15,9 @@
 # own image of the version (give its Python as PYTHON). The build stops, naming both
 # versions, when the Python is not the one the lock was made on, rather than install a set
 # of packages never tested together.
-# Two stages: compilers and headers (pyfarmhash builds from source on Python 3.13) stay
-# in the first, which installs the dependencies; the image is the base, Python, that
-# environment and this package. The dependencies' layers depend only on the lock and
+# Two stages: the first makes the dependencies' environment (scripts/image-venv: copied
+# from the clone's, or installed by pip with compilers and headers, since pyfarmhash builds
+# from source on Python 3.13); the image is the base, Python, that environment and this package. The dependencies' layers depend only on the lock and
 # setup.py, so an edit of the code or of the test settings rebuilds only the package's layers.
 ARG BASE_IMAGE=docker.io/library/debian:trixie-slim
 
