@@ -281,8 +281,6 @@ def require(path: str, option: str, what_to_do: str) -> None:
 def matching(pattern: str, option: str) -> List[str]:
     """The files a glob `pattern` matches, sorted (none: an empty list), once the folder
     it looks in is found to exist; a path without a pattern must exist itself."""
-    import tensorflow as tf
-
     first = min((pattern.index(c) for c in GLOB_CHARACTERS if c in pattern), default=None)
     if first is None:
         require(pattern, option, "check the path")
@@ -290,6 +288,8 @@ def matching(pattern: str, option: str) -> List[str]:
         folder = os.path.dirname(pattern[:first]) or "."
         if not exists(folder):
             raise ValueError(f"{option} {pattern}: its folder {folder} does not exist: check the path")
+    import tensorflow as tf  # after the checks: a mistyped path is answered without loading it
+
     return sorted(tf.io.gfile.glob(pattern))
 
 

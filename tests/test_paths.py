@@ -2,13 +2,15 @@
 holds nothing says so. One case per row of docs/operations.md's "Paths that do not exist"
 table, each through the command line, as a user types it."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import assert_one_clear_line
 
-pytestmark = pytest.mark.slow  # each case starts the command line (TensorFlow's import)
+pytestmark = pytest.mark.slow  # each case starts the command line; an empty folder's, TensorFlow too
 
 # (command line with {missing} / {empty} / {tmp} for folders, exit status, what its last
 # line starts with). {missing} does not exist; {empty} is a folder holding nothing.
@@ -62,6 +64,17 @@ def test_a_path_that_does_not_exist_is_an_error_naming_it(tmp_path, taxi_pipelin
     # Nothing was made where the path was missing, and nothing was written beside it.
     assert not Path(folders["missing"]).exists() and not list(Path(folders["empty"]).iterdir())
     assert not (tmp_path / "scores").exists()
+
+
+@pytest.mark.parametrize("command, code, says", MISSING, ids=[" ".join(case[0][:2]) for case in MISSING])
+def test_a_path_that_does_not_exist_is_answered_before_tensorflow_loads(tmp_path, command, code, says):
+    """The paths are checked first: a mistyped one costs a second, not TensorFlow's import."""
+    folders = _folders(tmp_path)
+    argv = [part.format(**folders) for part in command]
+    probe = ("import sys; from pipeline import cli; code = int(cli.main(sys.argv[1:])); "
+             "print(code, 'tensorflow' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120)
+    assert result.stdout.split()[-2:] == [str(code), "False"], result.stdout + result.stderr
 
 
 @pytest.mark.parametrize("command, says", EMPTY, ids=[" ".join(case[0][:2]) for case in EMPTY])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import time
 
@@ -29,6 +30,9 @@ def add_make_data(commands: argparse._SubParsersAction) -> None:
 
 
 def make_data(args: argparse.Namespace, ending: Ending) -> int:
+    if args.source_csv and not options.exists(args.source_csv):
+        # Before TensorFlow's import below: a mistyped path is answered in a second.
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), args.source_csv)
     from pipeline.data import dataset, synthetic
 
     if args.rows is None:

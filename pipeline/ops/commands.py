@@ -22,12 +22,13 @@ def add_predict(commands: argparse._SubParsersAction) -> None:
 
 
 def predict_files(args: argparse.Namespace, ending: Ending) -> int:
-    from pipeline.ops import predict
-
+    # The paths first, TensorFlow and Beam after: a mistyped path is answered in a second.
     options.require_serving_dir(args)
     if not options.matching(args.input, "--input"):
         print(f"No files match --input {args.input}: nothing scored.")
         return 0
+    from pipeline.ops import predict
+
     started = time.perf_counter()
     model = predict.run(predict.PredictConfig(
         model=args.model, input_glob=args.input, output_dir=args.output, serving_dir=args.serving_dir,
@@ -60,7 +61,6 @@ def add_monitor(commands: argparse._SubParsersAction) -> None:
 
 def monitor_traffic(args: argparse.Namespace, ending: Ending) -> int:
     from pipeline import alerts
-    from pipeline.ops import monitor
 
     try:
         options.require_serving_dir(args)
@@ -71,6 +71,8 @@ def monitor_traffic(args: argparse.Namespace, ending: Ending) -> int:
                 alerts.send(args.notify, {"text": f"taxi-pipeline monitor: {nothing}", "command": "monitor",
                                           "exit_code": 0, "requests": 0})
             return 0
+        from pipeline.ops import monitor
+
         run_config = options.located(args)
         result = monitor.run(monitor.MonitorConfig(
             requests_glob=args.requests, run_config=run_config, model=args.model, file_format=args.format,
@@ -78,6 +80,8 @@ def monitor_traffic(args: argparse.Namespace, ending: Ending) -> int:
         ))
     except Exception as err:
         if args.notify:
+            from pipeline.ops import monitor
+
             alerts.send(args.notify, monitor.alert_payload(None, str(err).splitlines()[0] if str(err) else repr(err)))
         raise
     print(monitor.summary(result))
@@ -101,8 +105,8 @@ def add_serving(commands: argparse._SubParsersAction) -> None:
 
 
 def serving_versions(args: argparse.Namespace, ending: Ending) -> int:
+    options.require_serving_dir(args)
     from pipeline.ops import serving
 
-    options.require_serving_dir(args)
     print(serving.command(args.serving_dir, args.model_name, args.action, args.version))
     return 0
