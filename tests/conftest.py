@@ -10,6 +10,8 @@ works on its own copy (`copy_of_finished_run`).
 from __future__ import annotations
 
 import dataclasses
+import fcntl
+import json
 import os
 import shutil
 import subprocess
@@ -95,7 +97,6 @@ def executions() -> Callable[[Path], Dict[str, list]]:
 @pytest.fixture(scope="session")
 def last_run() -> Callable[[Path], dict]:
     """`last_run(output_root)`: the run record the last finished run wrote."""
-    import json
 
     def read(output_root: Path) -> dict:
         return json.loads((output_root / "last_run.json").read_text())["report"]
@@ -110,14 +111,26 @@ class FinishedRun:
 
 
 @pytest.fixture(scope="session")
-def finished_run(tmp_path_factory, copy_spans, taxi_pipeline) -> FinishedRun:
-    """`taxi-pipeline run` once on SLICE_SPANS, into a fresh output root and serving folder."""
-    workspace = Workspace(tmp_path_factory.mktemp("finished-run"))
-    copy_spans(workspace.data, SLICE_SPANS)
-    # Its own temporary folder, to see what the run leaves there.
-    temporary = workspace.root / "tmp"
-    temporary.mkdir()
-    result = taxi_pipeline("run", *workspace.locations(), env={"TMPDIR": str(temporary)})
+def finished_run(tmp_path_factory, worker_id, copy_spans, taxi_pipeline) -> FinishedRun:
+    """`taxi-pipeline run` once on SLICE_SPANS, into a fresh output root and serving folder:
+    once for the whole session, whichever worker asks first (under a lock, in the folder the
+    workers share); the others read what it left, which no test changes."""
+    shared = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        shared = shared.parent
+    workspace = Workspace(shared / "finished-run")
+    record = shared / "finished-run.json"
+    with open(shared / "finished-run.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not record.exists():
+            copy_spans(workspace.data, SLICE_SPANS)
+            # Its own temporary folder, to see what the run leaves there.
+            temporary = workspace.root / "tmp"
+            temporary.mkdir()
+            made = taxi_pipeline("run", *workspace.locations(), env={"TMPDIR": str(temporary)})
+            record.write_text(json.dumps({"args": made.args, "returncode": made.returncode,
+                                          "stdout": made.stdout, "stderr": made.stderr}))
+    result = subprocess.CompletedProcess(**json.loads(record.read_text()))
     assert result.returncode == 0, result.stdout + result.stderr
     return FinishedRun(workspace, result)
 
