@@ -107,21 +107,6 @@ def test_an_edit_to_any_kind_of_component_runs_on_the_next_run_with_the_same_dat
     assert ws.versions() == versions
 
 
-def test_rewriting_identical_bytes_is_not_a_change(copy_of_finished_run, taxi_pipeline, executions):
-    ws = copy_of_finished_run
-    first = taxi_pipeline("run", *ws.locations())
-    assert first.returncode == 0, first.stdout + first.stderr
-    before, versions = executions(ws.metadata), ws.versions()
-    for path in ws.data.glob("span-*/*.gz"):  # what `cp -r` or a re-run of an export job does
-        content = path.read_bytes()
-        path.unlink()
-        path.write_bytes(content)
-    again = taxi_pipeline("run", *ws.locations())
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert "Nothing changed since the last run" in again.stdout
-    assert executions(ws.metadata) == before and ws.versions() == versions
-
-
 def _nan_fare(example):
     example.features.feature["fare"].float_list.value[:] = [math.nan]
 
