@@ -28,7 +28,9 @@ from tests.helpers import REPO_ROOT, RUN_TIMEOUT_SECONDS, SLICE_SPANS, Workspace
 # beside the others instead of after them. The rest keep their random order, but a test
 # marked `after_module` runs after the rest of its module.
 LONGEST_MODULES = ("tests/test_soak.py", "tests/test_crash_safety.py", "tests/test_operator.py",
-                   "tests/test_operations.py", "tests/test_beam_portable.py")
+                   "tests/test_operations.py", "tests/test_beam_portable.py",
+                   # `make image-tests`: the whole schedule, four jobs one after the other
+                   "tests/image/test_vertex_pipeline.py")
 
 
 def pytest_configure(config: pytest.Config) -> None:
