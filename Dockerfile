@@ -17,8 +17,10 @@
 # of packages never tested together.
 # Two stages: the first makes the dependencies' environment (scripts/image-venv: copied
 # from the clone's, or installed by pip with compilers and headers, since pyfarmhash builds
-# from source on Python 3.13); the image is the base, Python, that environment and this package. The dependencies' layers depend only on the lock and
-# setup.py, so an edit of the code or of the test settings rebuilds only the package's layers.
+# from source on Python 3.13); the image is the base, Python, that environment and this
+# package. The dependencies' layers depend only on the lock, setup.py, the pip tools' pins
+# and scripts/image-venv (and on whether a clone's environment was mounted, which holds the
+# same packages), so an edit of the code or of the test settings rebuilds only the package's layers.
 ARG BASE_IMAGE=docker.io/library/debian:trixie-slim
 
 FROM ${BASE_IMAGE} AS dependencies

@@ -63,7 +63,8 @@ test: lint test-tools
 
 # Tests use real tools, not stand-ins: Debian's chromium renders the run page
 # (tests/test_operations.py) and a MariaDB server holds MLMD (tests/test_metadata_mysql.py).
-# Installed here when missing, where apt-get can (as root; inside the Debian 13 root too).
+# Installed here when missing, where apt-get can (as root; inside the Debian 13 root too),
+# one apt-get at a time (test-all-stacks may run this for two stacks at once).
 TEST_TOOLS := chromium:chromium mariadbd:mariadb-server
 test-tools:
 	@missing=""; for pair in $(TEST_TOOLS); do \
@@ -71,8 +72,8 @@ test-tools:
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "Installing Debian's$$missing for the tests."; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 \
-	      --no-install-recommends $$missing >/dev/null; \
+	    flock /tmp/taxi-pipeline-apt.lock sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq -o DPkg::Lock::Timeout=600 --no-install-recommends "$$@" >/dev/null' sh $$missing; \
 	  else echo "note: missing$$missing and no apt-get as root: the tests that use them will fail"; fi; fi
 
 test-fast: lint

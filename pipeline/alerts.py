@@ -95,6 +95,11 @@ def run_payload(command: str, exit_code: int, report: Any, error: str, outcome: 
     }
 
 
+def monitor_failed_payload(error: str) -> Dict[str, Any]:
+    """The webhook body of a `monitor` that failed (a missing path, say) before judging anything."""
+    return {"text": f"taxi-pipeline monitor failed: {error}", "command": "monitor", "exit_code": 1, "error": error}
+
+
 def final_status_payload(final_status: str, pushed: Optional[int] = None, serving: Optional[int] = None,
                          determined: bool = True, newest_span: Optional[int] = None) -> Dict[str, Any]:
     """The alert for Vertex's final status (`PipelineTaskFinalStatus` as JSON), with the

@@ -125,13 +125,22 @@ def finished_run(tmp_path_factory, worker_id, copy_spans, taxi_pipeline) -> Fini
     with open(shared / "finished-run.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not record.exists():
+            # What a worker that died making it left is made again.
+            shutil.rmtree(workspace.root, ignore_errors=True)
             copy_spans(workspace.data, SLICE_SPANS)
             # Its own temporary folder, to see what the run leaves there.
             temporary = workspace.root / "tmp"
             temporary.mkdir()
-            made = taxi_pipeline("run", *workspace.locations(), env={"TMPDIR": str(temporary)})
-            record.write_text(json.dumps({"args": made.args, "returncode": made.returncode,
-                                          "stdout": made.stdout, "stderr": made.stderr}))
+            try:
+                made = taxi_pipeline("run", *workspace.locations(), env={"TMPDIR": str(temporary)})
+                done = {"args": made.args, "returncode": made.returncode, "stdout": made.stdout,
+                        "stderr": made.stderr}
+            except BaseException as err:  # a time limit, say: the other worker reads why, then it goes on
+                done = {"args": ["run"], "returncode": -1, "stdout": "",
+                        "stderr": f"the session's run did not finish on worker {worker_id}: {err!r}"}
+                raise
+            finally:
+                record.write_text(json.dumps(done))
     result = subprocess.CompletedProcess(**json.loads(record.read_text()))
     assert result.returncode == 0, result.stdout + result.stderr
     return FinishedRun(workspace, result)

@@ -107,6 +107,7 @@ def test_pushed_model_carries_the_warmup_requests_and_the_training_summary(finis
     assert summary["eval_auc"] > 0.8
 
 
+@pytest.mark.timeout(1800)  # a run, two that run nothing, and maybe the session's run first
 def test_an_unchanged_rerun_or_identical_bytes_rewritten_execute_nothing_and_push_nothing(
         copy_of_finished_run, taxi_pipeline, executions):
     ws = copy_of_finished_run

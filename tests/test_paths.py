@@ -70,11 +70,27 @@ def test_a_path_that_does_not_exist_is_an_error_naming_it(tmp_path, taxi_pipelin
 def test_a_path_that_does_not_exist_is_answered_before_tensorflow_loads(tmp_path, command, code, says):
     """The paths are checked first: a mistyped one costs a second, not TensorFlow's import."""
     folders = _folders(tmp_path)
-    argv = [part.format(**folders) for part in command]
+    assert _without_tensorflow([part.format(**folders) for part in command]) == code
+
+
+def test_a_scheduled_monitor_told_of_a_missing_path_alerts_before_tensorflow_loads(tmp_path, webhook):
+    url, received = webhook
+    folders = _folders(tmp_path)
+    code = _without_tensorflow(["monitor", "--requests", f"{folders['missing']}/*", "--serving-dir",
+                                folders["empty"], "--output-root", folders["empty"], "--notify", url])
+    assert code == 1
+    (alert,) = received
+    assert alert["command"] == "monitor" and alert["exit_code"] == 1 and folders["missing"] in alert["error"], alert
+
+
+def _without_tensorflow(argv) -> int:
+    """`taxi-pipeline *argv` in a process that reports its exit status and whether it
+    imported TensorFlow (which must be False)."""
     probe = ("import sys; from pipeline import cli; code = int(cli.main(sys.argv[1:])); "
              "print(code, 'tensorflow' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120)
-    assert result.stdout.split()[-2:] == [str(code), "False"], result.stdout + result.stderr
+    assert result.stdout.split()[-1:] == ["False"], result.stdout + result.stderr
+    return int(result.stdout.split()[-2])
 
 
 @pytest.mark.parametrize("command, says", EMPTY, ids=[" ".join(case[0][:2]) for case in EMPTY])

@@ -80,13 +80,11 @@ def monitor_traffic(args: argparse.Namespace, ending: Ending) -> int:
         ))
     except Exception as err:
         if args.notify:
-            from pipeline.ops import monitor
-
-            alerts.send(args.notify, monitor.alert_payload(None, str(err).splitlines()[0] if str(err) else repr(err)))
+            alerts.send(args.notify, alerts.monitor_failed_payload(str(err).splitlines()[0] if str(err) else repr(err)))
         raise
     print(monitor.summary(result))
     if args.notify:
-        alerts.send(args.notify, monitor.alert_payload(result, ""))
+        alerts.send(args.notify, monitor.alert_payload(result))
     return int(result.exit_code)
 
 

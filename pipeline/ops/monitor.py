@@ -30,7 +30,7 @@ import json
 import logging
 import os
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 from pipeline import config, failures
 from pipeline.inspect import monitor_records
@@ -307,11 +307,9 @@ def summary(result: MonitorResult) -> str:
     return "\n".join(lines)
 
 
-def alert_payload(result: Optional[MonitorResult], error: str) -> dict:
-    """The webhook body of a monitor run: Slack's `text`, then fields for programs."""
-    if result is None:
-        return {"text": f"taxi-pipeline monitor failed: {error}", "command": "monitor", "exit_code": 1,
-                "error": error}
+def alert_payload(result: MonitorResult) -> dict:
+    """The webhook body of a monitor run: Slack's `text`, then fields for programs (a run
+    that failed: `alerts.monitor_failed_payload`)."""
     head = (f"taxi-pipeline monitor: {len(result.findings)} finding(s) in {result.requests} requests to version "
             f"{result.version}" if result.findings else
             f"taxi-pipeline monitor: {result.requests} requests to version {result.version} look like its "
