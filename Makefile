@@ -86,8 +86,9 @@ test-fast: lint
 # from the environments: scripts/image-venv) and the emulator. The tools the builds install
 # come first, then the background starts beside this stack's environment and the suite: on a
 # machine with cold caches that is about half an hour of mmdebstrap, pip, the images' layers
-# and go the later phases would otherwise wait for; with warm ones a minute or two. `scripts/venv` holds a
-# lock on each environment, so a phase that reaches one still being made waits for it.
+# and go the later phases would otherwise wait for; with warm ones a minute or two.
+# `scripts/venv` holds a lock on each environment, so a phase that reaches one still being
+# made waits for it.
 OTHER_STACKS := $(filter-out $(STACK),$(STACKS))
 test-all-stacks: | stack
 	@scripts/image tools
