@@ -99,7 +99,6 @@ def executions() -> Callable[[Path], Dict[str, list]]:
 @pytest.fixture(scope="session")
 def last_run() -> Callable[[Path], dict]:
     """`last_run(output_root)`: the run record the last finished run wrote."""
-
     def read(output_root: Path) -> dict:
         return json.loads((output_root / "last_run.json").read_text())["report"]
 
