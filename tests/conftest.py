@@ -208,11 +208,6 @@ def project_copy(tmp_path) -> Callable[..., subprocess.CompletedProcess]:
     return run
 
 
-# What the failure tests (tests/test_failures*.py) check of a failed command.
-
-
-
-
 @pytest.fixture
 def webhook():
     """(URL, the JSON bodies received): a webhook on 127.0.0.1 for this test."""

@@ -114,6 +114,38 @@ def unknown_payment(example) -> None:
     example.features.feature["payment_type"].bytes_list.value[:] = [b"Bitcoin"]
 
 
+def copy_padded_spans(data_root: Path, numbers: Sequence[int]) -> None:
+    """Spans of data/ under `data_root`, their folders named as some exports name them:
+    zero-padded (span-010)."""
+    for span in numbers:
+        shutil.copytree(REPO_ROOT / "data" / f"span-{span}", data_root / f"span-{span:03d}")
+
+
+def write_leftovers(data_root: Path, *span_folders: str) -> List[Path]:
+    """What people leave in a data root beside the spans, in the span folders `span_folders`
+    and at the top: hidden and bookkeeping files, editor leftovers, notes."""
+    first, second = span_folders
+    leftovers = {
+        f"{second}/._trips.tfrecord.gz": b"\x00\x05\x16\x07 AppleDouble",
+        f"{second}/_SUCCESS": b"",
+        f"{second}/trips.tfrecord.gz~": b"editor backup",
+        f"{first}/.trips.tfrecord.gz.swp": b"swap",
+        f"{first}/notes.txt": b"re-exported on Monday",
+        "README.md": b"# taxi trips",
+    }
+    for name, content in leftovers.items():
+        (data_root / name).write_bytes(content)
+    return [data_root / name for name in leftovers]
+
+
+def assert_ignored_in_log(result: subprocess.CompletedProcess, leftovers: Sequence[Path]) -> None:
+    """The run's log lists each of `leftovers` as read by nothing."""
+    (named,) = [line for line in result.stdout.splitlines() if line.startswith("Full log: ")]
+    logged = Path(named[len("Full log: "):]).read_text()
+    for path in leftovers:
+        assert f"ignored (not a span folder or span data file, read by nothing): {path}" in logged
+
+
 def last_line(result: subprocess.CompletedProcess) -> str:
     lines = result.stderr.strip().splitlines()
     return lines[-1] if lines else ""

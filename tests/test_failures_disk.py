@@ -16,14 +16,25 @@ from tests.helpers import RUN_TIMEOUT_SECONDS, assert_one_clear_line, full_log, 
 pytestmark = pytest.mark.slow
 
 
-def test_a_full_serving_folder_keeps_every_served_version_whole(copy_of_finished_run, taxi_pipeline, tmp_path):
+def test_a_full_serving_folder_keeps_every_served_version_whole_and_no_run_needs_the_temporary_folder(
+    copy_of_finished_run, taxi_pipeline, tmp_path
+):
+    """The run trains and fails only at the copy into the full serving folder: every
+    temporary file of a run and of `predict` lives under the output root or beside the
+    output folder, not in TMPDIR, which is full all along."""
     ws = copy_of_finished_run
     used_kb = sum(p.stat().st_size for p in ws.serving.rglob("*") if p.is_file()) // 1024
-    with tmpfs(tmp_path / "small-disk", used_kb + 256, fill_from=ws.serving) as serving:
+    with tmpfs(tmp_path / "small-disk", used_kb + 256, fill_from=ws.serving) as serving, \
+            tmpfs(tmp_path / "tmp", 64) as tmp:
+        (tmp / "filler").write_bytes(b"\0" * (64 * 1024 - 4096))
+        env = {"TMPDIR": str(tmp)}
+        scored = taxi_pipeline("predict", "--input", str(ws.data / "span-16" / "*"), "--output",
+                               str(tmp_path / "scores"), "--serving-dir", str(serving), env=env)
+        assert scored.returncode == 0, scored.stderr
         locations = ["--data-root", str(ws.data), "--output-root", str(ws.out), "--serving-dir", str(serving)]
         served = {str(p.relative_to(serving)): p.read_bytes() for p in serving.rglob("*") if p.is_file()}
         # Nothing changed but --force: the run trains and blesses again; the copy cannot fit.
-        result = taxi_pipeline("run", *locations, "--force")
+        result = taxi_pipeline("run", *locations, "--force", env=env)
         line = assert_one_clear_line(result, 1, f"no space left on the device writing {serving}/big_tip/.staging-")
         assert "free space under the output root, the serving folder and the temporary folder" in line
         assert {str(p.relative_to(serving)): p.read_bytes() for p in serving.rglob("*") if p.is_file()} == served
@@ -45,19 +56,6 @@ def test_a_read_only_output_root_or_serving_folder_is_named(copy_of_finished_run
         pinned = taxi_pipeline("serving", "pin", ws.versions()[0], "--serving-dir", str(serving))
         line = assert_one_clear_line(pinned, 1, f"{serving}/big_tip/.push.lock is on a read-only file system")
         assert {str(p.relative_to(serving)): p.read_bytes() for p in serving.rglob("*") if p.is_file()} == before
-
-
-def test_a_full_temporary_folder_is_not_needed(copy_of_finished_run, taxi_pipeline, tmp_path):
-    """Every temporary file of a run and of `predict` lives under the output root or
-    beside the output folder, not in TMPDIR."""
-    ws = copy_of_finished_run
-    with tmpfs(tmp_path / "tmp", 64) as tmp:
-        (tmp / "filler").write_bytes(b"\0" * (64 * 1024 - 4096))
-        env = {"TMPDIR": str(tmp)}
-        scored = taxi_pipeline("predict", "--input", str(ws.data / "span-16" / "*"), "--output",
-                               str(tmp_path / "scores"), "--serving-dir", str(ws.serving), env=env)
-        assert scored.returncode == 0, scored.stderr
-        assert taxi_pipeline("run", *ws.locations(), env=env).returncode == 0
 
 
 def test_a_full_output_root_is_named_and_nothing_is_pushed(copy_of_finished_run, taxi_pipeline, tmp_path):

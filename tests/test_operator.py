@@ -3,50 +3,24 @@ way, land a span with a problem of its own. Each as the command line meets it.""
 
 import math
 import re
-import shutil
 
 import pytest
 
 from components.model import features
-from tests.helpers import span_like, unknown_payment, write_gzip_records
+from tests.helpers import (
+    assert_ignored_in_log,
+    copy_padded_spans,
+    span_like,
+    unknown_payment,
+    write_gzip_records,
+    write_leftovers,
+)
 
 pytestmark = pytest.mark.slow
 
 
 def _states(record):
     return {node["node_id"]: node["state"] for node in record["nodes"]}
-
-
-def test_an_edited_schema_is_used_by_the_next_run_and_undoing_the_edit_restores_the_verdict(
-    copy_of_finished_run, project_copy, last_run
-):
-    ws = copy_of_finished_run
-    first = project_copy("run", *ws.locations())
-    assert first.returncode == 0, first.stdout + first.stderr
-    versions = ws.versions()
-    schema = project_copy.path / "components" / "model" / "schema" / "schema.pbtxt"
-    original = schema.read_text()
-    hour = re.search(r'name: "trip_start_hour"\n(?:.*\n)*?  int_domain \{\n    min: 0\n    max: 23', original)
-    assert hour, "the schema's trip_start_hour domain"
-    schema.write_text(original.replace(hour.group(0), hour.group(0)[:-2] + "10"))
-
-    narrowed = project_copy("run", *ws.locations())
-    assert narrowed.returncode == 4, narrowed.stdout + narrowed.stderr
-    record = last_run(ws.out)
-    assert any("'trip_start_hour'" in line for line in record["anomalies"])
-    assert _states(record)["ImportSchemaGen"] == _states(record)["ExampleValidator"] == "ran"
-    assert "trip_start_hour" in narrowed.stdout
-    assert ws.versions() == versions
-
-    schema.write_text(original)
-    restored = project_copy("run", *ws.locations())
-    assert restored.returncode in (0, 3), restored.stdout + restored.stderr
-    record = last_run(ws.out)
-    assert record["outcome"] != "data rejected" and record["span_checks"]
-    # The verdict on the original contract comes back from cache; the model serving since
-    # is the new baseline, so training runs again (and may push).
-    states = _states(record)
-    assert states["ImportSchemaGen"] == states["ExampleValidator"] == states["DataGate"] == "cached", states
 
 
 # Each kind of code an operator edits: (file, class or None, function) in the project.
@@ -74,15 +48,43 @@ def _mark_when_run(path, owner, function, mark):
     path.write_text("".join(lines))
 
 
-def test_an_edit_to_any_kind_of_component_runs_on_the_next_run_with_the_same_data(copy_of_finished_run, project_copy,
-                                                                                  last_run, tmp_path):
-    """TFX's cache key names a custom component's executor or module file, not its code:
-    without the package's fingerprint among their parameters, an edited executor, module
-    or gate kept its cached outputs until new data landed. Every kind, edited at once,
-    runs edited; then the gate, edited to refuse, refuses the same data."""
+@pytest.mark.timeout(1800)  # five runs, two of them training
+def test_edits_to_the_schema_and_to_any_kind_of_component_take_effect_on_the_next_run_with_the_same_data(
+    copy_of_finished_run, project_copy, last_run, tmp_path
+):
+    """An edited schema is used by the next run, and undoing the edit restores the cached
+    verdict. TFX's cache key names a custom component's executor or module file, not its
+    code: without the package's fingerprint among their parameters, an edited executor,
+    module or gate kept its cached outputs until new data landed. Every kind, edited at
+    once, runs edited; then the gate, edited to refuse, refuses the same data."""
     ws = copy_of_finished_run
     first = project_copy("run", *ws.locations())  # the copy's own paths recorded, every node cached after
     assert first.returncode == 0, first.stdout + first.stderr
+    versions = ws.versions()
+    schema = project_copy.path / "components" / "model" / "schema" / "schema.pbtxt"
+    original = schema.read_text()
+    hour = re.search(r'name: "trip_start_hour"\n(?:.*\n)*?  int_domain \{\n    min: 0\n    max: 23', original)
+    assert hour, "the schema's trip_start_hour domain"
+    schema.write_text(original.replace(hour.group(0), hour.group(0)[:-2] + "10"))
+
+    narrowed = project_copy("run", *ws.locations())
+    assert narrowed.returncode == 4, narrowed.stdout + narrowed.stderr
+    record = last_run(ws.out)
+    assert any("'trip_start_hour'" in line for line in record["anomalies"])
+    assert _states(record)["ImportSchemaGen"] == _states(record)["ExampleValidator"] == "ran"
+    assert "trip_start_hour" in narrowed.stdout
+    assert ws.versions() == versions
+
+    schema.write_text(original)
+    restored = project_copy("run", *ws.locations())
+    assert restored.returncode in (0, 3), restored.stdout + restored.stderr
+    record = last_run(ws.out)
+    assert record["outcome"] != "data rejected" and record["span_checks"]
+    # The verdict on the original contract comes back from cache; the model serving since
+    # is the new baseline, so training runs again (and may push).
+    states = _states(record)
+    assert states["ImportSchemaGen"] == states["ExampleValidator"] == states["DataGate"] == "cached", states
+
     for node, (file, owner, function) in EDITED.items():
         _mark_when_run(project_copy.path / file, owner, function, tmp_path / f"{node}.ran")
     edited = project_copy("run", *ws.locations())
@@ -156,30 +158,14 @@ def test_a_new_span_whose_label_was_corrupted_upstream_is_rejected_naming_the_la
     assert {k: v for k, v in ws.good_state().items() if k in served} == served
 
 
-def test_span_folders_as_people_make_them(workspace, repo, taxi_pipeline, last_run):
-    """Zero-padded numbers, hidden and bookkeeping files, editor leftovers, notes: the
-    spans are read, the rest is listed as ignored, in a window and over every span."""
-    for span in (14, 15, 16):
-        shutil.copytree(repo / "data" / f"span-{span}", workspace.data / f"span-{span:03d}")
-    leftovers = {
-        "span-016/._trips.tfrecord.gz": b"\x00\x05\x16\x07 AppleDouble",
-        "span-016/_SUCCESS": b"",
-        "span-016/trips.tfrecord.gz~": b"editor backup",
-        "span-015/.trips.tfrecord.gz.swp": b"swap",
-        "span-015/notes.txt": b"re-exported on Monday",
-        "README.md": b"# taxi trips",
-    }
-    for name, content in leftovers.items():
-        (workspace.data / name).write_bytes(content)
+def test_span_folders_as_people_make_them(workspace, taxi_pipeline, last_run):
+    """Zero-padded numbers, hidden and bookkeeping files, editor leftovers, notes: over
+    every span, the spans are read and the rest is listed as ignored (in a window:
+    tests/test_retraining.py)."""
+    copy_padded_spans(workspace.data, (14, 15, 16))
+    leftovers = write_leftovers(workspace.data, "span-015", "span-016")
 
-    windowed = taxi_pipeline("retrain", "--window", "2", *workspace.locations())
-    assert windowed.returncode in (0, 3), windowed.stdout + windowed.stderr
-    assert last_run(workspace.out)["spans"] == [15, 16]
-    assert "Spans: trained on 15; evaluated on 16" in windowed.stdout
     everything = taxi_pipeline("run", *workspace.locations())
     assert everything.returncode in (0, 3), everything.stdout + everything.stderr
     assert last_run(workspace.out)["spans"] == [14, 15, 16]
-    (log,) = [line for line in everything.stdout.splitlines() if line.startswith("Full log: ")]
-    logged = open(log[len("Full log: "):]).read()
-    for name in leftovers:
-        assert f"ignored (not a span folder or span data file, read by nothing): {workspace.data / name}" in logged
+    assert_ignored_in_log(everything, leftovers)

@@ -63,6 +63,9 @@ SERVED_KEY = "served_blessing"
 DATA_VERDICT_KEY = "data_verdict"
 CODE_VERSION_KEY = "code_version"
 STAGING_PREFIX = ".staging-"
+# A local version being deleted is first renamed to this prefix and its number: a name no
+# reader takes for a version, so none sees it half gone.
+REMOVING_PREFIX = ".removing-"
 LOCK_FILE = ".push.lock"
 # The PushedModel artifact's properties, as TFX's own Pusher names them.
 PUSHED_PROPERTY = "pushed"
@@ -92,30 +95,37 @@ def already_pushed(model_path: str, base_directory: str) -> Optional[int]:
 
 
 @contextlib.contextmanager
-def push_lock(base_directory: str) -> Iterator[None]:
+def push_lock(base_directory: str) -> Iterator[Callable[[], None]]:
     """Holds the serving folder for one push: a local folder by `flock`, a Cloud Storage
-    one by a lock object (other remote file systems are the scheduler's to serialize)."""
+    one by a lock object (other remote file systems are the scheduler's to serialize).
+    Gives a check to call before each step a reader sees, which raises when the lock was
+    lost meanwhile (`object_lock.Lease.confirm`; a `flock` is never lost)."""
     tf.io.gfile.makedirs(base_directory)
     lock = spans.join(base_directory, LOCK_FILE)
     if base_directory.startswith("gs://"):
-        with object_lock.held(lock):
-            yield
+        with object_lock.held(lock) as lease:
+            yield lease.confirm
         return
     if spans.is_remote(base_directory):
-        yield
+        yield _still_held
         return
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # waits: a push takes seconds
-        yield
+        yield _still_held
     finally:
         os.close(fd)
 
 
+def _still_held() -> None:
+    """A lock that cannot be lost while its holder lives."""
+
+
 def copy_whole_last(model_path: str, target: str, staged: Optional[Callable[[str, int], None]],
-                    version: int) -> None:
-    """Copies the SavedModel into `target` file by file, then `staged`'s additions, then
-    `saved_model.pb`: the one file whose presence makes the version whole."""
+                    version: int, confirm: Callable[[], None] = _still_held) -> None:
+    """Copies the SavedModel into `target` file by file, then `staged`'s additions, then,
+    once `confirm()` says the lock is still held, `saved_model.pb`: the one file whose
+    presence makes the version whole."""
     last = None
     base = model_path.rstrip("/")
     for folder, _, files in tf.io.gfile.walk(base):
@@ -132,6 +142,7 @@ def copy_whole_last(model_path: str, target: str, staged: Optional[Callable[[str
         raise FileNotFoundError(f"no {SAVED_MODEL_FILE} in {model_path}")
     if staged is not None:
         staged(target, version)
+    confirm()
     tf.io.gfile.copy(*last, overwrite=True)
 
 
@@ -145,7 +156,7 @@ def remove_partial(base_directory: str) -> List[int]:
 
 
 def push(model_path: str, base_directory: str, version: Optional[int] = None,
-         staged: Optional[Callable[[str, int], None]] = None) -> int:
+         staged: Optional[Callable[[str, int], None]] = None, confirm: Callable[[], None] = _still_held) -> int:
     """Copies the SavedModel to `<base>/<version>` through a staging folder; returns the
     version: `version` (default: now, in seconds) or one more than the newest, if larger.
     `staged(folder, version)` adds to the staged copy before it is renamed into place (the
@@ -154,7 +165,7 @@ def push(model_path: str, base_directory: str, version: Optional[int] = None,
     existing = version_folders(base_directory)
     version = max([version or int(time.time())] + [v + 1 for v in existing[-1:]])
     if spans.is_remote(base_directory):
-        copy_whole_last(model_path, os.path.join(base_directory, str(version)), staged, version)
+        copy_whole_last(model_path, os.path.join(base_directory, str(version)), staged, version, confirm)
         return version
     staging = os.path.join(base_directory, f"{STAGING_PREFIX}{version}")
     if tf.io.gfile.exists(staging):
@@ -182,14 +193,29 @@ def prune(base_directory: str, keep_versions: int) -> List[int]:
     if keep_versions < 1:
         raise ValueError(f"{KEEP_VERSIONS_KEY} must be at least 1, got {keep_versions}")
     for name in tf.io.gfile.listdir(base_directory):
-        if name.rstrip("/").startswith(STAGING_PREFIX):
+        if name.rstrip("/").startswith((STAGING_PREFIX, REMOVING_PREFIX)):
             tf.io.gfile.rmtree(os.path.join(base_directory, name.rstrip("/")))
     remove_partial(base_directory)
     protected = set(serving_config.protected_versions(*os.path.split(base_directory.rstrip("/"))))
     removed = [v for v in versions(base_directory)[:-keep_versions] if v not in protected]
     for version in removed:
-        tf.io.gfile.rmtree(os.path.join(base_directory, str(version)))
+        remove_version(base_directory, version)
     return removed
+
+
+def remove_version(base_directory: str, version: int) -> None:
+    """Deletes a whole version so that no reader ever sees it in part: on object storage
+    its `saved_model.pb` goes first (the folder is then no version), a local folder is
+    renamed out of sight first (REMOVING_PREFIX). A deletion cut short leaves a folder
+    the next prune removes."""
+    folder = os.path.join(base_directory, str(version))
+    if spans.is_remote(base_directory):
+        tf.io.gfile.remove(os.path.join(folder, SAVED_MODEL_FILE))
+        tf.io.gfile.rmtree(folder)
+        return
+    doomed = os.path.join(base_directory, f"{REMOVING_PREFIX}{version}")
+    os.rename(folder, doomed)
+    tf.io.gfile.rmtree(doomed)
 
 
 def publish(model_path: str, base_directory: str, keep_versions: int,
@@ -199,16 +225,18 @@ def publish(model_path: str, base_directory: str, keep_versions: int,
     prunes, and rewrites `models.config`. Returns the version that served before, the
     model's version, the versions removed, and what serves after."""
     serving_dir, model_name = os.path.split(base_directory.rstrip("/"))
-    with push_lock(base_directory):
+    with push_lock(base_directory) as confirm:
         before = serving_config.state(serving_dir, model_name).serving
         version = already_pushed(model_path, base_directory)
         if version is None:
-            version = push(model_path, base_directory, staged=staged)
+            version = push(model_path, base_directory, staged=staged, confirm=confirm)
             logging.info("pushed %s to %s/%d", model_path, base_directory, version)
         else:
             logging.info("model %s is already version %d in %s; not pushed again", model_path, version,
                          base_directory)
+        confirm()
         removed = prune(base_directory, keep_versions)
+        confirm()
         after = serving_config.after_push(serving_dir, model_name)
     return before, version, removed, after
 

@@ -6,6 +6,12 @@ not exist when the upload carries the generation precondition `ifGenerationMatch
 exactly one of two such uploads succeeds. The object holds who took it and until when
 (a lease), renewed while the holder lives: a holder that died leaves it behind, and the
 next pusher breaks it once the lease is over, within LEASE_SECONDS.
+
+A holder that stalled past its lease (a frozen process, a slow upload) may find the lock
+broken and taken by another pusher. `Lease.confirm` tells it, before each step a reader
+would see (the file that makes a version whole, a pruning, the served config), so it
+stops instead of publishing beside the new holder. What is left open is the time between
+that check and the write it guards: one object request.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Dict, Iterator, Tuple
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 LEASE_SECONDS = 90
 RENEW_SECONDS = 20
@@ -29,6 +35,32 @@ class LockBusy(RuntimeError):
     """Another live pusher held the lock for the whole wait."""
 
 
+class LockLost(RuntimeError):
+    """The lock is no longer this holder's: its lease ran out and another pusher took it."""
+
+
+class Lease:
+    """The lock as its holder holds it: the generation of the object it wrote last."""
+
+    def __init__(self, blob, uri: str, lease_seconds: float):
+        self.blob, self.uri, self.lease_seconds = blob, uri, lease_seconds
+        self.generation: Optional[int] = blob.generation
+        # Held while renewing and while confirming, so a confirm never compares the
+        # object with a generation the renewal is replacing.
+        self.guard = threading.Lock()
+
+    def confirm(self) -> None:
+        """Raises LockLost unless the lock object is still the one this holder wrote."""
+        with self.guard:
+            current = None if self.generation is None else self.blob.bucket.get_blob(self.blob.name)
+            if current is None or current.generation != self.generation:
+                self.generation = None
+                raise LockLost(
+                    f"the push lock {self.uri} is no longer this push's (it held the lock past its "
+                    f"{self.lease_seconds:g} s lease and another push took it): this version was not published; "
+                    "the next run pushes again")
+
+
 def split(uri: str) -> Tuple[str, str]:
     if not uri.startswith("gs://"):
         raise ValueError(f"not a Cloud Storage URI: {uri}")
@@ -37,7 +69,7 @@ def split(uri: str) -> Tuple[str, str]:
 
 
 @contextlib.contextmanager
-def held(uri: str, wait_seconds: float = WAIT_SECONDS, lease_seconds: float = LEASE_SECONDS) -> Iterator[None]:
+def held(uri: str, wait_seconds: float = WAIT_SECONDS, lease_seconds: float = LEASE_SECONDS) -> Iterator[Lease]:
     """Holds the lock object `uri` (gs://BUCKET/NAME) for the block; waits at most
     `wait_seconds` for a live holder, then raises LockBusy naming it."""
     # Imported here: only a push to Cloud Storage needs the client.
@@ -46,19 +78,22 @@ def held(uri: str, wait_seconds: float = WAIT_SECONDS, lease_seconds: float = LE
 
     bucket_name, name = split(uri)
     blob, record = _take(storage.Client().bucket(bucket_name), name, uri, wait_seconds, lease_seconds)
-    held_as = {"generation": blob.generation}
+    lease = Lease(blob, uri, lease_seconds)
     stop = threading.Event()
-    renewer = threading.Thread(target=_renew, args=(blob, record, held_as, stop, lease_seconds),
+    renewer = threading.Thread(target=_renew, args=(lease, record, stop, lease_seconds),
                                name="push-lock-lease", daemon=True)
     renewer.start()
     try:
-        yield
+        yield lease
     finally:
         stop.set()
         renewer.join()
-        try:
-            blob.delete(if_generation_match=held_as["generation"])
-        except (exceptions.NotFound, exceptions.PreconditionFailed):
+        released = False
+        if lease.generation is not None:
+            with contextlib.suppress(exceptions.NotFound, exceptions.PreconditionFailed):
+                blob.delete(if_generation_match=lease.generation)
+                released = True
+        if not released:
             logging.warning("the push lock %s was no longer ours when released (its lease ran out)", uri)
 
 
@@ -98,17 +133,23 @@ def _take(bucket, name: str, uri: str, wait_seconds: float, lease_seconds: float
         time.sleep(POLL_SECONDS)
 
 
-def _renew(blob, record: Dict[str, Any], held_as: Dict[str, int], stop: threading.Event,
-           lease_seconds: float) -> None:
+def _renew(lease: Lease, record: Dict[str, Any], stop: threading.Event, lease_seconds: float) -> None:
     """Extends the lease every RENEW_SECONDS until `stop`, writing only over our own
-    generation of the object."""
+    generation of the object; stops for good once another holder wrote it."""
     from google.api_core import exceptions
 
     while not stop.wait(RENEW_SECONDS):
         record["expires"] = time.time() + lease_seconds
-        try:
-            blob.upload_from_string(json.dumps(record), content_type="application/json",
-                                    if_generation_match=held_as["generation"])
-            held_as["generation"] = blob.generation
-        except exceptions.GoogleAPIError as err:
-            logging.warning("could not renew the push lock gs://%s/%s: %s", blob.bucket.name, blob.name, err)
+        with lease.guard:
+            if lease.generation is None:
+                return
+            try:
+                lease.blob.upload_from_string(json.dumps(record), content_type="application/json",
+                                              if_generation_match=lease.generation)
+                lease.generation = lease.blob.generation
+            except (exceptions.PreconditionFailed, exceptions.NotFound):
+                logging.warning("the push lock %s was taken by another push: its lease had run out", lease.uri)
+                lease.generation = None
+                return
+            except exceptions.GoogleAPIError as err:
+                logging.warning("could not renew the push lock %s: %s", lease.uri, err)

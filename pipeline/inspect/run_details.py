@@ -20,7 +20,7 @@ from tfx.types import standard_component_specs
 
 from components.custom import gate, ingest, serving_check, span_statistics
 from components.custom import pusher as staged_pusher
-from components.model.trainer.run import TRAINING_SUMMARY_FILE
+from components.model.trainer.settings import TRAINING_SUMMARY_FILE
 from components.support import evaluation as evaluation_output
 from components.support.evaluation import SliceMetrics
 from pipeline.config import MetadataConfig

@@ -20,7 +20,7 @@ from tfx.types import standard_component_specs
 
 from components.custom import gate, serving_check, window
 from components.custom import pusher as staged_pusher
-from components.model.trainer.run import TRAINING_SUMMARY_FILE
+from components.model.trainer.settings import TRAINING_SUMMARY_FILE
 from pipeline.config import MYSQL_PASSWORD_ENV, MYSQL_USER_ENV, MetadataConfig
 from pipeline.outcome import NodeRun, Outcome, RunReport
 from pipeline.pipeline import NodeId

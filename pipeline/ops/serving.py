@@ -1,9 +1,9 @@
 """`taxi-pipeline serving`: what TF Serving serves, and the operator's rollback and pin.
 
 Every change rewrites `models.config` (see `components.support.serving_config`) under the model
-folder's push lock, so it never interleaves with a run's push on this machine (a gs://
-folder has no lock: run these commands when no run pushes there); no version folder is
-ever deleted here.
+folder's push lock (`components.custom.pusher.push_lock`: `flock` on a local folder, a lock
+object on gs://), so it never interleaves with a push; no version folder is ever deleted
+here.
 """
 
 from __future__ import annotations

@@ -22,7 +22,6 @@ from components.compat import keras
 from components.model import split_rows
 from components.model.trainer import data, export, loop, model, settings, tflite, warm_start
 
-TRAINING_SUMMARY_FILE = "training_summary.json"
 # Under the Trainer's folder: `<key>/` per training in progress (see `checkpoint_dir`).
 CHECKPOINTS_FOLDER = "checkpoints"
 # Under a training's checkpoint folder: the transformed caches of the path beyond memory.
@@ -158,7 +157,7 @@ def _write_summary(
 ) -> None:
     """`training_summary.json`: config, warm start and `TrainResult`. Written as soon as
     training ends, before the export, so that a failed export still leaves its record."""
-    with tf.io.gfile.GFile(os.path.join(model_run_dir, TRAINING_SUMMARY_FILE), "w") as handle:
+    with tf.io.gfile.GFile(os.path.join(model_run_dir, settings.TRAINING_SUMMARY_FILE), "w") as handle:
         json.dump(
             {"config": dataclasses.asdict(config), "warm_start": dataclasses.asdict(started),
              **dataclasses.asdict(result)},

@@ -17,6 +17,8 @@ EXAMPLES_INPUT = "examples"
 PROBABILITY_KEY = "probability"
 CLASS_KEY = "class_id"
 WARMUP_FILE = "assets.extra/tf_serving_warmup_requests"
+# In the Trainer's `model_run` output: the config, the warm start and the result of training.
+TRAINING_SUMMARY_FILE = "training_summary.json"
 # The training loop's log line after each epoch; the command line echoes it on the
 # console as the Trainer's progress (`pipeline.run.logs`).
 EPOCH_PROGRESS = "epoch %d of %d: train loss %.4f, eval loss %.4f, eval AUC %.4f (%.0f s)"

@@ -96,7 +96,7 @@ def test_two_pushes_in_the_same_second_from_two_processes_get_two_versions(tmp_p
                          stdout=subprocess.PIPE, text=True)
         for name in ("a", "b")
     ]
-    pushed = sorted(int(process.communicate(timeout=60)[0]) for process in processes)
+    pushed = sorted(int(process.communicate(timeout=240)[0]) for process in processes)
     assert pushed == [1700000000, 1700000001]
     assert pusher.versions(base) == pushed
 
@@ -177,6 +177,43 @@ def test_on_object_storage_a_version_without_saved_model_pb_is_not_one_and_is_re
     assert pusher.push(_model(tmp_path, "b", b"fb"), base, version=50) == 102
     pusher.prune(base, keep_versions=5)
     assert sorted(name.rstrip("/") for name in tf.io.gfile.listdir(base)) == ["100", "102"]
+
+
+@pytest.mark.parametrize("where", ["local", "object storage"])
+def test_a_version_being_deleted_is_never_seen_in_part_and_what_a_cut_deletion_leaves_goes_next(
+    tmp_path, monkeypatch, where
+):
+    """A deletion cut short after its first step (a kill, a failed request) leaves no
+    version a reader would load: locally the folder was renamed out of sight, on object
+    storage its `saved_model.pb` went first."""
+    base = str(tmp_path / "serving") if where == "local" else f"ram://{tmp_path.name}/serving"
+    for version, name in ((100, "a"), (101, "b")):
+        pusher.push(_model(tmp_path, name, name.encode()), base, version=version)
+    real_rmtree = tf.io.gfile.rmtree
+
+    def cut(path):
+        raise tf.errors.UnavailableError(None, None, f"cut short deleting {path}")
+
+    monkeypatch.setattr(tf.io.gfile, "rmtree", cut)
+    with pytest.raises(tf.errors.UnavailableError):
+        pusher.prune(base, keep_versions=1)
+    assert pusher.versions(base) == [101]
+    monkeypatch.setattr(tf.io.gfile, "rmtree", real_rmtree)
+    assert pusher.prune(base, keep_versions=1) == []
+    assert sorted(name.rstrip("/") for name in tf.io.gfile.listdir(base)) == ["101"]
+
+
+def test_a_push_that_lost_its_lock_does_not_make_its_version_whole(tmp_path):
+    """On object storage the lock is a lease (components.support.object_lock): a pusher
+    that held it too long and lost it stops before the file that makes its copy whole."""
+    base = f"ram://{tmp_path.name}/serving"
+
+    def lost():
+        raise RuntimeError("the push lock is no longer this push's")
+
+    with pytest.raises(RuntimeError, match="no longer"):
+        pusher.push(_model(tmp_path, "a", b"fa"), base, version=100, confirm=lost)
+    assert pusher.version_folders(base) == [100] and pusher.versions(base) == []
 
 
 def test_the_served_blessing_names_the_model_as_the_blessing_does_an_id_or_vertex_s_resource_name():

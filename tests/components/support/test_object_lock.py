@@ -125,3 +125,20 @@ def test_the_holder_renews_its_lease_over_its_own_generation_only(bucket, monkey
                 continue
         time.sleep(0.2)
     assert _record(bucket)["holder"] == "other:2"
+
+
+def test_a_holder_whose_lease_was_broken_learns_it_before_it_publishes(bucket, monkeypatch):
+    """A holder stalled past its lease: another pusher broke the lock and took it. The
+    stalled one's `confirm` refuses, and its release leaves the new holder's lock alone."""
+    monkeypatch.setattr(object_lock, "RENEW_SECONDS", 0.05)
+    stalled = object_lock.held(URI, lease_seconds=0.1)
+    lease = stalled.__enter__()
+    lease.confirm()  # still its own
+    monkeypatch.setattr(object_lock, "RENEW_SECONDS", 60)  # it stalls: no more renewals
+    time.sleep(0.3)
+    with object_lock.held(URI, wait_seconds=0) as other:  # the lease ran out: broken and taken
+        with pytest.raises(object_lock.LockLost, match=f"the push lock {URI} is no longer this push's"):
+            lease.confirm()
+        stalled.__exit__(None, None, None)
+        other.confirm()  # the new holder's lock is still there, still its own
+    assert bucket.objects == {}

@@ -19,6 +19,15 @@ def _serving(tmp_path, versions):
     return str(serving_dir)
 
 
+def _model_folder(tmp_path):
+    """A folder a push takes for a SavedModel."""
+    path = tmp_path / "model"
+    (path / "variables").mkdir(parents=True, exist_ok=True)
+    (path / "saved_model.pb").write_bytes(b"graph")
+    (path / "variables" / "variables.index").write_bytes(b"index")
+    return str(path)
+
+
 def _parsed(serving_dir) -> model_server_config_pb2.ModelConfig:
     """The model's entry, parsed by TF Serving's own proto."""
     with open(os.path.join(serving_dir, serving_config.CONFIG_FILE)) as handle:
@@ -108,6 +117,33 @@ def test_a_config_that_is_not_one_is_named(tmp_path):
     (tmp_path / "serving" / serving_config.CONFIG_FILE).write_text("this is not a config {")
     with pytest.raises(serving_config.ServingConfigError, match="models.config is not a TF Serving model config"):
         serving_config.state(serving_dir, MODEL)
+
+
+def test_a_config_on_object_storage_read_truncated_once_is_read_again(tmp_path, monkeypatch):
+    """TensorFlow's Cloud Storage client keeps an object's size for a few seconds and reads
+    that many bytes: a config rewritten longer meanwhile reads short once (seen against
+    the emulator). It is read again after that time; a local one is not."""
+    remote = f"ram://{tmp_path.name}/serving"
+    local = str(tmp_path / "local-serving")
+    for serving_dir in (remote, local):
+        pusher.push(_model_folder(tmp_path), f"{serving_dir}/{MODEL}", version=100)
+        serving_config.after_push(serving_dir, MODEL)
+    real_read, reads = serving_config._read_config, []
+
+    def short_once(path):
+        reads.append(path)
+        if len(reads) == 1:
+            raise text_format.ParseError('1:20 : Expected "}".')
+        return real_read(path)
+
+    monkeypatch.setattr(serving_config, "_read_config", short_once)
+    monkeypatch.setattr(serving_config, "STAT_CACHE_SECONDS", 0)
+    assert serving_config.state(remote, MODEL).serving == 100
+    assert len(reads) == 2
+    reads.clear()
+    with pytest.raises(serving_config.ServingConfigError, match="is not a TF Serving model config"):
+        serving_config.state(local, MODEL)
+    assert len(reads) == 1
 
 
 def test_batching_parameters_are_written_once_and_parse_as_tf_servings(tmp_path):

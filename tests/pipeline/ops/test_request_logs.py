@@ -51,7 +51,11 @@ def test_prediction_logs_give_the_examples_of_predict_and_classify_requests(tmp_
     path = _tfrecords(tmp_path / "predictions", [log.SerializeToString() for log in logs], "GZIP")
     assert request_logs.detect(path) == request_logs.PREDICTION_LOGS
     found = _read(path)
-    assert found[:3] == [("record 0", first), ("record 0", second), ("record 1", third)]
+    # A predict request carries the examples' bytes, passed on as they are; a classify request
+    # holds them parsed, and serializing a map (the features) again may order it otherwise
+    # (protobuf's upb, tfx-1.21): the same example, compared as one.
+    assert found[:2] == [("record 0", first), ("record 0", second)]
+    assert (found[2][0], tf.train.Example.FromString(found[2][1])) == ("record 1", tf.train.Example.FromString(third))
     assert str(found[3]) == f"{path}, record 2: a PredictionLog without tf.Examples in its request"
 
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from components.model.trainer import run
+from components.model.trainer import run, settings
 
 pytestmark = [pytest.mark.slow, pytest.mark.every_stack, pytest.mark.timeout(300)]
 
@@ -58,7 +58,7 @@ def _finish(process, timeout=240):
 
 
 def _history(fn_args):
-    with open(os.path.join(fn_args["model_run_dir"], run.TRAINING_SUMMARY_FILE)) as handle:
+    with open(os.path.join(fn_args["model_run_dir"], settings.TRAINING_SUMMARY_FILE)) as handle:
         return json.load(handle)
 
 

@@ -31,7 +31,7 @@ def _fn_args(root, examples_file, transform_output_dir, base_model=None) -> tfx.
 
 
 def _summary(fn_args) -> dict:
-    with open(os.path.join(fn_args.model_run_dir, run.TRAINING_SUMMARY_FILE)) as handle:
+    with open(os.path.join(fn_args.model_run_dir, settings.TRAINING_SUMMARY_FILE)) as handle:
         return json.load(handle)
 
 
