@@ -92,6 +92,7 @@ test-fast: lint
 OTHER_STACKS := $(filter-out $(STACK),$(STACKS))
 test-all-stacks: | stack
 	@scripts/image tools
+	@scripts/gcs-emulator --check
 	@setsid nice -n 19 ionice -c 3 sh -c 'for other in $(OTHER_STACKS); do \
 	    scripts/stack run $$other $(MAKE) --no-print-directory STACK=$$other venv test-tools || exit $$?; done; \
 	  $(MAKE) --no-print-directory venv image && scripts/gcs-emulator' \
@@ -117,7 +118,8 @@ image:
 	@for stack in $(IMAGE_STACKS); do scripts/image build $$stack || exit $$?; done
 
 # The compiled pipeline run as Vertex AI runs it, each task in an image, on `gs://` paths
-# served by a Cloud Storage emulator built once from the Go module proxy (tests/image).
+# served by a Cloud Storage emulator built once from the Go module proxy (tests/image), in
+# a network namespace whose one interface is loopback (scripts/loopback-only).
 # `image-tests` runs them on the images as they are (test-all-stacks has just built them:
 # a re-build with every layer cached still takes a minute and a half per image).
 test-image: $(STAMP) image
@@ -126,7 +128,7 @@ test-image: $(STAMP) image
 image-tests: $(STAMP)
 	@emulator=$$(scripts/gcs-emulator) && set -- $(IMAGE_STACKS) && \
 	TAXI_GCS_EMULATOR=$$emulator TAXI_PIPELINE_IMAGE=$(IMAGE_REPO):$$1 \
-	TAXI_OTHER_STACK_IMAGE=$${2:+$(IMAGE_REPO):$$2} $(BIN)/python -m pytest tests/image $(PYTEST_ARGS)
+	TAXI_OTHER_STACK_IMAGE=$${2:+$(IMAGE_REPO):$$2} scripts/loopback-only $(BIN)/python -m pytest tests/image $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check pipeline components tests benchmarks setup.py

@@ -6,10 +6,13 @@ fixtures."""
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import ipaddress
 import json
 import os
 from pathlib import Path
+from typing import Any, Dict, List
 
 import pytest
 
@@ -50,11 +53,28 @@ def compile_job(bucket, image: str, url: str, output: str, *extra: str) -> Path:
     return bucket.root / output
 
 
-def run_job(bucket, compiled: Path, webhook):
-    """Runs one job; returns it, the versions served before it, and the alerts it posted."""
+@dataclasses.dataclass(frozen=True)
+class ScheduledJob:
+    """A job of the schedule, and what the serving folder held around it: the tests of a
+    module run in any order, after every job of the module ran."""
+
+    job: vertex.JobResult
+    versions_before: List[str]
+    versions_after: List[str]
+    alerts: List[Dict[str, Any]]
+
+
+def run_job(bucket, compiled: Path, webhook) -> ScheduledJob:
+    """Runs one job: it, the versions before and after it, and the alerts it posted."""
     versions, alerts = bucket.versions(), len(webhook[1])
     job = vertex.VertexJob(str(compiled), bucket.image, bucket, str(bucket.root / "harness")).run()
-    return job, versions, webhook[1][alerts:]
+    return ScheduledJob(job, versions, bucket.versions(), webhook[1][alerts:])
+
+
+def pushed_version(job: vertex.JobResult) -> str:
+    """The version the job's Pusher pushed, as it recorded it."""
+    (pushed,) = job.tasks["Pusher"].outputs["pushed_model"]
+    return str(pushed["metadata"]["pushed_version"])
 
 
 def new_span(bucket, span: int, change=None) -> None:
@@ -84,7 +104,8 @@ def first_job_pushed(first_job, bucket, webhook) -> None:
             assert "unavailable metadata server" not in log and "metadata server unavailable" not in log, name
     # The first job had no blessed model to resolve: no baseline, no warm start.
     assert first_job.tasks["LatestBlessedModelResolver-model-resolver"].outputs == {"model": []}
-    (version,) = bucket.versions()
+    version = pushed_version(first_job)
+    assert version in bucket.versions()
     assert bucket.read(bucket.inside(SERVING, MODEL, version, "saved_model.pb"))
     # Its model card, from the job's own examples, evaluation and serving check.
     card = json.loads(bucket.read(bucket.inside(SERVING, MODEL, version, "assets.extra", "model_card.json")))
@@ -104,7 +125,7 @@ def nothing_new(unchanged_job, first_job, bucket) -> None:
     condition of everything after it), so nothing trains, nothing is pushed, and the alert
     says why. Without it, the next job's baseline (the model the first job pushed) would
     change the Trainer's cache key, and every job would train and push again."""
-    job, versions_before, alerts = unchanged_job
+    job, alerts = unchanged_job.job, unchanged_job.alerts
     states = report(job)
     assert job.state == "SUCCEEDED", states
     assert job.tasks["SpanWindow"].state == "SUCCEEDED", states
@@ -117,7 +138,7 @@ def nothing_new(unchanged_job, first_job, bucket) -> None:
     assert job.tasks["Transform"].state == "SKIPPED", states
     for name in ("Trainer", "Evaluator", "ServingCheck", "Pusher"):
         assert job.tasks[name].state in ("SKIPPED", "NOT_TRIGGERED"), states
-    assert bucket.versions() == versions_before
+    assert unchanged_job.versions_after == unchanged_job.versions_before
     (alert,) = [body for body in alerts if job.job_id in body["text"]]
     assert alert["outcome"] == "succeeded" and alert["nothing_new"] and alert["version"] is None, alert
     assert f"nothing new: span {SLICE_SPANS[-1]} is the newest" in alert["text"], alert
@@ -152,8 +173,15 @@ def all_traffic_local(first_job, bucket) -> None:
     # Other Google names resolve to nothing (no DNS; the container's hosts file holds the
     # machine's own entries and these).
     assert answers["oauth2.googleapis.com"] is None and answers["metadata.google.internal"] is None, answers
+    # And no address outside this machine is reachable at all: the tasks share the test's
+    # network namespace, whose one interface is loopback (`make image-tests` runs them under
+    # scripts/loopback-only).
+    assert answers["interfaces"] == ["lo"], f"not confined to loopback (run `make image-tests`): {answers}"
+    assert answers["dial"] == f"OSError: {errno.ENETUNREACH}", answers
 
 
+# What a task's container can name and reach: the addresses of Google's names, its
+# network interfaces, and what dialling an outside address (one of Cloud Storage's) gives.
 RESOLVE = """
 import json, socket
 def address(name):
@@ -161,7 +189,15 @@ def address(name):
         return socket.getaddrinfo(name, 443, socket.AF_INET)[0][4][0]
     except OSError:
         return None
-print(json.dumps({name: address(name) for name in
-                  ("www.googleapis.com", "storage.googleapis.com", "oauth2.googleapis.com",
-                   "metadata.google.internal")}))
+def dial(address):
+    try:
+        socket.create_connection((address, 443), timeout=5).close()
+        return "connected"
+    except OSError as err:
+        return err.__class__.__name__ + ": " + str(err.errno)
+answers = {name: address(name) for name in
+           ("www.googleapis.com", "storage.googleapis.com", "oauth2.googleapis.com", "metadata.google.internal")}
+answers["interfaces"] = [name for _, name in socket.if_nameindex()]
+answers["dial"] = dial("142.250.0.128")
+print(json.dumps(answers))
 """

@@ -7,8 +7,9 @@ reach through TensorFlow's and Beam's own Cloud Storage clients.
 
 The jobs run once, in module fixtures (the first two are tests/image/conftest.py's), in
 the order a schedule would run them: a clean copy of data/'s slice; the same data again; a
-new span whose model the serving check refuses; then a new span with an anomaly. The tests
-only read what happened.
+new span whose model the serving check refuses; a clean new span, which trains from the
+model that serves and pushes; then a new span with an anomaly. The tests only read what
+happened.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 
 import pytest
 
+from components.model.trainer.settings import TRAINING_SUMMARY_FILE
 from tests.helpers import unknown_payment
 from tests.image import schedule
 from tests.image.schedule import SERVING, WINDOW
@@ -59,10 +61,17 @@ def refused_job(bucket, compiled, unchanged_job, webhook):
 
 
 @pytest.fixture(scope="module")
-def anomaly_job(bucket, compiled, refused_job, webhook):
+def pushing_job(bucket, compiled, refused_job, webhook):
+    """The next scheduled job, after a clean span landed."""
+    schedule.new_span(bucket, 18)
+    return schedule.run_job(bucket, compiled, webhook)
+
+
+@pytest.fixture(scope="module")
+def anomaly_job(bucket, compiled, pushing_job, webhook):
     """The next scheduled job, after a span with an anomaly landed."""
     # One example in 20 paid in an unknown currency: an anomaly of that span on its own.
-    schedule.new_span(bucket, 18, unknown_payment)
+    schedule.new_span(bucket, 19, unknown_payment)
     return schedule.run_job(bucket, compiled, webhook)
 
 
@@ -77,7 +86,7 @@ def test_the_pushed_model_scores_as_a_local_run_on_the_same_spans(first_job, buc
     bucket.run(["taxi-pipeline", "retrain", "--window", str(WINDOW), "--data-root", bucket.local("local-data"),
                 "--output-root", bucket.local("local-out"), "--serving-dir", bucket.local("local-serving")],
                bucket.root / "local-retrain.log")
-    (vertex_version,) = bucket.versions()
+    vertex_version = schedule.pushed_version(first_job)
     (local_version,) = sorted(path.name for path in (bucket.root / "local-serving" / MODEL).iterdir()
                               if path.name.isdigit())
     # The pushed model is loaded from the bucket, by TensorFlow's own Cloud Storage client.
@@ -94,9 +103,20 @@ def test_a_job_with_no_new_span_trains_nothing_pushes_nothing_and_says_nothing_n
     schedule.nothing_new(unchanged_job, first_job, bucket)
 
 
-def test_a_model_the_serving_check_refuses_is_not_pushed_and_never_becomes_the_baseline(refused_job, anomaly_job,
+def _model_uri(job) -> str:
+    (model,) = job.tasks["Trainer"].outputs["model"]
+    return model["uri"]
+
+
+def _warm_start(job, bucket) -> dict:
+    """What the Trainer wrote of its warm start, read from gs:// (its training summary)."""
+    (model_run,) = job.tasks["Trainer"].outputs["model_run"]
+    return json.loads(bucket.read(f"{model_run['uri']}/{TRAINING_SUMMARY_FILE}"))["warm_start"]
+
+
+def test_a_model_the_serving_check_refuses_is_not_pushed_and_never_becomes_the_baseline(refused_job, pushing_job,
                                                                                          first_job, bucket):
-    job, versions_before, alerts = refused_job
+    job = refused_job.job
     states = report(job)
     assert job.state == "SUCCEEDED", states
     for name in ("Transform", "Trainer", "Evaluator", "ServingCheck", "Pusher"):
@@ -104,21 +124,39 @@ def test_a_model_the_serving_check_refuses_is_not_pushed_and_never_becomes_the_b
     # Trained on the new span, warm-started from the serving model, blessed by the
     # Evaluator against it, refused by the serving check: nothing pushed.
     (baseline,) = job.tasks["LatestBlessedModelResolver-model-resolver"].outputs["model"]
-    assert baseline["uri"] == first_job.tasks["Trainer"].outputs["model"][0]["uri"]
+    assert baseline["uri"] == _model_uri(first_job)
+    assert _warm_start(job, bucket)["used"] is True
     (evaluated,) = job.tasks["Evaluator"].outputs["blessing"]
     assert evaluated["metadata"]["blessed"] == 1, evaluated
+    assert evaluated["metadata"]["baseline_model"] == baseline["uri"], evaluated
     (checked,) = job.tasks["ServingCheck"].outputs["blessing"]
     assert checked["metadata"]["blessed"] == 0, checked
-    assert bucket.versions() == versions_before
-    # The next job's baseline is the model that still serves, not the refused one.
-    later, _, _ = anomaly_job
-    (model,) = later.tasks["LatestBlessedModelResolver-model-resolver"].outputs["model"]
-    assert model["uri"] == first_job.tasks["Trainer"].outputs["model"][0]["uri"], report(later)
-    assert model["uri"] != job.tasks["Trainer"].outputs["model"][0]["uri"]
+    assert refused_job.versions_after == refused_job.versions_before
+    # The next job's Evaluator compares with the model that still serves, not the refused one.
+    later = pushing_job.job
+    (compared,) = later.tasks["Evaluator"].outputs["blessing"]
+    assert compared["metadata"]["baseline_model"] == _model_uri(first_job) != _model_uri(job), report(later)
 
 
-def test_a_new_span_with_an_anomaly_skips_training_and_pushes_nothing(anomaly_job, first_job, bucket):
-    job, versions_before, alerts = anomaly_job
+def test_a_clean_new_span_trains_from_the_serving_model_and_pushes(pushing_job, bucket):
+    job = pushing_job.job
+    states = report(job)
+    assert job.state == "SUCCEEDED", states
+    for name in ("DataGate", "Transform", "Trainer", "Evaluator", "ServingCheck", "Pusher"):
+        assert job.tasks[name].state == "SUCCEEDED", states
+    (window,) = job.tasks["ImportExampleGen"].outputs["examples"]
+    assert window["metadata"]["input_fingerprint"].count("split:") == WINDOW
+    assert _warm_start(job, bucket)["used"] is True
+    version = schedule.pushed_version(job)
+    assert pushing_job.versions_after == sorted([*pushing_job.versions_before, version])
+    card = json.loads(bucket.read(bucket.inside(SERVING, MODEL, version, "assets.extra", "model_card.json")))
+    assert sorted(card["training_data"]["spans"])[-1] == 18, card["training_data"]
+    (alert,) = [body for body in pushing_job.alerts if job.job_id in body["text"]]
+    assert alert["outcome"] == "succeeded" and alert["version"] == int(version), alert
+
+
+def test_a_new_span_with_an_anomaly_skips_training_and_pushes_nothing(anomaly_job, pushing_job, bucket):
+    job, versions_before = anomaly_job.job, anomaly_job.versions_before
     states = report(job)
     assert job.state == "SUCCEEDED", states
     # The gate ran on the window that holds the new span, and its verdict said no.
@@ -128,12 +166,12 @@ def test_a_new_span_with_an_anomaly_skips_training_and_pushes_nothing(anomaly_jo
     assert job.tasks["Transform"].state == "SKIPPED", states
     for name in ("Trainer", "Evaluator", "ServingCheck", "Pusher"):
         assert job.tasks[name].state in ("SKIPPED", "NOT_TRIGGERED"), states
-    assert bucket.versions() == versions_before
-    # The resolver found the first job's blessed model (what a baseline would have been).
+    assert anomaly_job.versions_after == versions_before
+    # The resolver found the model that serves (what a baseline would have been).
     (model,) = job.tasks["LatestBlessedModelResolver-model-resolver"].outputs["model"]
-    assert model["uri"] == first_job.tasks["Trainer"].outputs["model"][0]["uri"]
+    assert model["uri"] == _model_uri(pushing_job.job)
     # The exit handler said so.
-    (alert,) = [body for body in alerts if job.job_id in body["text"]]
+    (alert,) = [body for body in anomaly_job.alerts if job.job_id in body["text"]]
     assert alert["outcome"] == "succeeded" and alert["version"] is None
     assert alert["text"].endswith(f"nothing pushed (version {versions_before[-1]} keeps serving)"), alert
 
