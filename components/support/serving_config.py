@@ -79,6 +79,11 @@ class ServingState:
         return max(self.loaded) if self.loaded else None
 
 
+# A local version being deleted is first renamed to this prefix and its number: a name no
+# reader takes for a version, so none sees it half gone.
+REMOVING_PREFIX = ".removing-"
+
+
 def version_folders(model_dir: str) -> List[int]:
     """Every numeric folder, whole or not, oldest first."""
     if not tf.io.gfile.isdir(model_dir):
@@ -98,6 +103,21 @@ def is_whole(model_dir: str, version: int) -> bool:
 def versions(model_dir: str) -> List[int]:
     """The whole version folders, oldest first: what a reader may load."""
     return [version for version in version_folders(model_dir) if is_whole(model_dir, version)]
+
+
+def remove_version(base_directory: str, version: int) -> None:
+    """Deletes a whole version so that no reader ever sees it in part: on object storage
+    its `saved_model.pb` goes first (the folder is then no version), a local folder is
+    renamed out of sight first (`REMOVING_PREFIX`). A deletion cut short leaves a folder
+    the next prune removes (`components.custom.pusher.prune`)."""
+    folder = os.path.join(base_directory, str(version))
+    if spans.is_remote(base_directory):
+        tf.io.gfile.remove(os.path.join(folder, SAVED_MODEL_FILE))
+        tf.io.gfile.rmtree(folder)
+        return
+    doomed = os.path.join(base_directory, f"{REMOVING_PREFIX}{version}")
+    os.rename(folder, doomed)
+    tf.io.gfile.rmtree(doomed)
 
 
 def config_path(serving_dir: str) -> str:
