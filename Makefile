@@ -93,6 +93,7 @@ OTHER_STACKS := $(filter-out $(STACK),$(STACKS))
 test-all-stacks: | stack
 	@scripts/image tools
 	@scripts/gcs-emulator --check
+	@scripts/loopback-only true
 	@setsid nice -n 19 ionice -c 3 sh -c 'for other in $(OTHER_STACKS); do \
 	    scripts/stack run $$other $(MAKE) --no-print-directory STACK=$$other venv test-tools || exit $$?; done; \
 	  $(MAKE) --no-print-directory venv image && scripts/gcs-emulator' \

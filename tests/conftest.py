@@ -22,7 +22,7 @@ from typing import Callable, Dict, List, Sequence
 import pytest
 
 from tests import pages
-from tests.helpers import REPO_ROOT, RUN_TIMEOUT_SECONDS, SLICE_SPANS, Workspace, cli_command
+from tests.helpers import REPO_ROOT, RUN_TIMEOUT_SECONDS, SLICE_SPANS, Workspace, cli_command, copy_span_folders
 
 # The longest modules, started first (each module runs on one worker): then they run
 # beside the others instead of after them. The rest keep their random order, but a test
@@ -57,8 +57,7 @@ def copy_spans() -> Callable[[Path, Sequence[int]], Path]:
     """`copy_spans(data_root, spans)`: copies those span folders of data/ under `data_root`."""
 
     def copy(data_root: Path, numbers: Sequence[int]) -> Path:
-        for span in numbers:
-            shutil.copytree(REPO_ROOT / "data" / f"span-{span}", data_root / f"span-{span}")
+        copy_span_folders(data_root, numbers)
         return data_root
 
     return copy

@@ -114,11 +114,16 @@ def unknown_payment(example) -> None:
     example.features.feature["payment_type"].bytes_list.value[:] = [b"Bitcoin"]
 
 
+def copy_span_folders(data_root: Path, numbers: Sequence[int], name: str = "span-{}") -> None:
+    """Spans of data/ under `data_root`, each folder named `name` with its number."""
+    for span in numbers:
+        shutil.copytree(REPO_ROOT / "data" / f"span-{span}", data_root / name.format(span))
+
+
 def copy_padded_spans(data_root: Path, numbers: Sequence[int]) -> None:
     """Spans of data/ under `data_root`, their folders named as some exports name them:
     zero-padded (span-010)."""
-    for span in numbers:
-        shutil.copytree(REPO_ROOT / "data" / f"span-{span}", data_root / f"span-{span:03d}")
+    copy_span_folders(data_root, numbers, "span-{:03d}")
 
 
 def write_leftovers(data_root: Path, *span_folders: str) -> List[Path]:

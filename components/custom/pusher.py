@@ -143,11 +143,13 @@ def copy_whole_last(model_path: str, target: str, staged: Optional[Callable[[str
     tf.io.gfile.copy(*last, overwrite=True)
 
 
-def remove_partial(base_directory: str) -> List[int]:
+def remove_partial(base_directory: str, confirm: Callable[[], None] = _still_held) -> List[int]:
     """Removes version folders a dead push left without `saved_model.pb` (nothing loads
-    them). Call it under `push_lock`."""
+    them). Call it under `push_lock`, whose check `confirm` runs before each deletion: a
+    holder that lost the lock meanwhile would delete the new holder's copy in progress."""
     partial = sorted(set(version_folders(base_directory)) - set(versions(base_directory)))
     for version in partial:
+        confirm()
         tf.io.gfile.rmtree(os.path.join(base_directory, str(version)))
     return partial
 
@@ -183,19 +185,22 @@ def push(model_path: str, base_directory: str, version: Optional[int] = None,
     return version
 
 
-def prune(base_directory: str, keep_versions: int) -> List[int]:
+def prune(base_directory: str, keep_versions: int, confirm: Callable[[], None] = _still_held) -> List[int]:
     """Deletes all but the newest `keep_versions` versions and any staging leftovers, but
     never a version TF Serving's `models.config` loads or labels (a pin, a rollback).
-    Call it under `push_lock`: a staging folder is then a dead push's."""
+    Call it under `push_lock`: a staging folder is then a dead push's; `confirm`, the
+    lock's check, runs before each deletion."""
     if keep_versions < 1:
         raise ValueError(f"{KEEP_VERSIONS_KEY} must be at least 1, got {keep_versions}")
     for name in tf.io.gfile.listdir(base_directory):
         if name.rstrip("/").startswith((STAGING_PREFIX, serving_config.REMOVING_PREFIX)):
+            confirm()
             tf.io.gfile.rmtree(os.path.join(base_directory, name.rstrip("/")))
-    remove_partial(base_directory)
+    remove_partial(base_directory, confirm)
     protected = set(serving_config.protected_versions(*os.path.split(base_directory.rstrip("/"))))
     removed = [v for v in versions(base_directory)[:-keep_versions] if v not in protected]
     for version in removed:
+        confirm()
         serving_config.remove_version(base_directory, version)
     return removed
 
@@ -216,8 +221,7 @@ def publish(model_path: str, base_directory: str, keep_versions: int,
         else:
             logging.info("model %s is already version %d in %s; not pushed again", model_path, version,
                          base_directory)
-        confirm()
-        removed = prune(base_directory, keep_versions)
+        removed = prune(base_directory, keep_versions, confirm)
         confirm()
         after = serving_config.after_push(serving_dir, model_name)
     return before, version, removed, after

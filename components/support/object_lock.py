@@ -7,11 +7,12 @@ exactly one of two such uploads succeeds. The object holds who took it and until
 (a lease), renewed while the holder lives: a holder that died leaves it behind, and the
 next pusher breaks it once the lease is over, within LEASE_SECONDS.
 
-A holder that stalled past its lease (a frozen process, a slow upload) may find the lock
-broken and taken by another pusher. `Lease.confirm` tells it, before each step a reader
-would see (the file that makes a version whole, a pruning, the served config), so it
-stops instead of publishing beside the new holder. What is left open is the time between
-that check and the write it guards: one object request.
+A holder that stalled past its lease (a frozen process, renewals failing for longer than
+the lease) may find the lock broken and taken by another pusher. `Lease.confirm` tells it
+before each step a reader would see or that deletes (the file that makes a version
+whole, each deletion of a prune, the served config), so it stops instead of writing
+beside the new holder. What is left open is the time between a check and the one write
+or deletion it guards.
 """
 
 from __future__ import annotations
@@ -57,8 +58,8 @@ class Lease:
                 self.generation = None
                 raise LockLost(
                     f"the push lock {self.uri} is no longer this push's (it held the lock past its "
-                    f"{self.lease_seconds:g} s lease and another push took it): this version was not published; "
-                    "the next run pushes again")
+                    f"{self.lease_seconds:g} s lease and another push took it): this push stopped before its "
+                    "next change to the serving folder; run again once the other push is done")
 
 
 def split(uri: str) -> Tuple[str, str]:
@@ -80,7 +81,7 @@ def held(uri: str, wait_seconds: float = WAIT_SECONDS, lease_seconds: float = LE
     blob, record = _take(storage.Client().bucket(bucket_name), name, uri, wait_seconds, lease_seconds)
     lease = Lease(blob, uri, lease_seconds)
     stop = threading.Event()
-    renewer = threading.Thread(target=_renew, args=(lease, record, stop, lease_seconds),
+    renewer = threading.Thread(target=_renew, args=(lease, record, stop),
                                name="push-lock-lease", daemon=True)
     renewer.start()
     try:
@@ -133,23 +134,41 @@ def _take(bucket, name: str, uri: str, wait_seconds: float, lease_seconds: float
         time.sleep(POLL_SECONDS)
 
 
-def _renew(lease: Lease, record: Dict[str, Any], stop: threading.Event, lease_seconds: float) -> None:
+def _renew(lease: Lease, record: Dict[str, Any], stop: threading.Event) -> None:
     """Extends the lease every RENEW_SECONDS until `stop`, writing only over our own
     generation of the object; stops for good once another holder wrote it."""
     from google.api_core import exceptions
 
     while not stop.wait(RENEW_SECONDS):
-        record["expires"] = time.time() + lease_seconds
+        record["expires"] = time.time() + lease.lease_seconds
+        body = json.dumps(record)
         with lease.guard:
             if lease.generation is None:
                 return
             try:
-                lease.blob.upload_from_string(json.dumps(record), content_type="application/json",
+                lease.blob.upload_from_string(body, content_type="application/json",
                                               if_generation_match=lease.generation)
                 lease.generation = lease.blob.generation
             except (exceptions.PreconditionFailed, exceptions.NotFound):
+                # The client retries an upload whose answer was lost: a retry of a renewal that
+                # was written fails its precondition on our own write, which holds this body.
+                ours = _generation_holding(lease.blob, body)
+                if ours is not None:
+                    lease.generation = ours
+                    continue
                 logging.warning("the push lock %s was taken by another push: its lease had run out", lease.uri)
                 lease.generation = None
                 return
             except exceptions.GoogleAPIError as err:
                 logging.warning("could not renew the push lock %s: %s", lease.uri, err)
+
+
+def _generation_holding(blob, body: str) -> Optional[int]:
+    """The lock object's generation if it holds exactly `body`, else None."""
+    from google.api_core import exceptions
+
+    current = blob.bucket.get_blob(blob.name)
+    try:
+        return current.generation if current is not None and current.download_as_bytes() == body.encode() else None
+    except exceptions.NotFound:
+        return None

@@ -72,8 +72,9 @@ def command(serving_dir: str, model_name: str, action: str, version: Optional[in
         raise ValueError("serving unpin takes no VERSION")
     if not tf.io.gfile.isdir(model_dir):
         raise ValueError(f"no serving folder {model_dir}: nothing was pushed there yet")
-    with pusher.push_lock(model_dir):
+    with pusher.push_lock(model_dir) as confirm:
         current = serving_config.state(serving_dir, model_name)
+        confirm()
         if action == "unpin":
             serving_config.follow(serving_dir, model_name)
         else:

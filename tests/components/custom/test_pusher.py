@@ -1,5 +1,6 @@
 """The staged Pusher: atomic versions, no duplicate push, retention."""
 
+import contextlib
 import os
 
 import pytest
@@ -214,6 +215,38 @@ def test_a_push_that_lost_its_lock_does_not_make_its_version_whole(tmp_path):
     with pytest.raises(RuntimeError, match="no longer"):
         pusher.push(_model(tmp_path, "a", b"fa"), base, version=100, confirm=lost)
     assert pusher.version_folders(base) == [100] and pusher.versions(base) == []
+
+
+@pytest.mark.parametrize("checks_passed", [0, 1])
+def test_a_publish_that_lost_its_lock_stops_before_its_next_deletion_or_config(tmp_path, monkeypatch, checks_passed):
+    """The lock's check runs before each deletion of the prune and before `models.config`:
+    lost after `checks_passed` checks, the publish stops there (the lost lock stands in for
+    gs://'s here)."""
+    base = tmp_path / "serving" / "big_tip"
+    models = {name: _model(tmp_path, name, name.encode()) for name in "abc"}
+    for version, name in ((100, "a"), (101, "b"), (102, "c")):
+        pusher.push(models[name], str(base), version=version)
+    pusher.serving_config.after_push(str(base.parent), "big_tip")
+    config = (base.parent / "models.config").read_text()
+    calls = []
+
+    def confirm():
+        calls.append(len(calls))
+        if len(calls) > checks_passed:
+            raise RuntimeError("lost")
+
+    @contextlib.contextmanager
+    def lock(base_directory):
+        yield confirm
+
+    monkeypatch.setattr(pusher, "push_lock", lock)
+    with pytest.raises(RuntimeError, match="lost"):
+        pusher.publish(models["c"], str(base), keep_versions=1)
+    # Two checks stand before a change: the deletion of 100 (101 is loaded, so kept), then
+    # models.config.
+    assert calls == list(range(checks_passed + 1))
+    assert pusher.versions(str(base)) == ([100, 101, 102] if checks_passed == 0 else [101, 102])
+    assert (base.parent / "models.config").read_text() == config
 
 
 def test_the_served_blessing_names_the_model_as_the_blessing_does_an_id_or_vertex_s_resource_name():

@@ -3,6 +3,7 @@ Cloud Storage's generation preconditions (the image tests run it against the emu
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -23,6 +24,10 @@ class Bucket:
         self.objects = {}
         self.guard = threading.Lock()
         self.name = "models"
+        # Cloud Storage never gives a name a generation it had before, even after a delete.
+        self.generations = itertools.count(1)
+        # Writes whose answer is lost once they are done (the client then retries them).
+        self.lost_answers = 0
 
     def blob(self, name):
         return Blob(self, name)
@@ -45,8 +50,12 @@ class Blob:
             current = self.bucket.objects.get(self.name, (0, b""))[0]
             if current != if_generation_match:
                 raise exceptions.PreconditionFailed(f"{self.name}: generation {current}")
-            self.generation = current + 1
+            self.generation = next(self.bucket.generations)
             self.bucket.objects[self.name] = (self.generation, data.encode())
+            if self.bucket.lost_answers:
+                self.bucket.lost_answers -= 1
+                # What the client's retry of this very write meets.
+                raise exceptions.PreconditionFailed(f"{self.name}: generation {self.generation}")
 
     def download_as_bytes(self):
         with self.bucket.guard:
@@ -141,4 +150,17 @@ def test_a_holder_whose_lease_was_broken_learns_it_before_it_publishes(bucket, m
             lease.confirm()
         stalled.__exit__(None, None, None)
         other.confirm()  # the new holder's lock is still there, still its own
+    assert bucket.objects == {}
+
+
+def test_a_renewal_written_but_answered_as_refused_keeps_the_lock(bucket, monkeypatch):
+    """The client retries a renewal whose answer was lost, and the retry fails its
+    precondition on the holder's own write: the holder keeps the lock and releases it."""
+    monkeypatch.setattr(object_lock, "RENEW_SECONDS", 0.05)
+    with object_lock.held(URI, lease_seconds=30) as lease:
+        bucket.lost_answers = 1
+        time.sleep(0.3)
+        assert bucket.lost_answers == 0
+        lease.confirm()  # still its own
+        assert _record(bucket)["expires"] > time.time() + 20
     assert bucket.objects == {}
