@@ -23,7 +23,7 @@ import time
 from typing import Dict, Iterable, List, Tuple
 
 from components import compat
-from pipeline.cloud import beam_services
+from pipeline.beam import services as beam_services
 
 NODE_LINE = re.compile(r"^\[\s*[\d.]+ s\] (\w+)\s+([\d.]+) s$")
 BEAM_NODES = ("ImportExampleGen", "StatisticsGen", "DataGate", "Transform", "Evaluator")

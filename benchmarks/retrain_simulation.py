@@ -20,6 +20,7 @@ import tempfile
 import time
 
 from components.support.spans import span_numbers
+from pipeline.outcome import ExitCode
 
 
 def _field(pattern: str, text: str, default: str = "") -> str:
@@ -35,7 +36,8 @@ def _retrain(data_root: str, work: str, window: int) -> dict:
     done = subprocess.run(command, capture_output=True, text=True)
     seconds = time.perf_counter() - started
     out = done.stdout
-    outcome = {0: "pushed", 3: "not blessed", 4: "data rejected", 5: "locked"}.get(done.returncode, "error")
+    outcome = {ExitCode.OK: "pushed", ExitCode.NOT_BLESSED: "not blessed", ExitCode.DATA_REJECTED: "data rejected",
+               ExitCode.LOCKED: "locked"}.get(done.returncode, "error")
     if "nothing to do" in out:
         outcome = "nothing to do"
     return {

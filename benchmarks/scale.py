@@ -168,6 +168,7 @@ def sampling_error(data_root: str, rows: int, work: str) -> List[str]:
     from components.custom import span_statistics
     from components.support import spans
     from pipeline import config
+    from pipeline.beam import options as beam_options
 
     schema = tfdv.load_schema_text(config.schema_file())
     every = spans.span_numbers(data_root)
@@ -177,7 +178,7 @@ def sampling_error(data_root: str, rows: int, work: str) -> List[str]:
     for name, rate in rates.items():
         out = os.path.join(work, f"sampling-{rate}")
         os.makedirs(out, exist_ok=True)
-        options = PipelineOptions(list(config.local_beam_args()))
+        options = PipelineOptions(list(beam_options.local_beam_args()))
         stats = span_statistics.compute_span_statistics(
             beam.Pipeline(options=options), data_root, numbers, out, schema, rate)
         found = tfdv.validate_statistics(stats[numbers[1]], schema, previous_statistics=stats[numbers[0]])

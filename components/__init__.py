@@ -9,9 +9,6 @@ workers among them, inherit it).
 
 from components import compat  # noqa: F401
 
-# The curated schema (the data contract), in `components/model/schema/`.
-SCHEMA_FILE = "schema.pbtxt"
-
 
 def __getattr__(name: str):
     """`components.ServedModelBlessing`, imported on first use: KFP v2 containers find a

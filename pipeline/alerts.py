@@ -20,6 +20,8 @@ import urllib.parse
 import urllib.request
 from typing import Any, Dict, List, Optional
 
+from pipeline.outcome import ExitCode
+
 # Seconds a webhook has, in all, to take an alert before it is given up on.
 TIMEOUT_SECONDS = 5.0
 
@@ -97,7 +99,8 @@ def run_payload(command: str, exit_code: int, report: Any, error: str, outcome: 
 
 def monitor_failed_payload(error: str) -> Dict[str, Any]:
     """The webhook body of a `monitor` that failed (a missing path, say) before judging anything."""
-    return {"text": f"taxi-pipeline monitor failed: {error}", "command": "monitor", "exit_code": 1, "error": error}
+    return {"text": f"taxi-pipeline monitor failed: {error}", "command": "monitor",
+            "exit_code": int(ExitCode.ERROR), "error": error}
 
 
 def final_status_payload(final_status: str, pushed: Optional[int] = None, serving: Optional[int] = None,
@@ -128,6 +131,7 @@ def final_status_payload(final_status: str, pushed: Optional[int] = None, servin
                 "was trained on it"
     else:
         text += f"; nothing pushed ({f'version {serving} keeps serving' if serving else serving_text})"
-    return {"text": text, "outcome": state.lower(), "exit_code": 0 if state == "SUCCEEDED" else 1,
+    return {"text": text, "outcome": state.lower(),
+            "exit_code": int(ExitCode.OK if state == "SUCCEEDED" else ExitCode.ERROR),
             "pipeline_job": job, "error": error, "version": pushed if determined else None,
             "serving_version": serving, "nothing_new": pushed is None and newest_span is not None}

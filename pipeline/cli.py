@@ -22,7 +22,7 @@
     taxi-pipeline beam-services  Beam's job service and a worker pool on this machine, for
                              `--beam portable` (run, retrain and predict take `--beam`)
 
-Exit status (`pipeline.config.ExitCode`): 0 pushed or nothing to do, 3 trained but not
+Exit status (`pipeline.ExitCode`): 0 pushed or nothing to do, 3 trained but not
 blessed, 4 data rejected, 5 another run, retrain or gc holds the output root's lock, 6
 blessed but failed the serving check, 1 any other error.
 """
@@ -36,12 +36,13 @@ import os
 import sys
 from typing import ContextManager, Optional, Sequence
 
-from pipeline import beam_args, cloud_storage, config, failures, options
+from pipeline import cloud_storage, config, failures, options
+from pipeline.beam import services as beam_services
 from pipeline.cloud import commands as cloud_commands
 from pipeline.data import commands as data_commands
 from pipeline.inspect import commands as inspect_commands
 from pipeline.ops import commands as ops_commands
-from pipeline.outcome import Ending
+from pipeline.outcome import Ending, ExitCode
 from pipeline.patches import machinery
 from pipeline.run import commands as run_commands
 from pipeline.run import logs, process
@@ -70,19 +71,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         try:
             args.beam_target = options.beam_target(args)
         except ValueError as err:
-            command_line.error(str(err))  # exit 2, the usage line then this one
+            command_line.error(str(err))  # ExitCode.USAGE, the usage line then this one
         if args.command != "compile":
             try:
-                beam_args.check_reachable(args.beam_target)
+                beam_services.check_reachable(args.beam_target)
             except ValueError as err:
                 print(f"error: {err}", file=sys.stderr)
-                return config.ExitCode.ERROR
+                return ExitCode.ERROR
     # Until a run's own log file is set up (or for good, in the other commands), the log
     # is kept in memory: the console gets results and one line per failure, never a
     # traceback, and a failure's log is written out to a file named on the console.
     captured = logs.capture()
     ending = Ending()
-    code = config.ExitCode.ERROR
+    code = ExitCode.ERROR
     try:
         code = _dispatch(args, ending)
     finally:
@@ -97,7 +98,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command in ("run", "retrain") and args.notify:
             from pipeline import alerts
 
-            outcome = config.ExitCode(int(code)).name.lower().replace("_", " ")
+            outcome = ExitCode(int(code)).name.lower().replace("_", " ")
             alerts.send(args.notify, alerts.run_payload(args.command, int(code), ending.report, ending.error, outcome))
     return code
 
@@ -144,11 +145,11 @@ def _dispatch(args: argparse.Namespace, ending: Ending) -> int:
         else:
             message = failures.explain(err, _metadata_of(args))
         ending.fail(message, logged=isinstance(err, failures.StoreError))
-        return config.ExitCode.ERROR
+        return ExitCode.ERROR
     except Exception as err:  # the last line of defence: one line naming it, exit 1, the traceback in the log
         logging.exception("%s failed", args.command)
         ending.fail(failures.explain(err, _metadata_of(args)), logged=True)
-        return config.ExitCode.ERROR
+        return ExitCode.ERROR
 
 
 def console_main() -> None:

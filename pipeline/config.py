@@ -1,5 +1,5 @@
-"""The one config core: every default, the run settings shared by local runs and the
-compiled (Kubeflow Pipelines v2 / Vertex AI) pipeline, and the exit codes.
+"""The one config core: every default, and the run settings shared by local runs and the
+compiled (Kubeflow Pipelines v2 / Vertex AI) pipeline.
 
 Plain dataclasses, no TensorFlow: the command line resolves them before anything heavy is
 imported, and each runner turns them into `create_pipeline(...)`'s arguments with
@@ -9,17 +9,15 @@ imported, and each runner turns them into `create_pipeline(...)`'s arguments wit
 from __future__ import annotations
 
 import dataclasses
-import enum
 import os
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-import components
 import components.model
 from components.model.trainer.settings import ExportConfig, TrainConfig
 from components.setting import setting
 from components.support import serving_probe, spans
 from pipeline import code_version
-from pipeline.beam_args import runs_here
+from pipeline.beam.options import LOCAL_BEAM_ARGS, VERTEX_BEAM_ARGS, runs_here
 
 PIPELINE_NAME = "taxi-big-tip"  # KFP v2 allows [a-z0-9-] only
 MODEL_NAME = ExportConfig.model_name
@@ -49,17 +47,6 @@ ORCHESTRATORS = ("local", "beam")
 FUSE_ROOT = "/gcs/"
 # Where the Dockerfile installs the package; the schema ships inside it.
 IMAGE_SCHEMA_DIR = "/pipeline/components/model/schema"
-
-
-class ExitCode(enum.IntEnum):
-    """Exit status of `taxi-pipeline`, for schedulers and monitors."""
-
-    OK = 0  # pushed, or nothing needed doing
-    ERROR = 1  # anything else, with a message naming it
-    NOT_BLESSED = 3  # trained, not blessed: the previous version keeps serving
-    DATA_REJECTED = 4  # unreadable files, schema anomalies or drift: nothing trained
-    LOCKED = 5  # another run or retrain holds the output root
-    SERVING_CHECK_FAILED = 6  # blessed, but failed the serving check: the previous version keeps serving
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,73 +79,6 @@ def sized_evaluation(evaluation: EvaluationConfig, rows: int) -> EvaluationConfi
     return dataclasses.replace(evaluation, train_buckets=buckets - 1, eval_buckets=1)
 
 
-# The DirectRunner's in-memory engine, named: Beam >= 2.68's DirectRunner (TFX 1.21's
-# Beam) first tries the Prism runner, which downloads a binary of its own and ignores the
-# settings below, then falls back to this engine. The dotted path works on Beam 2.59 too.
-IN_MEMORY_RUNNER = "--runner=apache_beam.runners.portability.fn_api_runner.FnApiRunner"
-# Local runs: Beam's DirectRunner defaults, in memory with one worker, in this process.
-# Above `MULTI_PROCESS_ROWS` the components that gain from it get worker processes
-# (`parallel_beam_args`).
-LOCAL_BEAM_ARGS: Tuple[str, ...] = (
-    IN_MEMORY_RUNNER,
-    # Beam >= 2.52 weighs every cached side input with objsize, which walks all loaded
-    # modules' globals (TensorFlow's included) on each read; Beam's advice for
-    # pipelines with materialized side inputs is to turn the cache off
-    # (https://github.com/apache/beam/issues/30360).
-    "--max_cache_memory_usage_mb=0",
-    # Beam's other pickler: faster than dill for the pipelines' functions (dill also
-    # resets the cache of every logger on each call).
-    "--pickle_library=cloudpickle",
-)
-# From this many rows on, the Evaluator runs its Beam work in worker processes, one per
-# core, and ImportExampleGen on a thread per core; below, and for the other components
-# always, in this process. The Evaluator spends its time in TFMA's Python per example,
-# which worker processes share out; ImportExampleGen's is in TensorFlow's C++ reader and
-# GZIP writer, which threads share out without the start-up of processes. StatisticsGen
-# and Transform decode their records on a thread per core in this process (see
-# `pipeline.patches.tfxio`), and were slower in worker processes, which add their start-up
-# (a few seconds per component) and memory: at 1M rows StatisticsGen 14.9 s there against
-# 10.8 s here, Transform 17.9 s against 11.9 s. The data gate reads a sample.
-MULTI_PROCESS_ROWS = 300_000
-
-
-def parallel_beam_args(beam_args: Sequence[str], rows: int, cores: Optional[int] = None) -> Tuple[str, ...]:
-    """The Evaluator's Beam options for `rows` rows: from
-    `MULTI_PROCESS_ROWS` on, on several cores, the DirectRunner's multi_processing mode
-    with one worker per core, followed by `beam_args` (so that a mode, worker count or
-    runner the user gave still wins: Beam reads a repeated option's last value); else
-    nothing (the pipeline's options)."""
-    cores = cores or os.cpu_count() or 1
-    if not _shared_out(rows, cores):
-        return ()
-    return ("--direct_running_mode=multi_processing", f"--direct_num_workers={cores}") + tuple(beam_args)
-
-
-def _shared_out(rows: int, cores: Optional[int] = None) -> bool:
-    """Whether `rows` rows are worth sharing out over this machine's (or `cores`) cores."""
-    return rows >= MULTI_PROCESS_ROWS and (cores or os.cpu_count() or 1) >= 2
-
-
-def threaded_beam_args(beam_args: Sequence[str], rows: int, cores: Optional[int] = None) -> Tuple[str, ...]:
-    """ImportExampleGen's Beam options for `rows` rows: from `MULTI_PROCESS_ROWS` on, on
-    several cores, the DirectRunner's multi_threading mode, followed by `beam_args` (what
-    the user gave still wins); else nothing. Its work is TensorFlow's record reader and
-    GZIP writer, which leave the GIL while they work, so a thread per core shares out the
-    span files without the start-up of worker processes (1M rows: 6.7 s -> 4.7-5.4 s).
-    The thread count is said as 0, Beam's "one per core": the options are part of the
-    node's cache key, which must not change with the machine a root is run on."""
-    if not _shared_out(rows, cores):
-        return ()
-    return ("--direct_running_mode=multi_threading", "--direct_num_workers=0") + tuple(beam_args)
-
-
-# On Vertex the Beam components run Dataflow or the portable runner, as the user says;
-# the local in-memory settings and setup file make no sense there. Without a runner
-# given, inside each component's container, the same in-memory engine as locally
-# (not Beam 2.77's Prism, which would download a binary); a `--runner` given after wins.
-VERTEX_BEAM_ARGS: Tuple[str, ...] = (IN_MEMORY_RUNNER, "--max_cache_memory_usage_mb=0")
-
-
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """What the pipeline does, wherever it runs."""
@@ -179,9 +99,9 @@ class Settings:
     export: ExportConfig = ExportConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     beam_args: Tuple[str, ...] = ()
-    # The Evaluator's own Beam options (`parallel_beam_args`); empty: the pipeline's.
+    # The Evaluator's own Beam options (`pipeline.beam.options.parallel_beam_args`); empty: the pipeline's.
     parallel_beam_args: Tuple[str, ...] = ()
-    # ImportExampleGen's own (`threaded_beam_args`); empty: the pipeline's.
+    # ImportExampleGen's own (`pipeline.beam.options.threaded_beam_args`); empty: the pipeline's.
     ingest_beam_args: Tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -369,16 +289,6 @@ def pipeline_args(
     )
 
 
-def local_beam_args() -> Tuple[str, ...]:
-    """LOCAL_BEAM_ARGS plus this project's setup.py, when it is installed from source.
-
-    Naming the package source for Beam is what a distributed runner needs, and it stops
-    TFX from building a throwaway sdist of itself before every Beam component.
-    """
-    setup_py = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(components.__file__))), "setup.py")
-    return LOCAL_BEAM_ARGS + ((f"--setup_file={setup_py}",) if os.path.isfile(setup_py) else ())
-
-
 def schema_dir() -> str:
     """Folder of the curated schema shipped inside the `components` package."""
     return os.path.join(os.path.dirname(components.model.__file__), "schema")
@@ -386,7 +296,7 @@ def schema_dir() -> str:
 
 def schema_file() -> str:
     """The curated schema shipped inside the `components` package."""
-    return os.path.join(schema_dir(), components.SCHEMA_FILE)
+    return os.path.join(schema_dir(), components.model.SCHEMA_FILE)
 
 
 def _absolute(path: str) -> str:

@@ -12,7 +12,8 @@ from typing import Dict, List
 from components import setting
 from components.model.trainer.settings import ExportConfig
 from components.support import spans
-from pipeline import beam_args, config
+from pipeline import config
+from pipeline.beam import options as beam_options
 
 # The characters that make a path a glob pattern.
 GLOB_CHARACTERS = "*?["
@@ -207,9 +208,9 @@ def _model_version(text: str) -> str:
 
 def add_beam_options(command: argparse.ArgumentParser, default_help: str) -> None:
     beam = command.add_argument_group(
-        "where the Beam work runs", "see pipeline/beam_args.py; options after `--` are passed to Beam last, and win"
+        "where the Beam work runs", "see pipeline/beam/options.py; options after `--` are passed to Beam last, and win"
     )
-    beam.add_argument("--beam", choices=beam_args.KINDS, default="direct",
+    beam.add_argument("--beam", choices=beam_options.KINDS, default="direct",
                       help=f"direct: {default_help}; portable: a Beam job service and a Python worker pool; "
                            "flink, spark, dataflow: those runners")
     beam.add_argument("--job-endpoint", metavar="HOST:PORT", help="portable, spark: the Beam job service")
@@ -232,11 +233,11 @@ def add_beam_options(command: argparse.ArgumentParser, default_help: str) -> Non
                          help="more Beam options, after `--` (e.g. Dataflow's); they come last, and win")
 
 
-def beam_target(args: argparse.Namespace) -> beam_args.BeamTarget:
+def beam_target(args: argparse.Namespace) -> beam_options.BeamTarget:
     """The `--beam` flags as a BeamTarget, or ValueError naming what is missing."""
     if getattr(args, "beam_target", None) is not None:
         return args.beam_target
-    target = beam_args.target_from(
+    target = beam_options.target_from(
         args.beam, job_endpoint=args.job_endpoint, worker_pool=args.worker_pool, flink_master=args.flink_master,
         flink_job_server_jar=args.flink_job_server_jar, sdk_image=args.sdk_image, workers=args.beam_workers,
         dataflow_project=args.dataflow_project, dataflow_region=args.dataflow_region,
@@ -259,7 +260,7 @@ def settings(args: argparse.Namespace, local_beam_args: tuple, **more) -> config
 def beam_command_line(args: argparse.Namespace, local: tuple) -> tuple:
     """The Beam options a command's work runs with: `local` (this process's), turned by
     `--beam` into another target's, then the options given after `--`."""
-    return beam_args.command_line(local, beam_target(args), tuple(args.beam_args))
+    return beam_options.command_line(local, beam_target(args), tuple(args.beam_args))
 
 
 def exists(path: str) -> bool:

@@ -1,15 +1,29 @@
 """What a run ended as: its `Outcome` (and so its exit status), the nodes it ran, and the
-`RunReport` every command prints, pages, records and alerts from; and how any command
-ended (`Ending`), said last on the console."""
+`RunReport` every command prints, pages, records and alerts from; how any command ended
+(`Ending`), said last on the console; and the exit status of every ending (`ExitCode`,
+the one declaration of them: README's "Exit status" table lists the same)."""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import signal
 import sys
 from typing import Dict, List, Optional
 
-from pipeline.config import ExitCode
+
+class ExitCode(enum.IntEnum):
+    """Exit status of `taxi-pipeline`, for schedulers and monitors."""
+
+    OK = 0  # pushed, or nothing needed doing
+    ERROR = 1  # anything else, with a message naming it
+    USAGE = 2  # the command line is wrong: argparse's usage line, then what is missing (argparse exits so)
+    NOT_BLESSED = 3  # trained, not blessed: the previous version keeps serving
+    DATA_REJECTED = 4  # unreadable files, schema anomalies or drift: nothing trained
+    LOCKED = 5  # another run or retrain holds the output root
+    SERVING_CHECK_FAILED = 6  # blessed, but failed the serving check: the previous version keeps serving
+    # Ended by its watch (`pipeline.run.watch`), which kills it: what a shell reports for it.
+    KILLED = 128 + signal.SIGKILL
 
 
 class Outcome(enum.Enum):

@@ -22,10 +22,9 @@ from tfx.orchestration import pipeline as tfx_pipeline
 from tfx.proto import example_gen_pb2, trainer_pb2, transform_pb2
 from tfx.types import Channel, standard_artifacts
 
-import components
 from components.custom import gate, ingest, serving_check, window
 from components.custom import pusher as staged_pusher
-from components.model import features
+from components.model import SCHEMA_FILE, features
 from components.model.trainer import export
 from components.support import spans
 from pipeline.config import EvaluationConfig, Settings
@@ -191,7 +190,7 @@ def _data_checks(
     ).with_id("InferredSchemaGen")
     # The node keeps TFX's id: a store's history of schema imports stays one node's.
     schema = ingest.ImportSchema(
-        schema_file=f"{schema_path.rstrip('/')}/{components.SCHEMA_FILE}", digest=schema_digest,
+        schema_file=f"{schema_path.rstrip('/')}/{SCHEMA_FILE}", digest=schema_digest,
         code_version=code_version,
     ).with_id("ImportSchemaGen")
     example_validator = ExampleValidator(

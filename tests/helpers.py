@@ -1,6 +1,8 @@
 """What the tests share that is not a fixture: the repository, the data slice, the run
-timeout, a run's locations (`Workspace`), the command line, span files made to order, and
-what a failed command must show. Fixtures live in conftest.py files; tests import this."""
+timeout, a run's locations (`Workspace`), the command line, span files made to order, the
+schema and a local Beam pipeline, what a failed command must show, and the loopback
+sockets a test plays a server with (a free port, a server that never answers). Fixtures
+live in conftest.py files; tests import this."""
 
 from __future__ import annotations
 
@@ -8,10 +10,13 @@ import contextlib
 import dataclasses
 import glob
 import hashlib
+import ipaddress
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Callable, Dict, List, Sequence
 
@@ -24,6 +29,9 @@ SLICE_SPANS = (12, 13, 14, 15, 16)
 
 # The longest a pipeline run may take in a test before it is stopped and fails.
 RUN_TIMEOUT_SECONDS = 600
+
+# Where every server a test plays listens: this machine's loopback, never a network interface.
+LOOPBACK = "127.0.0.1"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,28 +93,55 @@ def cli_command(*args: str) -> List[str]:
     return [os.path.join(os.path.dirname(sys.executable), "taxi-pipeline"), *args]
 
 
-def write_gzip_records(path: Path, records: Sequence[bytes]) -> None:
-    """GZIP TFRecords at `path`, as a span's file."""
+def run_until(argv: Sequence[str], marker: str, then: Callable[[], None],
+              env: Dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`argv` in a subprocess (`env` over this environment); `then()` as soon as a line of
+    its output holds `marker` (a step under way); how it ended, with all it wrote."""
+    process = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, **(env or {})})
+    seen = []
+    try:
+        for line in process.stdout:
+            seen.append(line)
+            if marker in line:
+                then()
+                break
+        stdout, stderr = process.communicate(timeout=RUN_TIMEOUT_SECONDS)
+    finally:
+        process.kill()
+    return subprocess.CompletedProcess(process.args, process.returncode, "".join(seen) + stdout, stderr)
+
+
+def write_records(path: Path, records: Sequence[bytes], compression: str = "GZIP") -> Path:
+    """TFRecords at `path`, GZIP as a span's file (`compression` "": none), its folder made."""
     import tensorflow as tf
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tf.io.TFRecordWriter(str(path), tf.io.TFRecordOptions(compression_type="GZIP")) as writer:
+    with tf.io.TFRecordWriter(str(path), tf.io.TFRecordOptions(compression_type=compression)) as writer:
         for record in records:
             writer.write(record)
+    return path
+
+
+def edited(records: Sequence[bytes], edit: Callable, every: int = 1) -> List[bytes]:
+    """The serialized examples `records`, `edit(example)` applied to one in `every`."""
+    import tensorflow as tf
+
+    changed = []
+    for index, record in enumerate(records):
+        example = tf.train.Example.FromString(record)
+        if index % every == 0:
+            edit(example)
+        changed.append(example.SerializeToString())
+    return changed
 
 
 def span_like(source_dir: Path, every: int, edit: Callable) -> List[bytes]:
     """The examples of a span folder, `edit` applied to one in `every`."""
     import tensorflow as tf
 
-    records = []
     files = sorted(glob.glob(str(source_dir / "*.gz")))
-    for index, record in enumerate(tf.data.TFRecordDataset(files, compression_type="GZIP")):
-        example = tf.train.Example.FromString(record.numpy())
-        if index % every == 0:
-            edit(example)
-        records.append(example.SerializeToString())
-    return records
+    return edited([record.numpy() for record in tf.data.TFRecordDataset(files, compression_type="GZIP")], edit, every)
 
 
 def unknown_payment(example) -> None:
@@ -190,6 +225,18 @@ def tmpfs(path: Path, size_kb: int, read_only: bool = False, fill_from: Path | N
         subprocess.run(["umount", "-l", str(path)], check=False)
 
 
+def served_models(serving_dir) -> list:
+    """The model entries of the serving folder's `models.config`, parsed by TF Serving's own
+    proto (`model_server_config_pb2.ModelConfig`)."""
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    from components.support import serving_config
+
+    text = (Path(serving_dir) / serving_config.CONFIG_FILE).read_text()
+    return list(text_format.Parse(text, model_server_config_pb2.ModelServerConfig()).model_config_list.config)
+
+
 def inferred_schema(output_root: Path) -> str:
     """The schema InferredSchemaGen wrote under `output_root`, as text with its features
     and string domains in name order (`pipeline.inspect.parity.inferred_schema`)."""
@@ -198,3 +245,91 @@ def inferred_schema(output_root: Path) -> str:
     found = parity.inferred_schema(str(output_root))
     assert found, f"no schema of InferredSchemaGen under {output_root}"
     return found
+
+
+def curated_schema():
+    """The curated schema the pipeline imports (`config.schema_file()`), parsed."""
+    import tensorflow_data_validation as tfdv
+
+    from pipeline import config
+
+    return tfdv.load_schema_text(config.schema_file())
+
+
+def local_beam_pipeline(*extra: str):
+    """A Beam pipeline on the local runs' options (`LOCAL_BEAM_ARGS`), then `extra`."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline.beam.options import LOCAL_BEAM_ARGS
+
+    return beam.Pipeline(options=PipelineOptions([*LOCAL_BEAM_ARGS, *extra]))
+
+
+# -- Servers a test plays, on the loopback only ------------------------------------------
+
+
+def free_ports(count: int = 1) -> List[int]:
+    """`count` different ports of 127.0.0.1 that nothing listens on: a connection to one is
+    refused until something binds it (`(port,) = free_ports()`)."""
+    probes = [socket.socket() for _ in range(count)]
+    try:
+        for probe in probes:  # all bound at once, so the kernel hands out different ports
+            probe.bind((LOOPBACK, 0))
+        return [probe.getsockname()[1] for probe in probes]
+    finally:
+        for probe in probes:
+            probe.close()
+
+
+class SilentSocket:
+    """A TCP socket that accepts every connection and never says a word, as a hung or
+    stopped server's kernel does: its `port`, `address` (HOST:PORT) and the connections it
+    `held`, open and unanswered. `answer(connection)`, when given, may answer a connection
+    instead: returning True, the connection is closed, not held. On 127.0.0.1 unless `host`
+    names another loopback address (a test that needs a fixed `port`, 443, on an address of
+    its own). A context manager; `close()` stops it and closes what it holds."""
+
+    def __init__(self, host: str = LOOPBACK, port: int = 0,
+                 answer: Callable[[socket.socket], bool] | None = None) -> None:
+        assert ipaddress.ip_address(host).is_loopback, f"{host} is not a loopback address"
+        self.answer = answer
+        self.held: List[socket.socket] = []
+        self._listener = socket.socket()
+        try:
+            self._listener.bind((host, port))
+        except OSError:
+            self._listener.close()
+            raise
+        self._listener.listen(16)
+        self.host, self.port = self._listener.getsockname()[:2]
+        self._accepting = threading.Thread(target=self._accept, daemon=True)
+        self._accepting.start()
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):  # until `close()`
+            while True:
+                connection = self._listener.accept()[0]
+                if self.answer is not None and self.answer(connection):
+                    connection.close()
+                else:
+                    self.held.append(connection)
+
+    def close(self) -> None:
+        # A listener closed while another thread waits in accept() would go on accepting.
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+        self._accepting.join(timeout=5)
+        for connection in self.held:
+            connection.close()
+
+    def __enter__(self) -> "SilentSocket":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()

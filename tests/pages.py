@@ -8,6 +8,8 @@ import shutil
 import subprocess
 import threading
 
+from tests.helpers import LOOPBACK
+
 BROWSER_TIMEOUT_SECONDS = 120
 
 
@@ -49,26 +51,34 @@ class Page(html.parser.HTMLParser):
             self.text_by_id[element_id] = self.text_by_id.get(element_id, "") + data
 
 
-class Webhook(http.server.BaseHTTPRequestHandler):
-    received: list = []
-
-    def do_POST(self):  # noqa: N802 (http.server's name)
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        type(self).received.append(json.loads(body))
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, *args):
-        pass
+def rendered(path) -> Page:
+    """The page at `path` as chromium renders it: its DOM once its scripts ran, parsed."""
+    dom = browser("--dump-dom", f"file://{path}")
+    assert dom.returncode == 0, dom.stderr
+    page = Page()
+    page.feed(dom.stdout)
+    return page
 
 
 def serve_webhook():
-    """A webhook on 127.0.0.1 that keeps what it receives, until the generator is closed."""
-    Webhook.received = []
-    server = http.server.HTTPServer(("127.0.0.1", 0), Webhook)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/hook", Webhook.received
-    server.shutdown()
-    server.server_close()
+    """A webhook on 127.0.0.1 that keeps what it receives, until the generator is closed:
+    yields its URL and the JSON bodies it received, in order (each webhook its own list)."""
+    received: list = []
+
+    class Webhook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (http.server's name)
+            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer((LOOPBACK, 0), Webhook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://{LOOPBACK}:{server.server_port}/hook", received
+    finally:
+        server.shutdown()
+        server.server_close()

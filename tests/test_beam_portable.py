@@ -21,7 +21,7 @@ from typing import Dict, Iterator, List, Set
 import numpy as np
 import pytest
 
-from pipeline.cloud import beam_services
+from pipeline.beam import services as beam_services
 from tests.helpers import SLICE_SPANS, Workspace, inferred_schema
 
 pytestmark = pytest.mark.slow

@@ -12,6 +12,7 @@ import tensorflow as tf
 from ml_metadata.proto import metadata_store_pb2
 
 from components import compat
+from tests.helpers import Workspace
 
 NODES = {
     "SpanWindow", "ImportExampleGen", "StatisticsGen", "InferredSchemaGen", "ImportSchemaGen", "ExampleValidator",
@@ -20,22 +21,6 @@ NODES = {
 COMPLETE = metadata_store_pb2.Execution.COMPLETE
 
 pytestmark = [pytest.mark.slow, pytest.mark.every_stack]
-
-
-def _gzip_records(path, records):
-    with tf.io.TFRecordWriter(str(path), tf.io.TFRecordOptions(compression_type="GZIP")) as writer:
-        for record in records:
-            writer.write(record)
-
-
-def _rewritten(source_dir, edit):
-    """Every example of the span folder `source_dir`, passed through `edit`, serialized."""
-    records = []
-    for record in tf.data.TFRecordDataset(sorted(glob.glob(str(source_dir / "*"))), compression_type="GZIP"):
-        example = tf.train.Example.FromString(record.numpy())
-        edit(example)
-        records.append(example.SerializeToString())
-    return records
 
 
 def test_first_run_executes_every_node_once_and_pushes_one_version(finished_run, executions, last_run):
@@ -87,7 +72,7 @@ def test_pushed_model_scores_examples_without_label(finished_run, examples_witho
     examples = examples_without_label(ws.data, 50)
     outputs = loaded.signatures["serving_default"](examples=tf.constant(examples))
     probability = outputs["probability"].numpy()
-    assert probability.shape == (len(examples),)
+    assert probability.shape == (50,)  # a score for each example, and the checks below not over nothing
     assert np.all((probability >= 0.0) & (probability <= 1.0))
     assert set(np.unique(outputs["class_id"].numpy())) <= {0, 1}
     assert set(loaded.signatures) == {"serving_default", "serving_raw", "transform_features"}
@@ -107,26 +92,56 @@ def test_pushed_model_carries_the_warmup_requests_and_the_training_summary(finis
     assert summary["eval_auc"] > 0.8
 
 
-@pytest.mark.timeout(1800)  # a run, two that run nothing, and maybe the session's run first
-def test_an_unchanged_rerun_or_identical_bytes_rewritten_execute_nothing_and_push_nothing(
-        copy_of_finished_run, taxi_pipeline, executions):
+def _artifact_uris(metadata_path):
+    from ml_metadata import metadata_store
+
+    config = metadata_store_pb2.ConnectionConfig()
+    config.sqlite.filename_uri = str(metadata_path)
+    config.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
+    return [artifact.uri for artifact in metadata_store.MetadataStore(config).get_artifacts()]
+
+
+def _assert_unchanged_and_here(ws, result, before, versions, executions, last_run):
+    """Nothing ran, nothing was pushed, and every record names this workspace's files."""
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Nothing changed since the last run" in result.stdout
+    assert executions(ws.metadata) == before and ws.versions() == versions
+    uris = _artifact_uris(ws.metadata)
+    assert len(uris) > 10 and all(uri.startswith(f"{ws.root}/") for uri in uris), uris
+    assert f'base_path: "{ws.model_dir}"' in (ws.serving / "models.config").read_text()
+    assert last_run(ws.out)["pushed_version_dir"] == str(ws.model_dir / versions[-1])
+
+
+@pytest.mark.timeout(600)
+def test_a_copied_or_moved_root_and_identical_bytes_rewritten_execute_nothing_and_push_nothing(
+        finished_run, copy_of_finished_run, taxi_pipeline, executions, last_run, tmp_path):
+    """A copy of the output root, data and serving folder beside the original (what the
+    suite's copies are), then the copy moved (a restore from a backup): no retraining, no
+    failure, and every record points at the folder it sits in now, never the original's."""
+    original = finished_run.workspace
+    untouched = original.good_state()
     ws = copy_of_finished_run
-    first = taxi_pipeline("run", *ws.locations())  # the copy's paths differ: one real run first
-    assert first.returncode == 0, first.stdout + first.stderr
     before, versions = executions(ws.metadata), ws.versions()
+    copied = taxi_pipeline("run", *ws.locations())
+    _assert_unchanged_and_here(ws, copied, before, versions, executions, last_run)
+    assert f"Moved or copied output root: {len(_artifact_uris(ws.metadata))} artifact location(s)" in copied.stdout
+    assert f"models.config named {original.model_dir} for big_tip" in copied.stdout
+    assert original.good_state() == untouched
     again = taxi_pipeline("run", *ws.locations())
-    assert again.returncode == 0
-    assert "Nothing changed since the last run" in again.stdout
-    assert executions(ws.metadata) == before
-    assert ws.versions() == versions
+    _assert_unchanged_and_here(ws, again, before, versions, executions, last_run)
+    assert "Moved or copied" not in again.stdout and "models.config named" not in again.stdout
     for path in ws.data.glob("span-*/*.gz"):  # what `cp -r` or a re-run of an export job does
         content = path.read_bytes()
         path.unlink()
         path.write_bytes(content)
     rewritten = taxi_pipeline("run", *ws.locations())
-    assert rewritten.returncode == 0, rewritten.stdout + rewritten.stderr
-    assert "Nothing changed since the last run" in rewritten.stdout
-    assert executions(ws.metadata) == before and ws.versions() == versions
+    _assert_unchanged_and_here(ws, rewritten, before, versions, executions, last_run)
+    moved = Workspace(tmp_path / "restored")
+    shutil.move(ws.root, moved.root)
+    restored = taxi_pipeline("run", *moved.locations())
+    _assert_unchanged_and_here(moved, restored, before, versions, executions, last_run)
+    assert f"({ws.out} -> {moved.out}; {ws.serving} -> {moved.serving})" in restored.stdout
+    assert original.good_state() == untouched
 
 
 def test_export_is_hermetic(finished_run, examples_without_label, tmp_path):

@@ -7,17 +7,14 @@ store and the last run's record."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
 import sqlite3
-import threading
 import time
 
 import pytest
 
 from pipeline import config
-from tests.helpers import assert_one_clear_line, full_log
+from tests.helpers import SilentSocket, assert_one_clear_line, free_ports, full_log
 
 pytestmark = pytest.mark.slow
 
@@ -76,35 +73,16 @@ def test_a_locked_sqlite_store_costs_seconds_and_says_who_to_ask(copy_of_finishe
 
 @pytest.fixture
 def silent_server():
-    """A TCP server on 127.0.0.1 that accepts connections and never says a word."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    held = []
-
-    def accept():
-        with contextlib.suppress(OSError):
-            while True:
-                held.append(server.accept()[0])
-
-    threading.Thread(target=accept, daemon=True).start()
-    yield server.getsockname()[1]
-    server.close()
-    for connection in held:
-        connection.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """The port of a TCP server on 127.0.0.1 that accepts connections and never says a word."""
+    with SilentSocket() as server:
+        yield server.port
 
 
 @pytest.mark.parametrize("server", ["refusing", "silent"])
 def test_an_unreachable_mysql_store_costs_seconds(copy_of_finished_run, taxi_pipeline, silent_server, server):
     ws = copy_of_finished_run
     before = ws.good_state()
-    port = silent_server if server == "silent" else _free_port()
+    port = silent_server if server == "silent" else free_ports()[0]
     account = {config.MYSQL_USER_ENV: "mlmd", config.MYSQL_PASSWORD_ENV: "secret"}
     address = f"127.0.0.1:{port}/mlmd"
     why = "no answer within 5 s" if server == "silent" else "Connection refused"
@@ -172,13 +150,12 @@ def test_commands_given_what_does_not_exist_name_it(copy_of_finished_run, taxi_p
 def test_a_webhook_that_hangs_or_refuses_costs_seconds_and_no_exit_status(copy_of_finished_run, taxi_pipeline,
                                                                           silent_server):
     ws = copy_of_finished_run
-    assert taxi_pipeline("run", *ws.locations()).returncode == 0  # the copy's own paths recorded
     before = ws.good_state()
     # The URL from a file, then from the environment (no command line holds it): logs
     # name its scheme and host, never its path, where a webhook's credential is.
     url_file = ws.root / "webhook-url"
     for port, why, given in ((silent_server, "did not answer within 5 s", "file"),
-                             (_free_port(), "could not be reached", "env")):
+                             (free_ports()[0], "could not be reached", "env")):
         url = f"http://127.0.0.1:{port}/hook-s3cr3t"
         url_file.write_text(url + "\n")
         started = time.monotonic()

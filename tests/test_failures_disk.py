@@ -6,12 +6,11 @@ subprocess: the exit status, the last line, and nothing already good changed."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import RUN_TIMEOUT_SECONDS, assert_one_clear_line, full_log, tmpfs
+from tests.helpers import assert_one_clear_line, full_log, run_until, tmpfs
 
 pytestmark = pytest.mark.slow
 
@@ -76,18 +75,9 @@ def test_a_data_root_that_disappears_mid_run_is_named(copy_of_finished_run, cli_
     ws = copy_of_finished_run
     shutil.copytree(ws.data / "span-16", ws.data / "span-17")  # new data: the run ingests it
     before = ws.good_state()
-    process = subprocess.Popen(cli_argv("run", *ws.locations()), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
-    try:
-        for line in process.stdout:
-            if "ImportExampleGen" in line:  # ingested: later steps read the data root again
-                shutil.rmtree(ws.data)
-                break
-        stdout, stderr = process.communicate(timeout=RUN_TIMEOUT_SECONDS)
-    finally:
-        process.kill()
-    result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-    line = assert_one_clear_line(result, 1, f"data root {ws.data} does not exist or is not a folder (moved, deleted")
+    # Once ImportExampleGen ingested: later steps read the data root again.
+    result = run_until(cli_argv("run", *ws.locations()), "ImportExampleGen", lambda: shutil.rmtree(ws.data))
+    assert_one_clear_line(result, 1, f"data root {ws.data} does not exist or is not a folder (moved, deleted")
     assert "Traceback" in full_log(result)
     after = ws.good_state()
     assert {k: v for k, v in after.items() if "metadata" not in k and "last_run" not in k} == {

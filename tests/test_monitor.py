@@ -11,7 +11,8 @@ from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
 from components.model import features
 from pipeline.ops import request_logs
-from tests.pages import Page, browser
+from tests.helpers import edited, last_line, write_records
+from tests.pages import rendered
 
 pytestmark = pytest.mark.slow
 
@@ -27,24 +28,6 @@ def _values(example: tf.train.Example) -> dict:
     return found
 
 
-def _edit(records, change, every=1):
-    """`records` with `change(example)` applied to every `every`th one."""
-    edited = []
-    for index, record in enumerate(records):
-        example = tf.train.Example.FromString(record)
-        if index % every == 0:
-            change(example)
-        edited.append(example.SerializeToString())
-    return edited
-
-
-def _write_examples(path, records, compressed=True):
-    with tf.io.TFRecordWriter(str(path), options="GZIP" if compressed else None) as writer:
-        for record in records:
-            writer.write(record)
-    return path
-
-
 def _write_prediction_logs(path, records):
     logs = []
     for record in records:
@@ -52,7 +35,7 @@ def _write_prediction_logs(path, records):
         request.inputs[request_logs.EXAMPLES_INPUT].CopyFrom(tf.make_tensor_proto([record]))
         logs.append(prediction_log_pb2.PredictionLog(
             predict_log=prediction_log_pb2.PredictLog(request=request)).SerializeToString())
-    return _write_examples(path, logs, compressed=False)
+    return write_records(path, logs, compression="")
 
 
 def _write_json(path, records, batch=10, raw=False, garbage=()):
@@ -89,7 +72,7 @@ def test_clean_traffic_in_every_format_passes_and_is_recorded(traffic, taxi_pipe
     third = len(records) // 3
     logged = tmp_path / "logged"
     logged.mkdir()
-    _write_examples(logged / "gateway.tfrecord.gz", records[:third])
+    write_records(logged / "gateway.tfrecord.gz", records[:third])
     _write_prediction_logs(logged / "predictions-00000-of-00001", records[third:2 * third])
     half = (len(records) - 2 * third) // 2
     _write_json(logged / "rest.jsonl", records[2 * third:2 * third + half])
@@ -120,7 +103,7 @@ def test_a_shifted_feature_fails_naming_it_on_the_page_and_in_the_alert(traffic,
         fare = example.features.feature["fare"].float_list.value
         fare[0] = fare[0] * 4 + 20
 
-    shifted = _write_examples(tmp_path / "shifted.tfrecord", _edit(records, quadruple_fare), compressed=False)
+    shifted = write_records(tmp_path / "shifted.tfrecord", edited(records, quadruple_fare), compression="")
     found = _monitor(taxi_pipeline, ws, "--requests", str(shifted), "--notify", url)
     assert found.returncode == 4, found.stdout + found.stderr
     (line,) = [line for line in found.stdout.splitlines() if line.startswith("feature 'fare'")]
@@ -130,16 +113,13 @@ def test_a_shifted_feature_fails_naming_it_on_the_page_and_in_the_alert(traffic,
     assert alert["exit_code"] == 4 and alert["version"] == int(version) and line in alert["findings"]
 
     page = found.stdout.splitlines()[-1].removeprefix("Page: ")
-    dom = browser("--dump-dom", f"file://{page}")
-    assert dom.returncode == 0, dom.stderr
-    rendered = Page()
-    rendered.feed(dom.stdout)
-    assert "finding(s)" in rendered.text_by_id["decision"] and "(exit 4)" in rendered.text_by_id["decision"]
-    assert "feature 'fare'" in rendered.text_by_id["findings"]
-    assert "shifted.tfrecord" in rendered.text_by_id["records"]
+    shown = rendered(page)
+    assert "finding(s)" in shown.text_by_id["decision"] and "(exit 4)" in shown.text_by_id["decision"]
+    assert "feature 'fare'" in shown.text_by_id["findings"]
+    assert "shifted.tfrecord" in shown.text_by_id["records"]
     # The skew plot and one plot per feature, every one embedded.
-    assert len(rendered.images) >= len(features.FEATURES) + 1
-    assert all(src.startswith("data:image/svg+xml;base64,") for src in rendered.images)
+    assert len(shown.images) >= len(features.FEATURES) + 1
+    assert all(src.startswith("data:image/svg+xml;base64,") for src in shown.images)
 
 
 def test_a_flood_of_an_unseen_company_and_a_missing_required_feature_fail_naming_them(
@@ -150,7 +130,7 @@ def test_a_flood_of_an_unseen_company_and_a_missing_required_feature_fail_naming
     def unseen_company(example):
         example.features.feature["company"].bytes_list.value[:] = [b"Nobody's Cabs Ltd"]
 
-    flood = _write_json(tmp_path / "flood.jsonl", _edit(records, unseen_company, every=2), raw=True)
+    flood = _write_json(tmp_path / "flood.jsonl", edited(records, unseen_company, every=2), raw=True)
     found = _monitor(taxi_pipeline, ws, "--requests", str(flood))
     assert found.returncode == 4, found.stdout + found.stderr
     assert re.search(r"^feature 'company': skew L_INFTY 0\.\d{3} \(threshold 0\.240\)$", found.stdout, re.M)
@@ -158,7 +138,7 @@ def test_a_flood_of_an_unseen_company_and_a_missing_required_feature_fail_naming
     def without_trip_miles(example):
         del example.features.feature["trip_miles"]
 
-    missing = _write_prediction_logs(tmp_path / "predictions.tfrecord", _edit(records, without_trip_miles, every=10))
+    missing = _write_prediction_logs(tmp_path / "predictions.tfrecord", edited(records, without_trip_miles, every=10))
     found = _monitor(taxi_pipeline, ws, "--requests", str(missing))
     assert found.returncode == 4, found.stdout + found.stderr
     assert re.search(r"^feature 'trip_miles': .*(FEATURE_TYPE_LOW_FRACTION_PRESENT|missing|presence)", found.stdout,
@@ -172,7 +152,7 @@ def test_garbage_records_are_named_and_too_many_stop_the_judgement(traffic, taxi
     logged = _write_json(tmp_path / "rest.jsonl", records[:500], batch=1, garbage=garbage)
     stopped = _monitor(taxi_pipeline, ws, "--requests", str(logged))
     assert stopped.returncode == 1, stopped.stdout + stopped.stderr
-    last = stopped.stderr.strip().splitlines()[-1]
+    last = last_line(stopped)
     assert last.startswith("error: 11 of 511 logged records are malformed (more than --max-malformed 1%)"), last
     assert f"{logged}, line 5: " in last and "the traffic was not judged" in last
 
@@ -183,7 +163,7 @@ def test_garbage_records_are_named_and_too_many_stop_the_judgement(traffic, taxi
     assert "Monitored 500 requests" in judged.stdout
 
     # A TFRecord file cut short: the records after the cut are one malformed entry.
-    whole = _write_examples(tmp_path / "cut.tfrecord", records[:300], compressed=False).read_bytes()
+    whole = write_records(tmp_path / "cut.tfrecord", records[:300], compression="").read_bytes()
     (tmp_path / "cut.tfrecord").write_bytes(whole[:-150])
     cut = _monitor(taxi_pipeline, ws, "--requests", str(tmp_path / "cut.tfrecord"))
     assert cut.returncode == 0, cut.stdout + cut.stderr
@@ -196,12 +176,12 @@ def test_garbage_records_are_named_and_too_many_stop_the_judgement(traffic, taxi
 
 def test_an_output_root_without_the_store_is_named_and_nothing_is_written(traffic, taxi_pipeline, tmp_path):
     ws, version, records = traffic
-    logged = _write_examples(tmp_path / "requests.tfrecord.gz", records[:100])
+    logged = write_records(tmp_path / "requests.tfrecord.gz", records[:100])
     elsewhere = tmp_path / "elsewhere"
     found = taxi_pipeline("monitor", "--requests", str(logged), "--output-root", str(elsewhere),
                           "--serving-dir", str(ws.serving))
     assert found.returncode == 1, found.stdout + found.stderr
-    last = found.stderr.strip().splitlines()[-1]
+    last = last_line(found)
     assert last == (f"error: no metadata store at {elsewhere / 'metadata.sqlite'}: give the --output-root (or "
                     f"--metadata-mysql) of the pipeline that pushed version {version}")
     assert not elsewhere.exists()

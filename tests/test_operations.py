@@ -2,18 +2,14 @@
 rollback and pins of what TF Serving serves, and run-end alerts."""
 
 import json
-import os
 import re
 import shutil
 
 import numpy as np
 import pytest
-from google.protobuf import text_format
-from tensorflow_serving.config import model_server_config_pb2
 
-from components.support import serving_config
-from tests.helpers import SLICE_SPANS
-from tests.pages import Page, browser
+from tests.helpers import SLICE_SPANS, served_models, write_records
+from tests.pages import browser, rendered
 
 pytestmark = pytest.mark.slow
 
@@ -35,10 +31,7 @@ def test_each_run_writes_a_page_a_browser_renders_with_its_key_parts(finished_ru
     # Self-contained: nothing is fetched when it is opened.
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", text)
 
-    dom = browser("--dump-dom", f"file://{path}")
-    assert dom.returncode == 0, dom.stderr
-    page = Page()
-    page.feed(dom.stdout)
+    page = rendered(path)
     version = ws.versions()[0]
     decision = " ".join(page.text_by_id["decision"].split())
     assert decision.startswith(f"Pushed model version {version}") and "(exit 0)" in decision
@@ -85,10 +78,7 @@ def test_every_pushed_version_carries_its_model_card(copy_of_finished_run, last_
     loaded = tf.saved_model.load(str(ws.model_dir / version))
     assert "serving_default" in loaded.signatures
 
-    dom = browser("--dump-dom", f"file://{folder / 'model_card.html'}")
-    assert dom.returncode == 0, dom.stderr
-    page = Page()
-    page.feed(dom.stdout)
+    page = rendered(folder / "model_card.html")
     assert all(section in page.text_by_id for section in ("model", "data", "evaluation", "serving", "contract",
                                                           "limitations"))
     assert version in page.text_by_id["model"] and "payment_type" in page.text_by_id["contract"]
@@ -146,13 +136,6 @@ def test_history_and_lineage_name_the_run_the_data_and_the_evaluation(copy_of_fi
     assert unknown.returncode == 1 and "no push of version 12345" in unknown.stderr
 
 
-def _models_config(serving_dir) -> model_server_config_pb2.ModelConfig:
-    with open(os.path.join(serving_dir, serving_config.CONFIG_FILE)) as handle:
-        config = text_format.Parse(handle.read(), model_server_config_pb2.ModelServerConfig())
-    (entry,) = config.model_config_list.config
-    return entry
-
-
 def test_a_rollback_pins_a_version_the_next_run_and_its_retention_keep(
     copy_of_finished_run, taxi_pipeline, webhook, tmp_path
 ):
@@ -167,7 +150,7 @@ def test_a_rollback_pins_a_version_the_next_run_and_its_retention_keep(
     rollback = taxi_pipeline("serving", "rollback", *serving)
     assert rollback.returncode == 0, rollback.stderr
     assert f"serving version {older} (was version {pushed})" in rollback.stdout
-    entry = _models_config(ws.serving)
+    (entry,) = served_models(ws.serving)
     assert list(entry.model_version_policy.specific.versions) == [int(older)]
     # TF Serving had not loaded the older version: labelling it would make it refuse the file.
     assert "stable" not in entry.version_labels
@@ -182,7 +165,8 @@ def test_a_rollback_pins_a_version_the_next_run_and_its_retention_keep(
     versions = ws.versions()
     assert len(versions) == 2 and versions[0] == older and int(versions[1]) >= int(pushed)
     newest = versions[1]
-    assert list(_models_config(ws.serving).model_version_policy.specific.versions) == [int(older)]
+    (entry,) = served_models(ws.serving)
+    assert list(entry.model_version_policy.specific.versions) == [int(older)]
     listing = taxi_pipeline("serving", "list", *serving)
     assert f"pinned to version {older}" in listing.stdout
     assert re.search(rf"^{older} .*SERVING pinned", listing.stdout, re.M)
@@ -192,7 +176,7 @@ def test_a_rollback_pins_a_version_the_next_run_and_its_retention_keep(
 
     unpin = taxi_pipeline("serving", "unpin", *serving)
     assert unpin.returncode == 0, unpin.stderr
-    entry = _models_config(ws.serving)
+    (entry,) = served_models(ws.serving)
     assert list(entry.model_version_policy.specific.versions) == [int(older), int(newest)]
     assert dict(entry.version_labels) == {"stable": int(older)}  # what served before, and was loaded
 
@@ -234,11 +218,9 @@ def test_batch_scores_equal_the_saved_models_own(copy_of_finished_run, taxi_pipe
     ws = copy_of_finished_run
     # A label-free copy of the run's spans of data/, as a client would score them.
     serialized = examples_without_label(ws.data, 100_000)
+    assert serialized, ws.data  # the comparisons below are over every one of them
     inputs = tmp_path / "to-score"
-    inputs.mkdir()
-    with tf.io.TFRecordWriter(str(inputs / "part-0.tfrecord.gz"), options="GZIP") as writer:
-        for record in serialized:
-            writer.write(record)
+    write_records(inputs / "part-0.tfrecord.gz", serialized)
     output = tmp_path / "scored"
     scored = taxi_pipeline("predict", "--model", "latest", "--input", str(inputs / "*"), "--output", str(output),
                            "--serving-dir", str(ws.serving), "--csv")

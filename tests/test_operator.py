@@ -12,8 +12,8 @@ from tests.helpers import (
     copy_padded_spans,
     span_like,
     unknown_payment,
-    write_gzip_records,
     write_leftovers,
+    write_records,
 )
 
 pytestmark = pytest.mark.slow
@@ -122,7 +122,7 @@ def test_a_problem_confined_to_the_new_span_is_rejected_naming_the_span(
 ):
     ws = copy_of_finished_run
     versions = ws.versions()
-    write_gzip_records(ws.data / "span-17" / "trips.tfrecord.gz", span_like(ws.data / "span-16", every, edit))
+    write_records(ws.data / "span-17" / "trips.tfrecord.gz", span_like(ws.data / "span-16", every, edit))
     result = taxi_pipeline("run", *ws.locations())
     assert result.returncode == 4, result.stdout + result.stderr
     record = last_run(ws.out)
@@ -149,7 +149,7 @@ def test_a_new_span_whose_label_was_corrupted_upstream_is_rejected_naming_the_la
     served = ws.good_state()
     served.pop(str(ws.metadata.relative_to(ws.root)))
     served.pop(str((ws.out / "last_run.json").relative_to(ws.root)))
-    write_gzip_records(ws.data / "span-17" / "trips.tfrecord.gz", span_like(ws.data / "span-16", 1, _inverted_label))
+    write_records(ws.data / "span-17" / "trips.tfrecord.gz", span_like(ws.data / "span-16", 1, _inverted_label))
     result = taxi_pipeline(*command, *ws.locations())
     assert result.returncode == 4, result.stdout + result.stderr
     (line,) = [line for line in last_run(ws.out)["anomalies"] if "label" in line]

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from tests.helpers import REPO_ROOT
-from tests.pages import Page, browser
+from tests.pages import rendered
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -107,11 +107,8 @@ def test_the_quality_page_shows_every_evaluated_week_those_gc_removed_too(soak, 
     assert done.returncode == 0, done.stderr
     page = done.stdout.splitlines()[-1].removeprefix("Page: ")
     assert page == str(work / "out" / "history.html")
-    dom = browser("--dump-dom", f"file://{page}")
-    assert dom.returncode == 0, dom.stderr
-    rendered = Page()
-    rendered.feed(dom.stdout)
-    table = rendered.text_by_id["overall"]
+    shown = rendered(page)
+    table = shown.text_by_id["overall"]
     # Every week that evaluated a candidate (not the bad one), each on its new span.
     for week in weeks:
         if week["exit"] in (0, 3):
@@ -121,7 +118,7 @@ def test_the_quality_page_shows_every_evaluated_week_those_gc_removed_too(soak, 
     served = [float(x) for x in re.findall(r"\b(0\.\d{4})\b", table)]
     assert len(served) >= 2 * (sum(w["exit"] in (0, 3) for w in weeks) - 1)  # served and candidate AUCs
     assert all(0.5 < auc <= 1.0 for auc in served)
-    assert len(rendered.images) >= 2 and all(src.startswith("data:image/png;base64,") for src in rendered.images)
+    assert len(shown.images) >= 2 and all(src.startswith("data:image/png;base64,") for src in shown.images)
 
 
 def test_no_execution_read_an_artifact_after_it_was_deleted(soak):

@@ -43,7 +43,7 @@ from tfx.dsl.component.experimental.annotations import BeamComponentParameter, I
 from tfx.dsl.component.experimental.decorators import component
 from tfx.types import standard_artifacts
 
-from components.custom import span_statistics, window
+from components.custom import span_statistics
 from components.model import features, gate_thresholds
 from components.support import spans
 
@@ -233,7 +233,7 @@ def DataGate(  # a component is named like a class
         split_blessings = anomalies.get_json_value_custom_property(BLESSED_PROPERTY) or {}
         schema_ok = bool(split_blessings) and all(int(value) == 1 for value in split_blessings.values())
         loaded_schema = tfdv.load_schema_text(os.path.join(schema.uri, "schema.pbtxt"))
-        spans_read = window.parse_spans(spans_used)
+        spans_read = spans.parse_numbers(spans_used)
         splits = set(json.loads(statistics.split_names))
         if PREVIOUS_SPAN_SPLIT in splits:
             checks, span_stats = _checks_by_split(statistics, anomalies, spans_read)

@@ -34,8 +34,8 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_artifacts, standard_component_specs
 from tfx.utils import proto_utils
 
-from components import SCHEMA_FILE
 from components.custom import beam_fns
+from components.model import SCHEMA_FILE
 from components.support import spans
 
 # The Examples artifact's record of the files read: JSON, input split -> paths under input_base.

@@ -29,9 +29,9 @@ from typing import Any, Dict, List, Optional
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
 
-from components import SCHEMA_FILE, compat
+from components import compat
 from components.custom import gate, span_statistics
-from components.model import features
+from components.model import SCHEMA_FILE, features
 from components.support import evaluation as evaluation_output
 
 CARD_DIR = "assets.extra"

@@ -21,8 +21,9 @@ it pushes the same model again on the re-run. This one:
   distinct versions even within one second, and a staging folder or partial version
   found under the lock is a dead push's, never a live one's;
 - keeps the newest `keep_versions` versions and deletes older ones (never the newest,
-  nor one that TF Serving's `models.config` loads or labels: a pin, a rollback), plus
-  stale staging folders;
+  nor one that TF Serving's `models.config` loads or labels: a pin, a rollback), each
+  unmade whole first, as it was made whole last (`remove_version`), plus stale staging
+  folders;
 - rewrites `models.config` after the push (`components.support.serving_config`): the newest
   version serves, unless an operator pinned one, which then stays;
 - outputs a `ServedModelBlessing` (blessed, with the model's id, as the Evaluator's
@@ -63,6 +64,9 @@ SERVED_KEY = "served_blessing"
 DATA_VERDICT_KEY = "data_verdict"
 CODE_VERSION_KEY = "code_version"
 STAGING_PREFIX = ".staging-"
+# A local version being deleted is first renamed to this prefix and its number: a name no
+# reader takes for a version, so none sees it half gone.
+REMOVING_PREFIX = ".removing-"
 LOCK_FILE = ".push.lock"
 # The PushedModel artifact's properties, as TFX's own Pusher names them.
 PUSHED_PROPERTY = "pushed"
@@ -193,7 +197,7 @@ def prune(base_directory: str, keep_versions: int, confirm: Callable[[], None] =
     if keep_versions < 1:
         raise ValueError(f"{KEEP_VERSIONS_KEY} must be at least 1, got {keep_versions}")
     for name in tf.io.gfile.listdir(base_directory):
-        if name.rstrip("/").startswith((STAGING_PREFIX, serving_config.REMOVING_PREFIX)):
+        if name.rstrip("/").startswith((STAGING_PREFIX, REMOVING_PREFIX)):
             confirm()
             tf.io.gfile.rmtree(os.path.join(base_directory, name.rstrip("/")))
     remove_partial(base_directory, confirm)
@@ -201,8 +205,23 @@ def prune(base_directory: str, keep_versions: int, confirm: Callable[[], None] =
     removed = [v for v in versions(base_directory)[:-keep_versions] if v not in protected]
     for version in removed:
         confirm()
-        serving_config.remove_version(base_directory, version)
+        remove_version(base_directory, version)
     return removed
+
+
+def remove_version(base_directory: str, version: int) -> None:
+    """Deletes a whole version so that no reader ever sees it in part, the way `push` made
+    it whole in reverse: on object storage its `saved_model.pb` goes first (the folder is
+    then no version), a local folder is renamed out of sight first (`REMOVING_PREFIX`). A
+    deletion cut short leaves a folder the next prune removes."""
+    folder = os.path.join(base_directory, str(version))
+    if spans.is_remote(base_directory):
+        tf.io.gfile.remove(os.path.join(folder, SAVED_MODEL_FILE))
+        tf.io.gfile.rmtree(folder)
+        return
+    doomed = os.path.join(base_directory, f"{REMOVING_PREFIX}{version}")
+    os.rename(folder, doomed)
+    tf.io.gfile.rmtree(doomed)
 
 
 def publish(model_path: str, base_directory: str, keep_versions: int,

@@ -32,10 +32,12 @@ from tfx.dsl.component.experimental.decorators import component
 from tfx.proto import example_gen_pb2
 from tfx.types import standard_artifacts
 
+from components.custom import model_card
 from components.support import serving_config, spans
 
 NODE_ID = "SpanWindow"
-# Output keys: ImportExampleGen's input_config (JSON), and the spans chosen ("10,11,12").
+# Output keys: ImportExampleGen's input_config (JSON), and the spans chosen
+# (`spans.format_numbers`: "10,11,12").
 INPUT_CONFIG_KEY = "input_config"
 SPANS_KEY = "spans_used"
 # 1 when the window holds data the serving model was not trained on (or no serving model
@@ -67,11 +69,6 @@ def all_spans_input_config() -> example_gen_pb2.Input:
     return example_gen_pb2.Input(
         splits=[example_gen_pb2.Input.Split(name=ALL_SPANS_SPLIT, pattern=spans.ALL_SPANS_PATTERN)]
     )
-
-
-def parse_spans(value: str) -> List[int]:
-    """The span numbers of a `spans_used` value, oldest first."""
-    return [int(span) for span in value.split(",") if span]
 
 
 @component
@@ -116,16 +113,13 @@ def SpanWindow(  # a component is named like a class
             "run again"
         )
     input_config.value = json_format.MessageToJson(config, sort_keys=True, preserving_proto_field_name=True)
-    spans_used.value = ",".join(str(span) for span in numbers)
+    spans_used.value = spans.format_numbers(numbers)
     fresh.value = 0 if model_dir and trained_on(model_dir) == numbers else 1
 
 
 def trained_on(model_dir: str) -> List[int]:
     """The spans the version serving from `model_dir` was trained on, as its model card
     says; [] when nothing serves or it has no card."""
-    # Imported here: the model card reads the gate's outputs, and the gate this module's.
-    from components.custom import model_card
-
     serving = serving_config.state(*os.path.split(model_dir.rstrip("/"))).serving
     card = model_card.read(os.path.join(model_dir, str(serving))) if serving is not None else None
     return sorted((card or {}).get("training_data", {}).get("spans", []))

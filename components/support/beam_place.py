@@ -1,6 +1,6 @@
 """Where Beam's work runs: the one answer that the data gate
 (`components.custom.span_statistics`), the library patches (`pipeline.patches`), the
-Beam options (`pipeline.beam_args`) and the run's log line read.
+Beam options (`pipeline.beam.options`) and the run's log line read.
 
 Beam accepts a runner's class name with or without its module and its `Runner` suffix,
 in any case; no runner is the DirectRunner.

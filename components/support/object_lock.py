@@ -70,9 +70,13 @@ def split(uri: str) -> Tuple[str, str]:
 
 
 @contextlib.contextmanager
-def held(uri: str, wait_seconds: float = WAIT_SECONDS, lease_seconds: float = LEASE_SECONDS) -> Iterator[Lease]:
+def held(uri: str, wait_seconds: Optional[float] = None, lease_seconds: Optional[float] = None) -> Iterator[Lease]:
     """Holds the lock object `uri` (gs://BUCKET/NAME) for the block; waits at most
-    `wait_seconds` for a live holder, then raises LockBusy naming it."""
+    `wait_seconds` (WAIT_SECONDS) for a live holder, then raises LockBusy naming it; a
+    holder that stops renewing loses the lock after `lease_seconds` (LEASE_SECONDS), both
+    read when called."""
+    wait_seconds = WAIT_SECONDS if wait_seconds is None else wait_seconds
+    lease_seconds = LEASE_SECONDS if lease_seconds is None else lease_seconds
     # Imported here: only a push to Cloud Storage needs the client.
     from google.api_core import exceptions
     from google.cloud import storage

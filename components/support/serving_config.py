@@ -79,11 +79,6 @@ class ServingState:
         return max(self.loaded) if self.loaded else None
 
 
-# A local version being deleted is first renamed to this prefix and its number: a name no
-# reader takes for a version, so none sees it half gone.
-REMOVING_PREFIX = ".removing-"
-
-
 def version_folders(model_dir: str) -> List[int]:
     """Every numeric folder, whole or not, oldest first."""
     if not tf.io.gfile.isdir(model_dir):
@@ -103,21 +98,6 @@ def is_whole(model_dir: str, version: int) -> bool:
 def versions(model_dir: str) -> List[int]:
     """The whole version folders, oldest first: what a reader may load."""
     return [version for version in version_folders(model_dir) if is_whole(model_dir, version)]
-
-
-def remove_version(base_directory: str, version: int) -> None:
-    """Deletes a whole version so that no reader ever sees it in part: on object storage
-    its `saved_model.pb` goes first (the folder is then no version), a local folder is
-    renamed out of sight first (`REMOVING_PREFIX`). A deletion cut short leaves a folder
-    the next prune removes (`components.custom.pusher.prune`)."""
-    folder = os.path.join(base_directory, str(version))
-    if spans.is_remote(base_directory):
-        tf.io.gfile.remove(os.path.join(folder, SAVED_MODEL_FILE))
-        tf.io.gfile.rmtree(folder)
-        return
-    doomed = os.path.join(base_directory, f"{REMOVING_PREFIX}{version}")
-    os.rename(folder, doomed)
-    tf.io.gfile.rmtree(doomed)
 
 
 def config_path(serving_dir: str) -> str:
@@ -189,10 +169,9 @@ def state(serving_dir: str, model_name: str) -> ServingState:
 
 
 def _entry_for(serving_dir: str, model_name: str, loaded: List[int], labels: Dict[str, int]):
-    model_dir = os.path.join(serving_dir, model_name)
     entry = model_server_config_pb2.ModelConfig(
         name=model_name,
-        base_path=model_dir if spans.is_remote(model_dir) else os.path.abspath(model_dir),
+        base_path=_model_base_path(serving_dir, model_name),
         model_platform=MODEL_PLATFORM,
     )
     entry.model_version_policy.specific.versions.extend(loaded)
@@ -212,6 +191,23 @@ def _write(serving_dir: str, model_name: str, loaded: List[int], stable: Optiona
     config.model_config_list.config.extend(kept + [_entry_for(serving_dir, model_name, loaded, labels)])
     _write_text(config_path(serving_dir), text_format.MessageToString(config))
     write_batching_parameters(serving_dir)
+
+
+def rebase(serving_dir: str, model_name: str) -> None:
+    """Points this model's entry at its folder in `serving_dir`, its versions and labels
+    kept: the config of a serving folder that was copied or moved names the folder it
+    came from (`pipeline.run.relocation`)."""
+    config = read_config(serving_dir)
+    entry = _model_entry(config, model_name)
+    if entry is None:
+        return
+    entry.base_path = _model_base_path(serving_dir, model_name)
+    _write_text(config_path(serving_dir), text_format.MessageToString(config))
+
+
+def _model_base_path(serving_dir: str, model_name: str) -> str:
+    model_dir = os.path.join(serving_dir, model_name)
+    return model_dir if spans.is_remote(model_dir) else os.path.abspath(model_dir)
 
 
 def _write_text(path: str, text: str) -> None:

@@ -290,6 +290,17 @@ def window(available: Sequence[int], size: int) -> List[Tuple[str, int]]:
     return list(zip(names, chosen))
 
 
+def format_numbers(numbers: Iterable[int]) -> str:
+    """Span numbers as one text (`"10,11,12"`): how SpanWindow records the spans it chose
+    (`spans_used`), which the data gate and the run report read back (`parse_numbers`)."""
+    return ",".join(str(span) for span in numbers)
+
+
+def parse_numbers(text: str) -> List[int]:
+    """The span numbers of a `format_numbers` text, in its order."""
+    return [int(span) for span in text.split(",") if span]
+
+
 def relative_pattern(folder_name: str) -> str:
     """ExampleGen's pattern for the files of the span folder `folder_name`, relative to the
     data root."""

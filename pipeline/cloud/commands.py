@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from pipeline import config, options
-from pipeline.outcome import Ending
+from pipeline.beam import options as beam_options
+from pipeline.outcome import Ending, ExitCode
 
 
 def add_compile(commands: argparse._SubParsersAction) -> None:
@@ -42,11 +43,11 @@ def compile_pipeline(args: argparse.Namespace, ending: Ending) -> int:
         data_root=args.data_root,
         serving_dir=args.serving_dir,
         notify_secret=args.notify_secret,
-        settings=options.settings(args, config.VERTEX_BEAM_ARGS, window_size=args.window or None),
+        settings=options.settings(args, beam_options.VERTEX_BEAM_ARGS, window_size=args.window or None),
     )
     tasks = dag_tasks(kubeflow_runner.compile_pipeline(kfp_config, args.output))
     print(f"Wrote {args.output}: {len(tasks)} tasks, image {args.image}")
-    return 0
+    return ExitCode.OK
 
 
 def add_schedule(commands: argparse._SubParsersAction) -> None:
@@ -70,13 +71,13 @@ def schedule_pipeline(args: argparse.Namespace, ending: Ending) -> int:
     request = vertex_schedule.build_request(schedule_config)
     if args.dry_run:
         print(vertex_schedule.as_json(request))
-        return 0
+        return ExitCode.OK
     try:
         name = vertex_schedule.submit(schedule_config, request)
     except vertex_schedule.NoCredentialsError as err:
         raise ValueError(str(err)) from err
     print(f"Created schedule {name} ({args.cron})")
-    return 0
+    return ExitCode.OK
 
 
 def add_beam_services(commands: argparse._SubParsersAction) -> None:
@@ -90,7 +91,7 @@ def add_beam_services(commands: argparse._SubParsersAction) -> None:
 
 
 def beam_services(args: argparse.Namespace, ending: Ending) -> int:
-    from pipeline.cloud import beam_services as services
+    from pipeline.beam import services
 
     services.serve_forever(args.job_port, args.worker_pool_port)
-    return 0
+    return ExitCode.OK

@@ -8,7 +8,7 @@ import os
 import time
 
 from pipeline import config, options
-from pipeline.outcome import Ending
+from pipeline.outcome import Ending, ExitCode
 
 
 def add_make_data(commands: argparse._SubParsersAction) -> None:
@@ -38,7 +38,7 @@ def make_data(args: argparse.Namespace, ending: Ending) -> int:
     if args.rows is None:
         report = dataset.convert(args.source_csv or dataset.default_csv_path(), args.out or config.DATA_ROOT)
         print(report.summary())
-        return 0
+        return ExitCode.OK
     if args.out is None:
         # Synthetic rows never replace the real data unless that folder is named.
         raise ValueError("--rows needs --out: the folder to write the synthetic spans to")
@@ -49,4 +49,4 @@ def make_data(args: argparse.Namespace, ending: Ending) -> int:
     ))
     print(f"Wrote {sum(counts.values())} synthetic rows in {len(counts)} spans to {args.out} "
           f"({time.perf_counter() - started:.1f} s); see {os.path.join(args.out, synthetic.README_FILE)}")
-    return 0
+    return ExitCode.OK

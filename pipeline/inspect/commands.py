@@ -6,7 +6,7 @@ import argparse
 from typing import Optional
 
 from pipeline import config, failures, options
-from pipeline.outcome import Ending
+from pipeline.outcome import Ending, ExitCode
 
 
 def add_report(commands: argparse._SubParsersAction) -> None:
@@ -51,7 +51,7 @@ def read_back(args: argparse.Namespace, ending: Ending) -> int:
         if args.command == "lineage" or getattr(args, "run", None) is not None:
             raise ValueError(f"{nothing}: name the output root of the run you mean")
         print(f"No runs: {nothing}.")
-        return 0
+        return ExitCode.OK
     from pipeline.inspect import lineage
 
     if args.command == "history":
@@ -66,7 +66,7 @@ def read_back(args: argparse.Namespace, ending: Ending) -> int:
     else:
         page = _write_report(run_config.output_root, metadata, pipeline_name, args.run)
         print(f"Report: {page}" if page else f"No runs in {metadata} yet: no page to write.")
-    return 0
+    return ExitCode.OK
 
 
 def _write_report(output_root: str, metadata: config.MetadataConfig, pipeline_name: str,

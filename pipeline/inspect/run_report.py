@@ -21,6 +21,7 @@ from tfx.types import standard_component_specs
 from components.custom import gate, serving_check, window
 from components.custom import pusher as staged_pusher
 from components.model.trainer.settings import TRAINING_SUMMARY_FILE
+from components.support import spans
 from pipeline.config import MYSQL_PASSWORD_ENV, MYSQL_USER_ENV, MetadataConfig
 from pipeline.outcome import NodeRun, Outcome, RunReport
 from pipeline.pipeline import NodeId
@@ -233,7 +234,7 @@ def report_of(records: RunRecords, run_id: str) -> RunReport:
         report.finished = datetime.datetime.fromtimestamp(last_update / 1000).astimezone().isoformat(timespec="seconds")
     spans_used = output(window.NODE_ID, window.SPANS_KEY)
     if live(spans_used):
-        report.spans = window.parse_spans(_value(spans_used))
+        report.spans = spans.parse_numbers(_value(spans_used))
     anomalies = output(NodeId.EXAMPLE_VALIDATOR, standard_component_specs.ANOMALIES_KEY)
     verdict = output(NodeId.DATA_GATE, gate.VERDICT_KEY)
     found: List[str] = []

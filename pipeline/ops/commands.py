@@ -6,7 +6,8 @@ import argparse
 import time
 
 from pipeline import config, options
-from pipeline.outcome import Ending
+from pipeline.beam import options as beam_options
+from pipeline.outcome import Ending, ExitCode
 
 
 def add_predict(commands: argparse._SubParsersAction) -> None:
@@ -26,17 +27,17 @@ def predict_files(args: argparse.Namespace, ending: Ending) -> int:
     options.require_serving_dir(args)
     if not options.matching(args.input, "--input"):
         print(f"No files match --input {args.input}: nothing scored.")
-        return 0
+        return ExitCode.OK
     from pipeline.ops import predict
 
     started = time.perf_counter()
     model = predict.run(predict.PredictConfig(
         model=args.model, input_glob=args.input, output_dir=args.output, serving_dir=args.serving_dir,
         model_name=args.model_name, csv=args.csv, key_feature=args.key,
-        beam_args=options.beam_command_line(args, config.local_beam_args()),
+        beam_args=options.beam_command_line(args, beam_options.local_beam_args()),
     ))
     print(f"Scored {args.input} with {model} into {args.output} ({time.perf_counter() - started:.1f} s)")
-    return 0
+    return ExitCode.OK
 
 
 def add_monitor(commands: argparse._SubParsersAction) -> None:
@@ -69,14 +70,14 @@ def monitor_traffic(args: argparse.Namespace, ending: Ending) -> int:
             print(nothing)
             if args.notify:  # a scheduled monitor whose request logging stopped is told so
                 alerts.send(args.notify, {"text": f"taxi-pipeline monitor: {nothing}", "command": "monitor",
-                                          "exit_code": 0, "requests": 0})
-            return 0
+                                          "exit_code": int(ExitCode.OK), "requests": 0})
+            return ExitCode.OK
         from pipeline.ops import monitor
 
         run_config = options.located(args)
         result = monitor.run(monitor.MonitorConfig(
             requests_glob=args.requests, run_config=run_config, model=args.model, file_format=args.format,
-            max_malformed=args.max_malformed, beam_args=options.beam_command_line(args, config.local_beam_args()),
+            max_malformed=args.max_malformed, beam_args=options.beam_command_line(args, beam_options.local_beam_args()),
         ))
     except Exception as err:
         if args.notify:
@@ -107,4 +108,4 @@ def serving_versions(args: argparse.Namespace, ending: Ending) -> int:
     from pipeline.ops import serving
 
     print(serving.command(args.serving_dir, args.model_name, args.action, args.version))
-    return 0
+    return ExitCode.OK

@@ -35,6 +35,7 @@ from typing import Dict, List, Sequence, Tuple
 from pipeline import config, failures
 from pipeline.inspect import monitor_records
 from pipeline.inspect import run_details as details_lib
+from pipeline.outcome import ExitCode
 
 MONITOR_DIR = "monitor"
 TRAINING_CACHE = "training-statistics"
@@ -86,8 +87,8 @@ class MonitorResult:
                 for m in self.skew if m.over] + self.anomalies
 
     @property
-    def exit_code(self) -> config.ExitCode:
-        return config.ExitCode.DATA_REJECTED if self.findings else config.ExitCode.OK
+    def exit_code(self) -> ExitCode:
+        return ExitCode.DATA_REJECTED if self.findings else ExitCode.OK
 
 
 def new_monitor_id() -> str:

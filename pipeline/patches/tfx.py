@@ -40,7 +40,7 @@ def patches() -> List[Patch]:
       image for Beam's workers (this package installed from a wheel rather than from
       source), TFX copies itself into a new temporary folder and builds an archive of it
       before every Beam component, and leaves both in the temporary folder. With a
-      runner that keeps Beam's workers here (`beam_args.runs_here`) they never read it.
+      runner that keeps Beam's workers here (`pipeline.beam.options.runs_here`) they never read it.
     """
     from tfx.orchestration.portable import launcher
     from tfx.utils import dependency_utils
@@ -81,9 +81,9 @@ def _calling_back(original: Callable) -> Callable:
 def _archive_for_remote_workers_only(original: Callable) -> Callable:
     @functools.wraps(original)
     def make_beam_dependency_flags(beam_pipeline_args):
-        from pipeline import beam_args
+        from pipeline.beam import options as beam_options
 
-        if beam_args.runs_here(beam_pipeline_args):
+        if beam_options.runs_here(beam_pipeline_args):
             return list(beam_pipeline_args)
         return original(beam_pipeline_args)
 

@@ -38,7 +38,7 @@ def patches() -> List[Patch]:
       Transform and the Evaluator read an Examples artifact's files: Beam's own TFRecord
       source reads each record in Python and makes it a Beam element, and tfx_bsl
       batches the elements again before decoding them. Where Beam's workers stay in this
-      environment (`beam_args.runs_here`), each file is read by TensorFlow's reader
+      environment (`pipeline.beam.options.runs_here`), each file is read by TensorFlow's reader
       straight into lists of records (`beam_fns.RecordBatchesOfFiles`), decoded by
       tfx_bsl's own decoder (on a thread per core while the file is read, where Beam
       runs each bundle on one thread of this process: `_decode_threads`): the same rows,

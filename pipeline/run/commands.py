@@ -14,9 +14,10 @@ from typing import Sequence
 from components import compat
 from components.support import spans
 from pipeline import config, failures, options
-from pipeline.outcome import Ending, Outcome, RunReport
+from pipeline.beam import options as beam_options
+from pipeline.outcome import Ending, ExitCode, Outcome, RunReport
 from pipeline.patches import machinery
-from pipeline.run import lock, logs, preflight, process, retrain, run_state
+from pipeline.run import lock, logs, preflight, process, relocation, retrain, run_state
 
 
 def add_run(commands: argparse._SubParsersAction) -> None:
@@ -61,21 +62,26 @@ def collect(args: argparse.Namespace, ending: Ending) -> int:
     if not (has_store and resolved.metadata.exists()):
         print(f"Nothing to collect: no run wrote to --output-root {args.output_root} yet "
               f"(it holds no {config.METADATA_FILE}).")
-        return 0
+        return ExitCode.OK
     try:
         with lock.RunLock(resolved.output_root, "gc"):
             failures.check_store(resolved.metadata, resolved.output_root, writable=not args.dry_run)
+            # Before anything is listed: a copy's records would name the original's files.
+            _relocate(resolved)
             from pipeline.run import retention
 
             found = retention.collect(resolved, args.keep_runs, dry_run=args.dry_run)
     except lock.LockHeld as err:
         ending.fail(str(err))
-        return config.ExitCode.LOCKED
+        return ExitCode.LOCKED
+    except relocation.MovedSharedStoreError as err:
+        ending.fail(str(err))
+        return ExitCode.ERROR
     if args.dry_run:
         listed = [f"  {path}" for path in found.paths]
         print("\n".join(["Would delete:", *listed]) if listed else "Nothing to delete.")
     print(found.summary(args.dry_run))
-    return 0
+    return ExitCode.OK
 
 
 def _add_local_options(command: argparse.ArgumentParser) -> None:
@@ -113,7 +119,7 @@ def run_config(args: argparse.Namespace) -> config.RunConfig:
         output_root=args.output_root,
         serving_dir=args.serving_dir,
         metadata_mysql=args.metadata_mysql,
-        settings=options.settings(args, config.local_beam_args()),
+        settings=options.settings(args, beam_options.local_beam_args()),
     ).resolved()
 
 
@@ -140,6 +146,7 @@ def run(args: argparse.Namespace, ending: Ending) -> int:
     try:
         with lock.RunLock(resolved.output_root, args.command):
             failures.check_store(resolved.metadata, resolved.output_root, writable=True)
+            _relocate(resolved)
             preflight.check_schema(config.schema_file())
             if args.command == "retrain":
                 report = retrain.retrain(resolved, args.window, run_pipeline, force=args.force)
@@ -150,10 +157,10 @@ def run(args: argparse.Namespace, ending: Ending) -> int:
                 # An unchanged re-run is decided without importing TensorFlow or TFX.
                 reuse = plan.previous is not None and not args.force
                 report = plan.previous if reuse else run_pipeline(resolved, plan)
-    except (spans.DataRootError, spans.WindowError) as err:
+    except (spans.DataRootError, spans.WindowError, relocation.MovedSharedStoreError) as err:
         logging.exception("%s failed", args.command)
         ending.fail(str(err))
-        return config.ExitCode.ERROR
+        return ExitCode.ERROR
     except preflight.BadDataError as err:
         logging.exception("%s: data rejected", args.command)
         ending.fail(f"data rejected: {err}")
@@ -161,16 +168,23 @@ def run(args: argparse.Namespace, ending: Ending) -> int:
         print("Data rejected; nothing was trained or pushed.")
         if ending.report.page:
             print(f"Report: {ending.report.page}")
-        return config.ExitCode.DATA_REJECTED
+        return ExitCode.DATA_REJECTED
     except lock.LockHeld as err:
         ending.fail(str(err))
-        return config.ExitCode.LOCKED
+        return ExitCode.LOCKED
     report.seconds = time.perf_counter() - started
     ending.report = report
     print(summary(report, log_path))
     if retained:
         print(retained)
     return report.exit_code
+
+
+def _relocate(resolved: config.RunConfig) -> None:
+    """The records of a moved or copied output root made to point here, said on the console."""
+    for line in relocation.relocate(resolved):
+        logging.warning("%s", line)
+        print(line)
 
 
 def _retain(resolved: config.RunConfig, keep_runs: int) -> str:

@@ -27,6 +27,7 @@ from components.custom import pusher, serving_check
 from components.support import beam_place
 from pipeline import config, outcome
 from pipeline import pipeline as pipeline_lib
+from pipeline.beam import options as beam_options
 from pipeline.inspect import run_report
 from pipeline.patches import tfx as tfx_patches
 from pipeline.run import logs, preflight, process, run_state, watch
@@ -96,7 +97,7 @@ def run(
         # 3.4 -> 0.5 s but the Evaluator 21.8 -> 23.7 s beside it, peak 3.14 -> 3.71 GB).
         # Handed the model as soon as the Trainer wrote it, it loads the model and replays
         # its warmup requests while the Evaluator runs; the check then times requests.
-        if rows < config.MULTI_PROCESS_ROWS:
+        if rows < beam_options.MULTI_PROCESS_ROWS:
             serving_check.start_spare()
         # A MySQL store or a Beam service that stops answering would hold the run for good.
         with watch.watching(run_config.metadata, run_config.settings.beam_args, logs.current_path(""), command,
@@ -163,11 +164,11 @@ def _draw_page(output_root: str, details) -> None:
 
 def _sized(run_config: config.RunConfig, rows: int) -> config.RunConfig:
     """`run_config` sized for `rows`: worker processes for the Beam components that gain
-    from them (`config.parallel_beam_args`), threads for ImportExampleGen
-    (`config.threaded_beam_args`) and the eval split (`config.sized_evaluation`)."""
+    from them (`beam_options.parallel_beam_args`), threads for ImportExampleGen
+    (`beam_options.threaded_beam_args`) and the eval split (`config.sized_evaluation`)."""
     settings = run_config.settings
-    parallel = config.parallel_beam_args(settings.beam_args, rows)
-    ingest = config.threaded_beam_args(settings.beam_args, rows)
+    parallel = beam_options.parallel_beam_args(settings.beam_args, rows)
+    ingest = beam_options.threaded_beam_args(settings.beam_args, rows)
     evaluation = config.sized_evaluation(settings.evaluation, rows)
     logging.info("%d rows: Beam runs %s", rows, _describe_beam(settings.beam_args, parallel, ingest))
     if evaluation != settings.evaluation:
@@ -194,7 +195,7 @@ def _describe_beam(beam_args: Sequence[str], parallel: Sequence[str], ingest: Se
     if not parallel:
         return f"{described(beam_args)} for every component"
     threads = f"{described(ingest)} for ImportExampleGen, " if ingest else ""
-    return (f"{described(parallel)} for the Evaluator (>= {config.MULTI_PROCESS_ROWS} rows), "
+    return (f"{described(parallel)} for the Evaluator (>= {beam_options.MULTI_PROCESS_ROWS} rows), "
             f"{threads}{described(beam_args)} for the others")
 
 

@@ -20,7 +20,7 @@ LOCK_FILE = "run.lock"
 
 
 class LockHeld(RuntimeError):
-    """Another run holds the output root (exit `ExitCode.LOCKED`)."""
+    """Another run holds the output root (exit `pipeline.outcome.ExitCode.LOCKED`)."""
 
 
 class RunLock:

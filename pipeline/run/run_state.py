@@ -10,7 +10,9 @@ of the data files it ingested, this project's source and schema, the resolved se
 the versions of the libraries that execute it. When a run is asked for with the
 fingerprint of the last one and what that run pushed still serves, the last run is
 reported instead of starting another. Content decides, never paths or mtimes: a
-`make-data` that rewrites identical bytes is not a change, and any changed byte is.
+`make-data` that rewrites identical bytes is not a change, and any changed byte is; an
+output root moved or copied with its data and serving folder is not a change either
+(the paths its records hold are corrected by `pipeline.run.relocation`).
 
 A change of library versions also turns the components' cache off for that run
 (`RunPlan.cache`): TFX's cache keys do not include library versions, so without this a
@@ -56,10 +58,19 @@ def fingerprint(run_config: config_lib.RunConfig, found: Sequence[spans.Span]) -
     digest = hashlib.sha256()
     for package in (components, pipeline_package):
         digest.update(code_version.source_digest(os.path.dirname(package.__file__)).encode())
-    digest.update(json.dumps(dataclasses.asdict(run_config), sort_keys=True).encode())
+    digest.update(json.dumps(_inputs(run_config), sort_keys=True).encode())
     digest.update(json.dumps(runtime_versions(), sort_keys=True).encode())
     digest.update(spans.files_digest(path for span in found for path, _ in span.files).encode())
     return digest.hexdigest()
+
+
+def _inputs(run_config: config_lib.RunConfig) -> dict:
+    """The settings and the metadata store, not where the data, output root, serving
+    folder or this package's source sit: a root moved or copied with its data and serving
+    folder is unchanged (`pipeline.run.relocation`), and so is a clone elsewhere."""
+    settings = dataclasses.asdict(run_config.settings)
+    settings["beam_args"] = [arg for arg in settings["beam_args"] if not arg.startswith("--setup_file=")]
+    return {"settings": settings, "metadata_mysql": str(run_config.metadata_mysql or "")}
 
 
 def _exists(path: str) -> bool:
@@ -157,7 +168,7 @@ def plan(run_config: config_lib.RunConfig) -> RunPlan:
     last = None if record is None else (record.report if window_size is None else record.window_report)
     for path in ignored:
         logging.warning("ignored (not a span folder or span data file, read by nothing): %s", path)
-    previous = reusable_report(last, run_fingerprint)
+    previous = reusable_report(last, run_fingerprint, run_config.model_serving_dir)
     if previous is not None:
         previous.seconds = time.perf_counter() - started
         previous.ignored = ignored
@@ -179,11 +190,16 @@ def _as_reused(report: RunReport) -> RunReport:
     return report
 
 
-def reusable_report(last: Optional[RunReport], run_fingerprint: str) -> Optional[RunReport]:
-    """`last`, if it had this fingerprint and what it pushed still serves."""
+def reusable_report(last: Optional[RunReport], run_fingerprint: str, model_serving_dir: str) -> Optional[RunReport]:
+    """`last`, if it had this fingerprint and what it pushed is still in `model_serving_dir`
+    (the serving folder given now, which may be another than the one it pushed to)."""
     if last is None or last.fingerprint != run_fingerprint:
         return None
     if last.outcome in (Outcome.PUSHED, Outcome.UP_TO_DATE):
-        if not (last.pushed_version_dir and _exists(last.pushed_version_dir)):
+        if not last.pushed_version_dir:
             return None
+        here = spans.join(model_serving_dir, last.pushed_version_dir.rstrip("/").rsplit("/", 1)[-1])
+        if not _exists(here):
+            return None
+        last.pushed_version_dir = here
     return _as_reused(last)

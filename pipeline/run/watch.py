@@ -12,7 +12,7 @@ own: while a run works it greets each service every `PROBE_SECONDS` (MySQL with
 when one has not answered for `silence_seconds()`, it writes the run's last lines (the
 log named, then what broke and what to do) and kills the run. A long Beam job is not
 silence: its services answer greetings while they work. The run ends as a kill ends it
-(137 in a shell), which every run survives (docs/operations.md): the lock goes with the
+(`ExitCode.KILLED`, 137 in a shell), which every run survives (docs/operations.md): the lock goes with the
 process, nothing is pushed but by the Pusher's last rename, and the next run resumes
 from what the store recorded. A run given an alert webhook would never post it, killed:
 the watch posts it.
@@ -40,7 +40,9 @@ import time
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 from components.support import beam_place
-from pipeline import beam_args, config, failures
+from pipeline import config, failures
+from pipeline.beam import services as beam_services
+from pipeline.outcome import ExitCode
 
 # How often each service is greeted while a run works.
 PROBE_SECONDS = 10.0
@@ -50,8 +52,6 @@ GREETING_SECONDS = 5.0
 # service under load (its greeting comes before any work it does), and settable.
 SILENCE_SECONDS = 120.0
 SILENCE_ENV = "TAXI_SILENCE_SECONDS"
-# The exit status a shell gives a killed run, which the alert names.
-KILLED = 128 + signal.SIGKILL
 # What to do when Beam's services stop answering.
 BEAM_ADVICE = "check it (here: `taxi-pipeline beam-services`), then run again"
 NAMES = {"job-service": "Beam's job service", "worker-pool": "Beam's worker pool",
@@ -97,9 +97,9 @@ class Service:
                 raise Silent(str(err).split("(", 1)[-1].split(")", 1)[0]) from err
             return
         if self.kind == "flink-master":
-            silence = beam_args.http_silence(self.address, GREETING_SECONDS)
+            silence = beam_services.http_silence(self.address, GREETING_SECONDS)
         else:
-            silence = beam_args.grpc_silence(self.address, GREETING_SECONDS)
+            silence = beam_services.grpc_silence(self.address, GREETING_SECONDS)
         if silence:
             raise Silent(silence)
 
@@ -206,7 +206,7 @@ def main(argv: Sequence[str]) -> int:
     if url:
         from pipeline import alerts
 
-        alerts.send(url, alerts.run_payload(command, KILLED, None, message, "stalled"))
+        alerts.send(url, alerts.run_payload(command, int(ExitCode.KILLED), None, message, "stalled"))
     return 0
 
 

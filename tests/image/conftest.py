@@ -3,15 +3,13 @@
 TAXI_PIPELINE_IMAGE and TAXI_GCS_EMULATOR. Without them they are skipped, saying so."""
 
 import dataclasses
-import http.server
-import json
 import shutil
-import threading
 from pathlib import Path
 from typing import List, Optional
 
 import pytest
 
+from tests import pages
 from tests.helpers import SLICE_SPANS
 from tests.image import gce_metadata, gcs, schedule, vertex
 from tests.image.vertex import BUCKET, BUCKET_NAME, MODEL
@@ -101,22 +99,7 @@ class Bucket:
 def webhook():
     """A webhook on 127.0.0.1 (the tasks share this machine's network): its URL, and the
     JSON bodies it received, in order."""
-    received: list = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 (http.server's name)
-            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/hook", received
-    server.shutdown()
-    server.server_close()
+    yield from pages.serve_webhook()
 
 
 @pytest.fixture(scope="module")

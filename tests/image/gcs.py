@@ -39,6 +39,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from tests.helpers import free_ports
+
 HOSTS = ("www.googleapis.com", "storage.googleapis.com", "secretmanager.googleapis.com")
 # Secret Manager's REST API, answered by the front itself from `Emulator.secrets`: what
 # the exit handler reads the webhook's URL from (pipeline.cloud.secrets).
@@ -95,12 +97,6 @@ def free_loopback_address() -> str:
                 continue
             return address
     raise RuntimeError(f"no loopback address with port {HTTPS_PORT} free")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def number_batch_parts(body: bytes, content_type: str) -> bytes:
@@ -253,7 +249,7 @@ class Emulator:
         self.binary = binary
         self.folder = folder
         self.address = free_loopback_address()
-        self.backend_port = free_port()
+        (self.backend_port,) = free_ports()
         self.certificates: Dict[str, Path] = {}
         self.process: Optional[subprocess.Popen] = None
         self.front: Optional[_Front] = None

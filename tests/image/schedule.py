@@ -16,7 +16,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from tests.helpers import SLICE_SPANS, span_like, write_gzip_records
+from tests.helpers import SLICE_SPANS, span_like, write_records
 from tests.image import vertex
 from tests.image.vertex import BUCKET_NAME, MODEL, report
 
@@ -80,7 +80,7 @@ def pushed_version(job: vertex.JobResult) -> str:
 def new_span(bucket, span: int, change=None) -> None:
     """A span like span 16 lands in the bucket (`change` edits its examples)."""
     path = bucket.root / f"span-{span}" / "trips.tfrecord.gz"
-    write_gzip_records(path, span_like(bucket.root / "data" / "span-16", 20, change or (lambda example: None)))
+    write_records(path, span_like(bucket.root / "data" / "span-16", 20, change or (lambda example: None)))
     bucket.write(bucket.inside("data", f"span-{span}", path.name), path.read_bytes())
 
 

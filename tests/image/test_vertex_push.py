@@ -41,9 +41,14 @@ print("made", count)
 PUSH = """
 import sys
 from components.custom import pusher
+from components.support import object_lock
+if len(sys.argv) > 3:  # the lease of a holder that will be killed: how long is not what is tested
+    object_lock.LEASE_SECONDS = float(sys.argv[3])
 before, version, removed, after = pusher.publish(sys.argv[1], sys.argv[2], keep_versions=10)
 print("pushed", version)
 """
+# The lease of the push that is killed midway: the next push waits it out.
+KILLED_LEASE_SECONDS = 10
 
 # Loads every version a reader may load, as soon as it may: those `models.config` names
 # (what TF Serving loads) and those `versions()` lists, until the stop file appears.
@@ -84,8 +89,8 @@ def models(bucket) -> str:
     return bucket.local("models")
 
 
-def _push(bucket, model: str, log: str):
-    return bucket.image.start(["python", "-c", PUSH, model, bucket.inside(SERVING, MODEL)],
+def _push(bucket, model: str, log: str, *lease_seconds: str):
+    return bucket.image.start(["python", "-c", PUSH, model, bucket.inside(SERVING, MODEL), *lease_seconds],
                               str(bucket.root / log))
 
 
@@ -130,7 +135,7 @@ def test_readers_never_load_a_partial_version_and_two_pushes_at_once_get_one_who
 def test_a_push_killed_midway_leaves_nothing_a_reader_loads_and_the_next_push_works(bucket, models):
     before = bucket.versions(SERVING)
     requests = len(bucket.emulator.requests())
-    push = _push(bucket, f"{models}/model-3", "push-killed.log")
+    push = _push(bucket, f"{models}/model-3", "push-killed.log", str(KILLED_LEASE_SECONDS))
     deadline = time.monotonic() + 300
     try:
         while True:  # kill it once it has copied part of the model's assets

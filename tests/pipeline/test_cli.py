@@ -1,6 +1,10 @@
-"""Bad data roots fail fast, before anything heavy is loaded, with a clear message."""
+"""The command line: bad data roots fail fast, before anything heavy is loaded, with a
+clear message; every subcommand is named where a user looks for it."""
 
+import argparse
 import os
+import re
+from typing import Dict, Set
 
 import pytest
 
@@ -29,14 +33,58 @@ def test_empty_span_file_is_rejected_with_exit_4_naming_the_file(workspace, taxi
     assert not workspace.metadata.exists()
 
 
-def test_every_subcommand_is_named_in_the_module_doc_and_the_help(taxi_pipeline):
+def _subcommand_help() -> Dict[str, str]:
+    """Each subcommand `pipeline.cli.parser()` registers, read from the parser itself, with
+    the help text `--help` lists it with ("" for one registered without help)."""
     from pipeline import cli
 
+    (subcommands,) = [action for action in cli.parser()._subparsers._group_actions
+                      if isinstance(action, argparse._SubParsersAction)]
+    helps = {listed.dest: listed.help for listed in subcommands._choices_actions}
+    return {name: helps.get(name) or "" for name in subcommands.choices}
+
+
+def _listed_in_help(text: str) -> Dict[str, str]:
+    """The subcommands `--help` lists, a line each (its help text wrapped below it)."""
+    listed: Dict[str, str] = {}
+    name = None
+    for line in text.splitlines():
+        entry = re.match(r"    (\S+)(?: +(.*))?$", line)
+        if entry:
+            name = entry[1]
+            listed[name] = entry[2] or ""
+        elif name and line.startswith(" " * 5):
+            listed[name] += " " + line.strip()
+        else:
+            name = None
+    return listed
+
+
+def _in_readme_table(readme: str) -> Set[str]:
+    """The commands of README's "The commands at a glance" table: each row's first word."""
+    section = readme.split("## The commands at a glance", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `([a-z][a-z-]*)", section, re.MULTILINE))
+
+
+def test_every_subcommand_is_named_in_the_module_doc_the_help_and_the_readme(taxi_pipeline, repo):
+    """Every subcommand the parser registers has help text, a line of its own in
+    `taxi-pipeline --help` with that text, a line in cli.py's module doc and a row in
+    README's table; and none of those names a subcommand that is not registered."""
+    from pipeline import cli
+
+    registered = _subcommand_help()
+    assert not [name for name, text in registered.items() if not text.strip()], "registered without help text"
     result = taxi_pipeline("--help")
     assert result.returncode == 0
-    for command in ("run", "retrain", "compile", "schedule", "make-data"):
-        assert f"taxi-pipeline {command} " in cli.__doc__
-        assert command in result.stdout
+    listed = _listed_in_help(result.stdout)
+    assert listed.keys() == registered.keys(), result.stdout
+    for name, text in registered.items():  # wrapped anywhere, a hyphen's included
+        assert "".join(listed[name].split()) == "".join(text.split()), (name, listed[name])
+    for name in registered:
+        assert f"taxi-pipeline {name} " in cli.__doc__, name
+    assert set(re.findall(r"^    taxi-pipeline (\S+) ", cli.__doc__, re.MULTILINE)) == registered.keys()
+    in_readme = _in_readme_table((repo / "README.md").read_text())
+    assert in_readme == registered.keys(), f"README's table lists {sorted(in_readme)}"
 
 
 def test_a_remote_output_root_is_refused_naming_why(workspace, copy_spans, taxi_pipeline):

@@ -5,18 +5,18 @@ names resolve to that listener in a mount namespace of the probe's own (its /etc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 
 import pytest
 
 from pipeline import cloud_storage, failures
+from tests.helpers import SilentSocket
 
 PROBE = """
 import json, sys, time
@@ -52,18 +52,11 @@ def test_the_bounds_end_an_operation_within_four_minutes():
     assert _bound_seconds(cloud_storage.BOUNDS) + TRIES - 1 <= 240
 
 
-def _silent_listener():
+def _silent_listener() -> SilentSocket:
     """A socket on port 443 of a loopback address of its own that accepts and never answers."""
     for _ in range(20):
-        address = f"127.0.{random.randint(1, 254)}.{random.randint(1, 254)}"
-        listener = socket.socket()
-        try:
-            listener.bind((address, 443))
-        except OSError:
-            listener.close()
-            continue
-        listener.listen(16)
-        return address, listener
+        with contextlib.suppress(OSError):  # that address's port 443 is taken
+            return SilentSocket(f"127.0.{random.randint(1, 254)}.{random.randint(1, 254)}", 443)
     pytest.fail("no free loopback address for port 443")
 
 
@@ -73,19 +66,9 @@ def _silent_listener():
 def test_a_cloud_storage_that_never_answers_ends_a_read_within_the_bound(tmp_path):
     if os.geteuid() != 0 or not shutil.which("unshare"):
         pytest.skip("needs root and unshare, for a mount namespace with its own /etc/hosts")
-    address, listener = _silent_listener()
-    held = []  # open, never answered
-
-    def accept():
-        while True:
-            try:
-                held.append(listener.accept()[0])
-            except OSError:
-                return
-
-    threading.Thread(target=accept, daemon=True).start()
+    listener = _silent_listener()
     hosts = tmp_path / "hosts"
-    hosts.write_text(f"{address} www.googleapis.com storage.googleapis.com oauth2.googleapis.com\n"
+    hosts.write_text(f"{listener.host} www.googleapis.com storage.googleapis.com oauth2.googleapis.com\n"
                      "127.0.0.1 localhost\n")
     env = {name: value for name, value in os.environ.items() if not name.startswith("GCS_")}
     env.update(GOOGLE_AUTH_TOKEN_FOR_TESTING="token", NO_GCE_CHECK="true", TF_CPP_MIN_LOG_LEVEL="3")
@@ -104,7 +87,7 @@ def test_a_cloud_storage_that_never_answers_ends_a_read_within_the_bound(tmp_pat
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found["seconds"] <= BOUND_SECONDS + TRIES + 10
-    assert len(held) == TRIES
+    assert len(listener.held) == TRIES
     assert found["explained"].startswith(
         "Cloud Storage did not answer reading or writing gs://taxi-bucket/data/span-1 in time")
     assert failures.NOTHING_CHANGED in found["explained"]

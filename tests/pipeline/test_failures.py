@@ -1,9 +1,7 @@
 """The one line a failure prints: what broke, where, and what to do (pipeline/failures.py)."""
 
 import errno
-import socket
 import sqlite3
-import threading
 import time
 
 import pytest
@@ -11,6 +9,7 @@ import tensorflow as tf
 from ml_metadata import errors as mlmd_errors
 
 from pipeline import config, failures
+from tests.helpers import SilentSocket, free_ports
 
 
 @pytest.fixture
@@ -81,25 +80,17 @@ def test_a_store_missing_from_an_output_root_with_runs_is_refused(store, tmp_pat
 
 
 def test_a_mysql_server_that_refuses_or_never_answers_costs_seconds():
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
+    (port,) = free_ports()
     refused = config.MetadataConfig("", config.MySqlAddress("127.0.0.1", port, "mlmd"))
     with pytest.raises(failures.StoreError, match=rf"mysql://127.0.0.1:{port}/mlmd cannot be used"):
         failures.check_store(refused)
 
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(1)
-    accepted = []
-    threading.Thread(target=lambda: accepted.append(silent.accept()), daemon=True).start()
-    hanging = config.MetadataConfig("", config.MySqlAddress("127.0.0.1", silent.getsockname()[1], "mlmd"))
-    started = time.monotonic()
-    try:
+    with SilentSocket() as silent:
+        hanging = config.MetadataConfig("", config.MySqlAddress("127.0.0.1", silent.port, "mlmd"))
+        started = time.monotonic()
         with pytest.raises(failures.StoreError, match=r"no answer within 5 s"):
             failures.check_store(hanging)
-    finally:
-        silent.close()
+        assert silent.held  # it was reached, and said nothing
     assert time.monotonic() - started < failures.STORE_TIMEOUT_SECONDS + 2
 
 

@@ -1,45 +1,36 @@
 """The data gate's comparison of the newest span with the previous one."""
 
-import apache_beam as beam
 import pytest
 import tensorflow_data_validation as tfdv
-from apache_beam.options.pipeline_options import PipelineOptions
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
 from components.custom import gate, span_statistics
 from components.model import features, gate_thresholds
 from components.support import spans
-from pipeline import config
+from tests.helpers import curated_schema, local_beam_pipeline
 
 pytestmark = [pytest.mark.slow, pytest.mark.every_stack]  # Beam pipelines
 
 
-def _schema():
-    return tfdv.load_schema_text(config.schema_file())
-
-
-def _pipeline(*extra):
-    return beam.Pipeline(options=PipelineOptions(list(config.LOCAL_BEAM_ARGS) + list(extra)))
-
-
 def _report(data_root, output_dir):
-    stats = span_statistics.compute_span_statistics(_pipeline(), data_root, [15, 16], str(output_dir))
-    return gate.describe(gate.drift_anomalies(stats[16], stats[15], _schema()), 16, 15)
+    stats = span_statistics.compute_span_statistics(local_beam_pipeline(), data_root, [15, 16], str(output_dir))
+    return gate.describe(gate.drift_anomalies(stats[16], stats[15], curated_schema()), 16, 15)
 
 
 def test_schema_declares_drift_thresholds_for_categorical_and_numeric_features():
-    schema = _schema()
+    schema = curated_schema()
     assert tfdv.get_feature(schema, "payment_type").drift_comparator.infinity_norm.threshold > 0
     assert tfdv.get_feature(schema, "fare").drift_comparator.jensen_shannon_divergence.threshold > 0
 
 
 def test_every_pair_of_consecutive_real_spans_passes(repo, tmp_path):
     numbers = spans.span_numbers(str(repo / "data"))
-    stats = span_statistics.compute_span_statistics(_pipeline(), str(repo / "data"), numbers, str(tmp_path))
+    assert len(numbers) >= 2, numbers  # pairs to compare
+    stats = span_statistics.compute_span_statistics(local_beam_pipeline(), str(repo / "data"), numbers, str(tmp_path))
     assert sorted(stats) == numbers
     assert all(stats[span].datasets[0].num_examples > 0 for span in numbers)
     for previous, newest in zip(numbers, numbers[1:]):
-        found = gate.drift_anomalies(stats[newest], stats[previous], _schema())
+        found = gate.drift_anomalies(stats[newest], stats[previous], curated_schema())
         assert not found.anomaly_info, (previous, newest, gate.describe(found, newest, previous))
         assert gate.label_drift(stats[newest], stats[previous], newest, previous) == []
 
@@ -63,7 +54,8 @@ def test_numeric_drift_is_reported_with_its_jensen_shannon_divergence(two_spans,
 
 
 def _label_lines(data_root, output_dir):
-    stats = span_statistics.compute_span_statistics(_pipeline(), data_root, [15, 16], str(output_dir), schema=_schema())
+    stats = span_statistics.compute_span_statistics(local_beam_pipeline(), data_root, [15, 16], str(output_dir),
+                                                    schema=curated_schema())
     return gate.label_drift(stats[16], stats[15], 16, 15)
 
 

@@ -53,7 +53,7 @@ def _run_example_gen(executor_class, data_root, output_dir, output_config, input
     from tfx.dsl.components.base import base_beam_executor
     from tfx.types import standard_artifacts, standard_component_specs
 
-    from pipeline import config
+    from pipeline.beam import options as beam_options
 
     examples = standard_artifacts.Examples()
     examples.uri = str(output_dir)
@@ -65,7 +65,7 @@ def _run_example_gen(executor_class, data_root, output_dir, output_config, input
         standard_component_specs.OUTPUT_FILE_FORMAT_KEY: example_gen_pb2.FORMAT_TFRECORDS_GZIP,
     }
     context = base_beam_executor.BaseBeamExecutor.Context(
-        beam_pipeline_args=list(config.local_beam_args()) + list(beam_args)
+        beam_pipeline_args=list(beam_options.local_beam_args()) + list(beam_args)
     )
     executor_class(context).Do({}, {standard_component_specs.EXAMPLES_KEY: [examples]}, exec_properties)
     result = {}
@@ -94,7 +94,7 @@ def test_the_file_executor_splits_every_record_as_tfx_does(repo, tmp_path, copy_
 
     data_root = copy_spans(tmp_path / "data", (14, 15, 16))
     input_config, output_config = _split_configs()
-    # On a thread per core, as a run of many rows does (config.threaded_beam_args), or in
+    # On a thread per core, as a run of many rows does (pipeline.beam.options.threaded_beam_args), or in
     # worker processes, as a user may ask.
     workers = (f"--direct_running_mode={mode}", "--direct_num_workers=2")
     ours = _run_example_gen(ingest.FileExecutor, data_root, tmp_path / "ours", output_config, input_config, workers)

@@ -3,30 +3,21 @@ or by a Beam pass."""
 
 import glob
 
-import apache_beam as beam
 import pytest
 import tensorflow as tf
 import tensorflow_data_validation as tfdv
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from components.custom import beam_fns, span_statistics
-from pipeline import config
+from tests.helpers import curated_schema, local_beam_pipeline
 
 pytestmark = [pytest.mark.slow, pytest.mark.every_stack]  # Beam pipelines
-
-
-def _schema():
-    return tfdv.load_schema_text(config.schema_file())
-
-
-def _pipeline(*extra):
-    return beam.Pipeline(options=PipelineOptions(list(config.LOCAL_BEAM_ARGS) + list(extra)))
 
 
 def test_spans_that_left_the_data_root_since_they_were_ingested_are_named(two_spans, tmp_path):
     data_root = two_spans()
     with pytest.raises(ValueError, match=r"spans \[15, 16, 17\] were ingested but are no longer all under"):
-        span_statistics.compute_span_statistics(_pipeline(), data_root, [15, 16, 17], str(tmp_path))
+        span_statistics.compute_span_statistics(local_beam_pipeline(), data_root, [15, 16, 17], str(tmp_path))
 
 
 def test_the_sample_is_deterministic_and_near_its_rate():
@@ -64,9 +55,9 @@ def test_batches_that_disagree_on_optional_columns_make_one_span_statistics(repo
                 out.write(stripped.SerializeToString())
         for example in with_company * 9:
             out.write(example.SerializeToString())
-    workers = _pipeline("--direct_running_mode=multi_processing", "--direct_num_workers=2")
+    workers = local_beam_pipeline("--direct_running_mode=multi_processing", "--direct_num_workers=2")
     stats = span_statistics.compute_span_statistics(workers, str(tmp_path / "data"), [1], str(tmp_path),
-                                                    schema=_schema())
+                                                    schema=curated_schema())
     dataset = stats[1].datasets[0]
     assert dataset.num_examples == 18 * len(with_company) > 2 * beam_fns.DECODE_BATCH
     company = next(f for f in dataset.features if f.path.step == ["company"])
@@ -77,11 +68,12 @@ def test_sampled_span_statistics_read_about_the_rate_and_the_same_rows_each_time
     numbers = [15, 16]
     for name in "abc":
         (tmp_path / name).mkdir()
-    first = span_statistics.compute_span_statistics(_pipeline(), str(repo / "data"), numbers, str(tmp_path / "a"),
-                                                    schema=_schema(), rate=0.5)
-    again = span_statistics.compute_span_statistics(_pipeline(), str(repo / "data"), numbers, str(tmp_path / "b"),
-                                                    schema=_schema(), rate=0.5)
-    full = span_statistics.compute_span_statistics(_pipeline(), str(repo / "data"), numbers, str(tmp_path / "c"))
+    first = span_statistics.compute_span_statistics(local_beam_pipeline(), str(repo / "data"), numbers,
+                                                    str(tmp_path / "a"), schema=curated_schema(), rate=0.5)
+    again = span_statistics.compute_span_statistics(local_beam_pipeline(), str(repo / "data"), numbers,
+                                                    str(tmp_path / "b"), schema=curated_schema(), rate=0.5)
+    full = span_statistics.compute_span_statistics(local_beam_pipeline(), str(repo / "data"), numbers,
+                                                   str(tmp_path / "c"))
     for span in numbers:
         sampled, total = first[span].datasets[0].num_examples, full[span].datasets[0].num_examples
         assert sampled == again[span].datasets[0].num_examples
@@ -105,10 +97,10 @@ def test_span_statistics_in_process_are_the_beam_pass_s_and_written_the_same_way
     numbers = [14, 15, 16]
     beam_dir, here_dir = tmp_path / "beam", tmp_path / "here"
     beam_dir.mkdir()
-    in_beam = span_statistics.compute_span_statistics(_pipeline(), str(repo / "data"), numbers, str(beam_dir),
-                                                      schema=_schema(), rate=rate)
+    in_beam = span_statistics.compute_span_statistics(local_beam_pipeline(), str(repo / "data"), numbers, str(beam_dir),
+                                                      schema=curated_schema(), rate=rate)
     in_process = span_statistics.compute_span_statistics(_unused_pipeline(), str(repo / "data"), numbers, str(here_dir),
-                                                         schema=_schema(), rate=rate, in_process=True)
+                                                         schema=curated_schema(), rate=rate, in_process=True)
     assert sorted(in_process) == numbers
     for span in numbers:
         assert in_process[span].datasets[0].num_examples == in_beam[span].datasets[0].num_examples > 0
@@ -125,12 +117,12 @@ def test_span_statistics_in_process_name_a_span_without_examples(tmp_path):
         pass
     with pytest.raises(ValueError, match=r"spans \[3\] under .* hold no examples"):
         span_statistics.compute_span_statistics(_unused_pipeline(), str(tmp_path / "data"), [3], str(tmp_path / "out"),
-                                                schema=_schema(), in_process=True)
+                                                schema=curated_schema(), in_process=True)
 
 
 def _unused_pipeline():
     """A pipeline that fails the test if it is run."""
-    pipeline = _pipeline()
+    pipeline = local_beam_pipeline()
     pipeline.run = lambda *args, **kwargs: pytest.fail("the Beam pass ran")
     return pipeline
 
@@ -153,10 +145,10 @@ def test_a_span_with_more_distinct_values_than_counted_exactly_gets_the_beam_pas
             out.write(example.SerializeToString())
     beam_dir = tmp_path / "beam"
     beam_dir.mkdir()
-    in_beam = span_statistics.compute_span_statistics(_pipeline(), str(tmp_path / "data"), [1], str(beam_dir),
-                                                      schema=_schema())
-    chosen = span_statistics.compute_span_statistics(_pipeline(), str(tmp_path / "data"), [1], str(tmp_path / "here"),
-                                                     schema=_schema(), in_process=True)
+    in_beam = span_statistics.compute_span_statistics(local_beam_pipeline(), str(tmp_path / "data"), [1], str(beam_dir),
+                                                      schema=curated_schema())
+    chosen = span_statistics.compute_span_statistics(local_beam_pipeline(), str(tmp_path / "data"), [1],
+                                                     str(tmp_path / "here"), schema=curated_schema(), in_process=True)
     company = next(f for f in chosen[1].datasets[0].features if f.path.step == ["company"])
     assert company.string_stats.unique == distinct
     assert chosen[1] == in_beam[1]

@@ -42,11 +42,6 @@ def test_a_missing_data_root_is_named(tmp_path):
         window.current_window(str(tmp_path / "missing"), 2)
 
 
-def test_spans_used_round_trips():
-    assert window.parse_spans("3,10,12") == [3, 10, 12]
-    assert window.parse_spans("") == []
-
-
 def test_a_run_stops_naming_both_listings_when_span_folders_changed_since_planning(tmp_path):
     """The component itself, as the pipeline runs it: its choice must be what was planned."""
     from tfx.types import standard_artifacts

@@ -2,21 +2,16 @@
 
 import pytest
 import tensorflow as tf
-import tensorflow_data_validation as tfdv
 from tensorflow_metadata.proto.v0 import schema_pb2
 
 from components.model import features
-from pipeline import config
+from tests.helpers import curated_schema
 
 SCHEMA_TYPES = {tf.float32: schema_pb2.FLOAT, tf.int64: schema_pb2.INT, tf.string: schema_pb2.BYTES}
 
 
-def _schema():
-    return tfdv.load_schema_text(config.schema_file())
-
-
 def test_every_feature_is_in_the_schema_with_its_type_and_presence():
-    by_name = {f.name: f for f in _schema().feature}
+    by_name = {f.name: f for f in curated_schema().feature}
     for feature in features.FEATURES:
         declared = by_name[feature.name]
         assert declared.type == SCHEMA_TYPES[feature.dtype], feature.name
@@ -25,14 +20,14 @@ def test_every_feature_is_in_the_schema_with_its_type_and_presence():
 
 
 def test_label_is_required_and_absent_when_serving():
-    label = {f.name: f for f in _schema().feature}[features.LABEL_KEY]
+    label = {f.name: f for f in curated_schema().feature}[features.LABEL_KEY]
     assert label.presence.min_fraction == 1.0
     assert "SERVING" in label.not_in_environment
 
 
 def test_schema_declares_no_feature_the_data_does_not_carry():
     known = {f.name for f in features.FEATURES} | set(features.PASSTHROUGH_COLUMNS) | {features.LABEL_KEY}
-    assert {f.name for f in _schema().feature} == known
+    assert {f.name for f in curated_schema().feature} == known
 
 
 def test_raw_feature_spec_is_dense_for_required_and_sparse_for_optional():
@@ -78,7 +73,7 @@ def test_bucketized_missing_value_takes_the_extra_bucket_and_numeric_has_no_ids(
 
 
 def test_integer_range_features_match_the_schema_int_domain():
-    by_name = {f.name: f for f in _schema().feature}
+    by_name = {f.name: f for f in curated_schema().feature}
     ranged = [f for f in features.FEATURES if f.kind is features.Kind.INTEGER_RANGE]
     assert ranged
     for feature in ranged:

@@ -8,6 +8,7 @@ from tensorflow_serving.config import model_server_config_pb2
 
 from components.custom import pusher
 from components.support import serving_config
+from tests.helpers import served_models
 
 MODEL = "big_tip"
 
@@ -28,18 +29,10 @@ def _model_folder(tmp_path):
     return str(path)
 
 
-def _parsed(serving_dir) -> model_server_config_pb2.ModelConfig:
-    """The model's entry, parsed by TF Serving's own proto."""
-    with open(os.path.join(serving_dir, serving_config.CONFIG_FILE)) as handle:
-        config = text_format.Parse(handle.read(), model_server_config_pb2.ModelServerConfig())
-    (entry,) = config.model_config_list.config
-    return entry
-
-
 def test_following_loads_the_newest_two_and_labels_only_what_was_loaded(tmp_path):
     serving_dir = _serving(tmp_path, [100, 200, 300])
     serving_config.follow(serving_dir, MODEL)
-    entry = _parsed(serving_dir)
+    (entry,) = served_models(serving_dir)
     assert entry.name == MODEL
     assert entry.base_path == os.path.join(serving_dir, MODEL)
     assert entry.model_platform == "tensorflow"
@@ -50,7 +43,7 @@ def test_following_loads_the_newest_two_and_labels_only_what_was_loaded(tmp_path
     # A push: the version that served before it (loaded by the config replaced) is `stable`.
     (tmp_path / "serving" / MODEL / "400").mkdir()
     serving_config.after_push(serving_dir, MODEL)
-    entry = _parsed(serving_dir)
+    (entry,) = served_models(serving_dir)
     assert list(entry.model_version_policy.specific.versions) == [300, 400]
     assert dict(entry.version_labels) == {"stable": 300}
 
@@ -62,7 +55,7 @@ def test_a_pin_survives_the_next_push_and_unpin_serves_the_newest(tmp_path):
     (tmp_path / "serving" / MODEL / "300").mkdir()
     after = serving_config.after_push(serving_dir, MODEL)
     assert after.pinned == 100 and after.serving == 100
-    entry = _parsed(serving_dir)
+    (entry,) = served_models(serving_dir)
     assert list(entry.model_version_policy.specific.versions) == [100]
     assert dict(entry.version_labels) == {"stable": 100}  # loaded by the config it replaced
     serving_config.follow(serving_dir, MODEL)
@@ -107,9 +100,7 @@ def test_other_models_entries_are_kept(tmp_path):
     other.model_config_list.config.add(name="other", base_path="/models/other", model_platform="tensorflow")
     (tmp_path / "serving" / serving_config.CONFIG_FILE).write_text(text_format.MessageToString(other))
     serving_config.follow(serving_dir, MODEL)
-    with open(os.path.join(serving_dir, serving_config.CONFIG_FILE)) as handle:
-        config = text_format.Parse(handle.read(), model_server_config_pb2.ModelServerConfig())
-    assert [entry.name for entry in config.model_config_list.config] == ["other", MODEL]
+    assert [entry.name for entry in served_models(serving_dir)] == ["other", MODEL]
 
 
 def test_a_config_that_is_not_one_is_named(tmp_path):

@@ -109,6 +109,12 @@ def test_folders_the_pattern_matches_that_are_not_spans_are_named(tmp_path):
     assert spans.stray_folders(str(tmp_path)) == [str(tmp_path / "span-2a"), str(tmp_path / "span-old")]
 
 
+def test_span_numbers_round_trip_through_their_text_in_order():
+    assert spans.format_numbers([3, 10, 12]) == "3,10,12"
+    assert spans.parse_numbers(spans.format_numbers([12, 3, 10])) == [12, 3, 10]
+    assert spans.parse_numbers(spans.format_numbers([])) == []
+
+
 def test_remote_paths_are_joined_with_slashes():
     assert spans.join("gs://bucket/data/", "span-1") == "gs://bucket/data/span-1"
     assert spans.is_remote("gs://b") and not spans.is_remote("/data")

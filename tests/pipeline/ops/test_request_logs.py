@@ -10,6 +10,7 @@ import tensorflow as tf
 from tensorflow_serving.apis import classification_pb2, predict_pb2, prediction_log_pb2
 
 from pipeline.ops import request_logs
+from tests.helpers import curated_schema, write_records
 
 
 def _example(fare=12.5, company="Flash Cab", hour=7) -> tf.train.Example:
@@ -21,10 +22,8 @@ def _example(fare=12.5, company="Flash Cab", hour=7) -> tf.train.Example:
 
 
 def _tfrecords(path, records, compression=""):
-    with tf.io.TFRecordWriter(str(path), options=compression or None) as writer:
-        for record in records:
-            writer.write(record)
-    return str(path)
+    """Logged records at `path`, uncompressed unless `compression` says: that path, as text."""
+    return str(write_records(path, records, compression))
 
 
 def _read(path, file_format=None):
@@ -129,16 +128,14 @@ def test_a_file_of_no_known_format_is_refused_naming_the_flag(tmp_path):
 
 def test_a_record_the_schema_cannot_decode_is_named_and_the_others_are_decoded(tmp_path):
     import apache_beam as beam
-    import tensorflow_data_validation as tfdv
 
-    from pipeline import config
     from pipeline.ops import monitor, request_beam
 
     wrong = tf.train.Example()
     wrong.features.feature["trip_start_hour"].float_list.value.append(7.5)
     path = _tfrecords(tmp_path / "mixed", [_example().SerializeToString(), wrong.SerializeToString(),
                                            _example(fare=3.0).SerializeToString()])
-    reader = request_beam.ReadRequests(monitor.serving_schema(tfdv.load_schema_text(config.schema_file())))
+    reader = request_beam.ReadRequests(monitor.serving_schema(curated_schema()))
     reader.setup()
     found = list(reader.process((path, request_logs.EXAMPLES)))
     named = [item.value for item in found if isinstance(item, beam.pvalue.TaggedOutput)]

@@ -2,46 +2,32 @@
 pool): one that stops answering mid-run ends the run with one line naming it, and its
 alert; one that answers, or a run that needs none, is left alone."""
 
-import contextlib
-import socket
 import threading
 import time
 
 from pipeline import config
+from pipeline.outcome import ExitCode
 from pipeline.run import watch
+from tests.helpers import SilentSocket
 
 
-class Server:
-    """A TCP server on 127.0.0.1 that greets as MySQL does (`answering`) or, switched
-    off, accepts connections and never says a word (a stopped server's kernel still accepts)."""
+class Server(SilentSocket):
+    """A TCP server on 127.0.0.1 that greets as MySQL does (`answering`) or, switched off,
+    accepts connections and never says a word (a stopped server's kernel still accepts)."""
 
     def __init__(self, answers: int = -1) -> None:
         self.answering = True
         # Connections greeted before it falls silent for good (-1: while `answering`).
         self.answers = answers
-        self.socket = socket.socket()
-        self.socket.bind(("127.0.0.1", 0))
-        self.socket.listen(16)
-        self.held = []
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__(answer=self._greet)
 
-    def _serve(self) -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                connection = self.socket.accept()[0]
-                if self.answers == 0:
-                    self.answering = False
-                self.answers -= 1
-                if self.answering:
-                    connection.sendall(b"\x0a\x00\x00\x00")
-                    connection.close()
-                else:
-                    self.held.append(connection)
-
-    def close(self) -> None:
-        self.socket.close()
-        for connection in self.held:
-            connection.close()
+    def _greet(self, connection) -> bool:
+        if self.answers == 0:
+            self.answering = False
+        self.answers -= 1
+        if self.answering:
+            connection.sendall(b"\x0a\x00\x00\x00")
+        return self.answering
 
 
 def _store(port: int) -> list:
@@ -61,7 +47,7 @@ def _for(seconds: float):
 
 def test_a_server_that_stops_answering_is_named_once_silent_long_enough():
     server = Server()
-    port = server.socket.getsockname()[1]
+    port = server.port
     try:
         # Greeting: nothing to say, however long the run.
         assert watch.watch(_store(port), _for(1.5), probe_seconds=0.1, silence=1.0) is None
@@ -93,13 +79,12 @@ def test_a_watch_whose_run_ended_says_nothing_and_kills_nothing(tmp_path):
     import subprocess
     import sys
 
-    server = Server()
-    server.answering = False
+    server = SilentSocket()
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         watcher = subprocess.Popen(
             [sys.executable, "-m", "pipeline.run.watch", str(sleeper.pid), str(tmp_path / "run.log"), "8", "run",
-             f"mysql://127.0.0.1:{server.socket.getsockname()[1]}/mlmd"],
+             f"mysql://{server.address}/mlmd"],
             stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(9)
         assert server.held, "the watch greeted the server"
@@ -121,13 +106,12 @@ def test_a_watch_that_ends_a_run_posts_its_alert_naming_the_store(tmp_path, webh
     from pipeline import config
 
     url, received = webhook
-    server = Server()
-    server.answering = False
+    server = SilentSocket()
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         watcher = subprocess.Popen(
             [sys.executable, "-m", "pipeline.run.watch", str(sleeper.pid), str(tmp_path / "run.log"), "0.5",
-             "retrain", f"mysql://127.0.0.1:{server.socket.getsockname()[1]}/mlmd"],
+             "retrain", f"mysql://{server.address}/mlmd"],
             stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, config.NOTIFY_URL_ENV: url, watch.SILENCE_ENV: "0.5"})
         assert sleeper.wait(timeout=60) == -9
@@ -137,7 +121,7 @@ def test_a_watch_that_ends_a_run_posts_its_alert_naming_the_store(tmp_path, webh
         sleeper.kill()
         server.close()
     (alert,) = received
-    assert alert["outcome"] == "stalled" and alert["exit_code"] == watch.KILLED == 137
+    assert alert["outcome"] == "stalled" and alert["exit_code"] == ExitCode.KILLED == 137
     assert alert["text"].startswith("taxi-pipeline retrain failed (exit 137, stalled): the metadata store "
                                     "mysql://127.0.0.1:"), alert
     assert url not in watcher.stderr.read()
@@ -162,14 +146,10 @@ def test_the_services_a_run_waits_on_are_read_from_its_store_and_beam_options():
 def _left_alone_then_named(kind: str, answering: str):
     """The watch on a service of `kind` at `answering` (it must say nothing), then on a
     socket that accepts and never answers: (what it says, that socket's address)."""
-    silent = Server()
-    silent.answering = False
-    try:
+    with SilentSocket() as silent:
         assert watch.watch([watch.Service(kind, answering)], _for(1.5), probe_seconds=0.1, silence=1.0) is None
-        address = f"127.0.0.1:{silent.socket.getsockname()[1]}"
-        return watch.watch([watch.Service(kind, address)], _for(60), probe_seconds=0.1, silence=1.0), address
-    finally:
-        silent.close()
+        return watch.watch([watch.Service(kind, silent.address)], _for(60), probe_seconds=0.1,
+                           silence=1.0), silent.address
 
 
 def test_a_beam_service_that_stops_answering_is_named_and_one_that_answers_is_not(monkeypatch):
@@ -200,13 +180,9 @@ def test_a_worker_pool_is_named_once_it_answered_here_and_stopped(monkeypatch):
     import grpc
 
     monkeypatch.setattr(watch, "GREETING_SECONDS", 0.5)
-    silent = Server()
-    silent.answering = False
-    unreachable = [watch.Service("worker-pool", f"127.0.0.1:{silent.socket.getsockname()[1]}")]
-    try:
+    with SilentSocket() as silent:
+        unreachable = [watch.Service("worker-pool", silent.address)]
         assert watch.watch(unreachable, _for(3), probe_seconds=0.1, silence=1.0) is None
-    finally:
-        silent.close()
     pool = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
     port = pool.add_insecure_port("127.0.0.1:0")
     pool.start()
@@ -225,7 +201,7 @@ def test_a_reader_of_a_store_that_stops_answering_is_ended_naming_it(tmp_path):
     import sys
 
     server = Server(answers=1)
-    port = server.socket.getsockname()[1]
+    port = server.port
     started = time.monotonic()
     try:
         done = subprocess.run(

@@ -3,13 +3,13 @@ model one process trains with the same global batch; only the chief writes outpu
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
 from components.model.trainer import run, settings
+from tests.helpers import free_ports
 
 pytestmark = [pytest.mark.slow, pytest.mark.every_stack, pytest.mark.timeout(300)]
 
@@ -18,16 +18,6 @@ CUSTOM_CONFIG = {"train": {"epochs": 3, "early_stopping_patience": 0}, "export":
 # float32 sums in another order (each replica's half, then the all-reduce) differ from one
 # process's in the last bits; after a few Adam steps the losses agree to about 1e-6.
 RELATIVE_TOLERANCE = 1e-4
-
-
-def _free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def _fn_args(root, examples_file, transform_output_dir):
@@ -66,7 +56,7 @@ def test_two_workers_train_the_model_one_process_trains(tmp_path, examples_file,
     single = _fn_args(tmp_path / "single", examples_file, transform_output_dir)
     alone = _start(single)
     shared = _fn_args(tmp_path / "cluster", examples_file, transform_output_dir)
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(2)]}
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
     workers = [_start(shared, {"cluster": cluster, "task": {"type": "worker", "index": i}}) for i in range(2)]
     outputs = [_finish(worker) for worker in workers]
     _finish(alone)
@@ -74,6 +64,7 @@ def test_two_workers_train_the_model_one_process_trains(tmp_path, examples_file,
     one, two = _history(single), _history(shared)
     assert "on 2 replica(s)" in outputs[0]
     assert two["steps"] == one["steps"] == 3 * 2  # the same global batches: 32 + 8 of 40 rows
+    assert len(one["history"]) == CUSTOM_CONFIG["train"]["epochs"]  # the losses below compared epoch by epoch
     for epoch_one, epoch_two in zip(one["history"], two["history"], strict=True):
         for key in ("train_loss", "eval_loss"):
             assert epoch_two[key] == pytest.approx(epoch_one[key], rel=RELATIVE_TOLERANCE)

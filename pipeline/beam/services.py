@@ -1,5 +1,7 @@
-"""Beam's portable stack on this machine: a job service and a Python worker pool, the
-`--beam portable` target of `run`, `retrain` and `predict` (`taxi-pipeline beam-services`).
+"""Beam's services: whether those a `--beam` target names answer (`check_reachable`,
+before a command starts; the greetings `pipeline.run.watch` repeats while a run works),
+and a job service with a Python worker pool on this machine, the `--beam portable` target
+of `run`, `retrain` and `predict` (`taxi-pipeline beam-services`).
 
 A job submitted there is a portable pipeline proto, run by the job service; its DoFns are
 unpickled and run by worker processes the pool starts, one per job, which share nothing
@@ -21,6 +23,71 @@ import subprocess
 import sys
 import time
 from typing import Dict, Iterator, List, Optional
+
+from pipeline.beam.options import BeamTarget
+
+
+def grpc_silence(address: str, timeout: float) -> Optional[str]:
+    """None when a new gRPC connection to `address` is ready within `timeout` seconds, else
+    why not: a stopped server's kernel still accepts the TCP connection, but the
+    handshake needs the server."""
+    import grpc
+
+    channel = grpc.insecure_channel(address)
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout)
+        return None
+    except grpc.FutureTimeoutError:
+        return f"no gRPC handshake within {timeout:g} s"
+    finally:
+        channel.close()
+
+
+def http_silence(address: str, timeout: float) -> Optional[str]:
+    """None when the HTTP server at `address` (Flink's JobManager: its REST API) answers a
+    request within `timeout` seconds, whatever its status; else why not."""
+    import http.client
+    import urllib.error
+    import urllib.request
+
+    # Straight to the address: a proxy's own error page would pass for the JobManager's answer.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(f"http://{address}/v1/overview", timeout=timeout):
+            return None
+    except urllib.error.HTTPError:
+        return None  # an answer, if not the one asked for
+    except http.client.HTTPException as err:
+        return f"not an HTTP server ({type(err).__name__})"
+    except (OSError, ValueError) as err:
+        reason = getattr(err, "reason", err)
+        if isinstance(reason, TimeoutError) or "timed out" in str(reason):
+            return f"no HTTP answer within {timeout:g} s"
+        return f"no HTTP answer ({getattr(reason, 'strerror', None) or reason})"
+
+
+def check_reachable(target: BeamTarget, timeout: float = 5.0) -> None:
+    """ValueError naming the first service of `target` that accepts no connection, or (a
+    gRPC service) completes no handshake, within `timeout` seconds: a job submitted to
+    nothing would wait forever, and Beam's runner waits a minute for a silent one."""
+    start = " with `taxi-pipeline beam-services`" if target.kind == "portable" else ""
+    for what, address in target.endpoints():
+        host, _, port = address.rpartition(":")
+        host = host.strip("[]") or "localhost"
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout):
+                pass
+        except (OSError, ValueError) as err:
+            raise ValueError(f"{what} at {address} does not answer ({err.strerror or err}): "
+                             f"start it{start}, or fix the address") from err
+        if what.startswith("the Beam"):
+            silence, whose = grpc_silence(address, timeout), "Beam's"
+        else:
+            silence, whose = http_silence(address, timeout), "Flink's REST address"
+        if silence:
+            raise ValueError(f"{what} at {address} accepts connections but does not answer ({silence}): "
+                             f"check that it is {whose} and running (not stopped){start}, or fix the address")
+
 
 HOST = "127.0.0.1"
 START_SECONDS = 90

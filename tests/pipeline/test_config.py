@@ -1,0 +1,13 @@
+"""The config core's sizing of a run: the eval split stays near its row limit."""
+
+import pytest
+
+from pipeline import config
+
+
+@pytest.mark.parametrize("rows, train_buckets", [(15_002, 4), (250_000, 4), (250_001, 5), (1_000_000, 19),
+                                                  (5_000_000, 99)])
+def test_the_eval_split_stays_near_its_row_limit(rows, train_buckets):
+    evaluation = config.sized_evaluation(config.EvaluationConfig(), rows)
+    assert (evaluation.train_buckets, evaluation.eval_buckets) == (train_buckets, 1)
+    assert rows / (evaluation.train_buckets + 1) <= max(config.EvaluationConfig().max_eval_rows, rows / 5)
