@@ -73,30 +73,14 @@ def test_a_run_killed_after_every_node_in_turn_ends_as_one_uninterrupted_run(
         assert set(states[node]) <= {complete, cached, canceled}, (node, states[node])
 
 
-def test_a_kill_inside_the_pusher_after_its_rename_pushes_once(
-    slice_workspace, cli_argv, run_timeout, taxi_pipeline, last_run
+def test_a_trainer_killed_mid_training_resumes_and_a_kill_inside_the_pusher_after_its_rename_pushes_once(
+    slice_workspace, cli_argv, run_timeout, taxi_pipeline, last_run, executions
 ):
-    """The Pusher renamed the version into place and was killed before MLMD recorded it:
-    the re-run reuses the evaluated model and recognizes the version as its own."""
-    ws = slice_workspace
-    node, status, out = _run_until_a_node_finishes(cli_argv("run", *ws.locations()), run_timeout, [], "Evaluator")
-    assert node == "Evaluator" and status == -signal.SIGKILL, out
-    (model,) = (ws.out / "pipeline_root" / "Trainer" / "model").glob("*/Format-Serving")
-    shutil.copytree(model, ws.model_dir / "1700000000")  # what the Pusher's rename leaves
-
-    rerun = taxi_pipeline("run", *ws.locations())
-    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
-    assert ws.versions() == ["1700000000"]
-    record = last_run(ws.out)
-    assert record["outcome"] == "pushed" and record["pushed_version_dir"] == str(ws.model_dir / "1700000000")
-    states = {node["node_id"]: node["state"] for node in record["nodes"]}
-    assert states["Trainer"] == states["Evaluator"] == "cached", states
-
-
-def test_a_trainer_killed_mid_training_is_resumed_by_the_next_run(slice_workspace, cli_argv, run_timeout,
-                                                                  taxi_pipeline, last_run):
     """SIGKILL once the Trainer has checkpointed an epoch: the re-run's Trainer (upstream
-    all cached, so the same inputs) resumes from that epoch instead of starting afresh."""
+    all cached, so the same inputs) resumes from that epoch instead of starting afresh.
+    That re-run is killed once its Evaluator finished, and the Pusher's rename is played
+    (a version in place, unrecorded): the next re-run reuses the evaluated model and
+    recognizes the version as its own."""
     import json
     import time
 
@@ -115,13 +99,25 @@ def test_a_trainer_killed_mid_training_is_resumed_by_the_next_run(slice_workspac
         process.kill()
     assert list(checkpoints.glob("*/checkpoint")), "no checkpoint was written"
 
-    rerun = taxi_pipeline("run", *ws.locations())
-    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
-    states = {node["node_id"]: node["state"] for node in last_run(ws.out)["nodes"]}
-    assert states["Transform"] == "cached" and states["Trainer"] == "ran", states
+    node, status, out = _run_until_a_node_finishes(cli_argv("run", *ws.locations()), run_timeout, [], "Evaluator")
+    assert node == "Evaluator" and status == -signal.SIGKILL, out
+    states = executions(ws.metadata)
+    complete, cached = metadata_store_pb2.Execution.COMPLETE, metadata_store_pb2.Execution.CACHED
+    assert sorted(states["Transform"]) == sorted([complete, cached]), states  # the re-run's came from cache
+    assert states["Trainer"].count(complete) == 1 and len(states["Trainer"]) == 2, states  # killed, then ran
     summaries = sorted((ws.out / "pipeline_root" / "Trainer" / "model_run").glob("*/training_summary.json"))
     assert len(summaries) == 1  # the killed execution wrote none
     summary = json.loads(summaries[0].read_text())
     assert summary["resumed_from_epoch"] >= 1, summary
     assert not list(checkpoints.glob("*/checkpoint"))  # deleted once the model was exported
-    assert len(ws.versions()) == 1
+    assert ws.versions() == []
+    (model,) = (ws.out / "pipeline_root" / "Trainer" / "model").glob("*/Format-Serving")
+    shutil.copytree(model, ws.model_dir / "1700000000")  # what the Pusher's rename leaves
+
+    rerun = taxi_pipeline("run", *ws.locations())
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert ws.versions() == ["1700000000"]
+    record = last_run(ws.out)
+    assert record["outcome"] == "pushed" and record["pushed_version_dir"] == str(ws.model_dir / "1700000000")
+    states = {node["node_id"]: node["state"] for node in record["nodes"]}
+    assert states["Trainer"] == states["Evaluator"] == "cached", states

@@ -58,7 +58,10 @@ def test_edits_to_the_schema_and_to_any_kind_of_component_take_effect_on_the_nex
     module or gate kept its cached outputs until new data landed. Every kind, edited at
     once, runs edited; then the gate, edited to refuse, refuses the same data."""
     ws = copy_of_finished_run
-    first = project_copy("run", *ws.locations())  # the copy's own paths recorded, every node cached after
+    # The copy of the code sits elsewhere, and TFX's cache keys name the schema's and the
+    # data's paths: one run records every node in the copy's terms (nothing changed, so
+    # without --force it would run nothing), and each node is cached after.
+    first = project_copy("run", *ws.locations(), "--force")
     assert first.returncode == 0, first.stdout + first.stderr
     versions = ws.versions()
     schema = project_copy.path / "components" / "model" / "schema" / "schema.pbtxt"
