@@ -11,6 +11,7 @@ at most `TIMEOUT_SECONDS` in all (connect, send and read).
 The body has Slack's `text` (one line a person reads) and the fields a program reads.
 """
 
+import http.client
 import json
 import logging
 import os
@@ -26,6 +27,30 @@ from pipeline.outcome import ExitCode
 TIMEOUT_SECONDS = 5.0
 
 
+def url_problem(url: str) -> Optional[str]:
+    """What is wrong with a webhook URL, said without quoting it (its path and query hold
+    its credential); None for a URL an alert can be posted to. A token pasted with a
+    blank, a line break or a character outside ASCII is caught here, where the URL is
+    read, not by the HTTP client when the run ends."""
+    for character in url:
+        if character == " ":
+            return "it holds a blank"
+        if ord(character) < 32 or ord(character) == 127:
+            return "it holds a control character (a line break or a tab?)"
+        if ord(character) > 126:
+            return "it holds a character outside ASCII (percent-encode it)"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 -- raises on a port that is not a number
+    except ValueError:
+        return "it does not parse as a URL"
+    if parts.scheme not in ("https", "http"):
+        return "it must start with https:// or http://"
+    if not parts.hostname:
+        return "it names no host"
+    return None
+
+
 def _post(request: urllib.request.Request, timeout: float, problem: List[Optional[str]]) -> None:
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -33,8 +58,10 @@ def _post(request: urllib.request.Request, timeout: float, problem: List[Optiona
         problem[0] = None
     except urllib.error.HTTPError as err:
         problem[0] = f"the webhook answered HTTP {err.code}"
-    except (urllib.error.URLError, OSError, ValueError) as err:
+    except (urllib.error.URLError, OSError) as err:
         problem[0] = f"the webhook could not be reached: {getattr(err, 'reason', err)}"
+    except (http.client.HTTPException, ValueError) as err:  # their messages may quote the URL: the class only
+        problem[0] = f"the webhook could not be reached ({type(err).__name__})"
 
 
 def post(url: str, payload: Dict[str, Any], timeout: float = TIMEOUT_SECONDS) -> Optional[str]:
@@ -42,12 +69,15 @@ def post(url: str, payload: Dict[str, Any], timeout: float = TIMEOUT_SECONDS) ->
     Returns within `timeout` seconds whatever the webhook does: urllib's own timeout
     bounds each socket operation, not a server that trickles its answer, so the request
     runs in a daemon thread that is left behind when time is up."""
+    wrong = url_problem(url)
+    if wrong:
+        return f"the webhook's URL is not one an alert can be posted to: {wrong}"
     try:
         request = urllib.request.Request(
             url, data=json.dumps(payload).encode(), method="POST", headers={"Content-Type": "application/json"}
         )
     except ValueError:  # its message would quote the URL, credential and all
-        return "the webhook's URL is not an http(s) URL"
+        return "the webhook's URL does not parse as a URL"
     problem: List[Optional[str]] = [f"the webhook did not answer within {timeout:g} s"]
     worker = threading.Thread(target=_post, args=(request, timeout, problem), daemon=True)
     worker.start()

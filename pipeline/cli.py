@@ -136,6 +136,9 @@ def _dispatch(args: argparse.Namespace, ending: Ending) -> int:
             args.notify = options.notify_url(args)
         with _watched(args):
             return args.handler(args, ending)
+    except options.UsageError as err:
+        print(f"taxi-pipeline {args.command}: error: {err}", file=sys.stderr)
+        return ExitCode.USAGE
     except (ValueError, LookupError) as err:
         # Said by this package (or by argument checks), naming what to do; a store found
         # damaged or locked has a log worth reading.

@@ -109,15 +109,29 @@ def add_dry_run(command: argparse.ArgumentParser, shows: str) -> None:
     command.add_argument("--dry-run", action="store_true", help=f"change nothing: {shows}")
 
 
+class UsageError(ValueError):
+    """A command line that is wrong in a way argparse cannot see (exit `ExitCode.USAGE`)."""
+
+
 def notify_url(args: argparse.Namespace) -> str:
     """The alert webhook's URL: `--notify`, else `--notify-file`'s first line, else the
-    environment's `NOTIFY_URL_ENV`; "" for none. ValueError, not quoting it, when it is
-    not an http(s) URL."""
+    environment's `NOTIFY_URL_ENV`; "" for none. Refused where it is read when an alert
+    could not be posted to it (`alerts.url_problem`), naming where it came from and never
+    quoting it: UsageError for the options, ValueError for the environment."""
+    from pipeline import alerts
+
     url = _notify_url(args)
-    if url and not url.startswith(("https://", "http://")):
-        raise ValueError("the alert webhook's URL (--notify, --notify-file or "
-                         f"{config.NOTIFY_URL_ENV}) must start with https:// or http://; it is not shown here")
-    return url
+    wrong = alerts.url_problem(url) if url else None
+    if not wrong:
+        return url
+    told = "the alert webhook's URL {} is not one an alert can be posted to ({}); it is not shown here: {}"
+    if args.notify:
+        raise UsageError(told.format("given to --notify", wrong, "give the webhook's URL as its service shows it"))
+    if args.notify_file:
+        raise UsageError(told.format(f"on the first line of --notify-file {args.notify_file}", wrong,
+                                     "write the webhook's URL alone on that line"))
+    raise ValueError(told.format(f"in {config.NOTIFY_URL_ENV}", wrong,
+                                 f"set {config.NOTIFY_URL_ENV} to the webhook's URL alone (or unset it)"))
 
 
 def _notify_url(args: argparse.Namespace) -> str:
@@ -128,7 +142,7 @@ def _notify_url(args: argparse.Namespace) -> str:
         if not os.path.isfile(path):
             raise ValueError(f"--notify-file {path} does not exist on this machine: give a file whose first line "
                              "is the webhook URL")
-        with open(path) as handle:
+        with open(path, encoding="utf-8", errors="replace") as handle:
             url = handle.readline().strip()
         if not url:
             raise ValueError(f"--notify-file {path} is empty: write the webhook URL on its first line")

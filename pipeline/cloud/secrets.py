@@ -19,6 +19,8 @@ import os
 import re
 from typing import Tuple
 
+from pipeline import alerts
+
 ENDPOINT = "https://secretmanager.googleapis.com/v1"
 SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 ENV_PREFIX = "env:"
@@ -55,8 +57,14 @@ def webhook_url(reference: str) -> Tuple[str, str]:
     if reference.startswith(ENV_PREFIX):
         name = reference[len(ENV_PREFIX):]
         value = os.environ.get(name, "").strip()
-        return (value, "") if value else ("", f"the task's environment has no {name}")
-    return _access(version_name(reference))
+        url, problem = (value, "") if value else ("", f"the task's environment has no {name}")
+    else:
+        url, problem = _access(version_name(reference))
+    wrong = alerts.url_problem(url) if url else None
+    if wrong:
+        return "", (f"{reference} holds no URL an alert can be posted to ({wrong}; it is not shown here): store "
+                    "the webhook's URL alone in it")
+    return url, problem
 
 
 def _access(name: str) -> Tuple[str, str]:

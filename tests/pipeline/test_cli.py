@@ -145,3 +145,26 @@ def test_running_out_of_memory_or_disk_names_the_limit(monkeypatch, capsys):
     monkeypatch.setattr(commands, "make_data", out_of_memory)
     assert cli.main(["make-data"]) == 1
     assert "out of memory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("pasted", [" ", "\t", "\u00e9"], ids=["blank", "control", "non-ascii"])
+def test_a_badly_pasted_webhook_url_stops_the_command_before_any_work_and_is_never_echoed(
+        slice_workspace, taxi_pipeline, pasted):
+    ws = slice_workspace
+    url = f"https://hooks.example.com/services/T0/s3cr{pasted}3t"
+    (ws.root / "webhook").write_text(url + "\n", encoding="utf-8")
+    given = taxi_pipeline("run", *ws.locations(), "--notify", url)
+    from_file = taxi_pipeline("retrain", *ws.locations(), "--notify-file", str(ws.root / "webhook"))
+    from_env = taxi_pipeline("run", *ws.locations(), env={"TAXI_NOTIFY_URL": url})
+    assert given.returncode == from_file.returncode == 2
+    assert given.stderr.strip().splitlines()[-1].startswith(
+        "taxi-pipeline run: error: the alert webhook's URL given to --notify is not one an alert can be posted to")
+    assert f"on the first line of --notify-file {ws.root / 'webhook'} is not" in from_file.stderr.splitlines()[-1]
+    assert from_env.returncode == 1
+    assert from_env.stderr.strip().splitlines()[-1].startswith(
+        "error: the alert webhook's URL in TAXI_NOTIFY_URL is not one an alert can be posted to (it holds a")
+    logs = [path.read_text() for path in ws.root.rglob("*.log")]
+    for told in (given.stdout, given.stderr, from_file.stdout, from_file.stderr, from_env.stdout, from_env.stderr,
+                 *logs):
+        assert "s3cr" not in told and "Traceback" not in told
+    assert not ws.out.exists() or not list(ws.out.rglob("metadata.sqlite"))  # nothing ran

@@ -53,9 +53,57 @@ def test_a_failed_alert_logs_no_part_of_the_credential(caplog):
 
 def test_a_url_that_is_not_http_is_refused_without_showing_it(monkeypatch):
     monkeypatch.setenv(config.NOTIFY_URL_ENV, "hooks.example.com/services/s3cr3t")
-    with pytest.raises(ValueError, match="must start with https:// or http://") as raised:
+    with pytest.raises(ValueError, match=r"\(it must start with https:// or http://\)") as raised:
         options.notify_url(_args())
     assert "s3cr3t" not in str(raised.value)
     # And sending to one gives a reason, never the URL in an exception.
     assert alerts.post("hooks.example.com/services/s3cr3t", {"text": "x"}) == (
-        "the webhook's URL is not an http(s) URL")
+        "the webhook's URL is not one an alert can be posted to: it must start with https:// or http://")
+
+
+# Tokens pasted badly: a blank, a line break inside, a character outside ASCII.
+BAD_URLS = {
+    "a blank": ("https://hooks.example.com/services/T0/s3cr3t token", "it holds a blank"),
+    "a newline": ("https://hooks.example.com/services/T0/s3cr3t\nX", "it holds a control character"),
+    "non-ASCII": ("https://hooks.example.com/services/T0/s3cr3t\u00e9", "it holds a character outside ASCII"),
+    "a bad port": ("https://hooks.example.com:80a/s3cr3t", "it does not parse as a URL"),
+    "no host": ("https:///s3cr3t", "it names no host"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_URLS))
+def test_a_badly_pasted_url_is_named_by_what_is_wrong_never_shown(case):
+    url, wrong = BAD_URLS[case]
+    assert alerts.url_problem(url).startswith(wrong)
+    assert "s3cr3t" not in alerts.url_problem(url)
+    # Sent anyway (the exit handler's path): a reason, no exception, no part of it.
+    assert alerts.post(url, {"text": "x"}).endswith(alerts.url_problem(url))
+    assert alerts.url_problem(SECRET) is None
+
+
+def test_an_http_client_error_that_quotes_the_url_is_told_by_its_class_only(monkeypatch):
+    import http.client
+    import urllib.request
+
+    def refuse(request, timeout):
+        raise http.client.InvalidURL(f"URL can't contain control characters. {request.full_url!r}")
+
+    monkeypatch.setattr(urllib.request, "urlopen", refuse)
+    assert alerts.post(SECRET, {"text": "x"}) == "the webhook could not be reached (InvalidURL)"
+
+
+@pytest.mark.parametrize("case", sorted(BAD_URLS))
+def test_a_bad_url_is_refused_where_it_is_read_naming_its_source_not_its_content(case, tmp_path, monkeypatch):
+    url, wrong = BAD_URLS[case]
+    with pytest.raises(options.UsageError, match=f"given to --notify is not .*{wrong}") as raised:
+        options.notify_url(_args(notify=url))
+    assert "s3cr3t" not in str(raised.value)
+    written = tmp_path / "webhook"
+    written.write_text(url.replace("\n", "\t") + "\n", encoding="utf-8")  # a file's line ends at a newline
+    with pytest.raises(options.UsageError, match=f"on the first line of --notify-file {written} is not") as raised:
+        options.notify_url(_args(notify_file=str(written)))
+    assert "s3cr3t" not in str(raised.value)
+    monkeypatch.setenv(config.NOTIFY_URL_ENV, url)
+    with pytest.raises(ValueError, match=f"in {config.NOTIFY_URL_ENV} is not") as raised:
+        options.notify_url(_args())
+    assert not isinstance(raised.value, options.UsageError) and "s3cr3t" not in str(raised.value)

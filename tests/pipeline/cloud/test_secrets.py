@@ -83,6 +83,19 @@ def test_env_names_a_variable_of_the_task_s_environment(monkeypatch):
     assert secrets.webhook_url("env:ALERT_WEBHOOK") == ("", "the task's environment has no ALERT_WEBHOOK")
 
 
+@pytest.mark.parametrize("pasted", [" ", "\n", "\u00e9"], ids=["blank", "newline", "non-ascii"])
+def test_a_secret_holding_a_badly_pasted_url_is_a_reason_naming_the_secret_not_the_url(secret_manager, monkeypatch,
+                                                                                        pasted):
+    held, _ = secret_manager
+    broken = URL.replace("s3cr3t", f"s3cr{pasted}3t")
+    held[f"{NAME}/versions/latest"] = broken.encode()
+    monkeypatch.setenv("ALERT_WEBHOOK", broken)
+    for reference in (NAME, "env:ALERT_WEBHOOK"):
+        url, why = secrets.webhook_url(reference)
+        assert url == "" and why.startswith(f"{reference} holds no URL an alert can be posted to (it holds a")
+        assert "s3cr" not in why and "3t" not in why.split("(", 1)[1]
+
+
 def test_a_url_given_where_a_reference_belongs_is_refused_unquoted():
     with pytest.raises(ValueError) as refused:
         secrets.check_reference(URL)
