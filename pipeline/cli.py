@@ -36,7 +36,7 @@ import os
 import sys
 from typing import ContextManager, Optional, Sequence
 
-from pipeline import cloud_storage, config, failures, options
+from pipeline import cloud_storage, config, failures, interrupts, options
 from pipeline.beam import services as beam_services
 from pipeline.cloud import commands as cloud_commands
 from pipeline.data import commands as data_commands
@@ -136,6 +136,12 @@ def _dispatch(args: argparse.Namespace, ending: Ending) -> int:
             args.notify = options.notify_url(args)
         with _watched(args):
             return args.handler(args, ending)
+    except (KeyboardInterrupt, interrupts.Terminated) as err:
+        interrupts.ignore()
+        logging.warning("%s was interrupted", args.command, exc_info=True)
+        ending.fail(interrupts.message(err, args.command, logs.PROGRESS.running, logs.PROGRESS.finished),
+                    logged=True)
+        return interrupts.exit_code(err)
     except options.UsageError as err:
         print(f"taxi-pipeline {args.command}: error: {err}", file=sys.stderr)
         return ExitCode.USAGE
@@ -158,6 +164,7 @@ def _dispatch(args: argparse.Namespace, ending: Ending) -> int:
 def console_main() -> None:
     """The `taxi-pipeline` command: `main`, then the process exits with its status."""
     process.ends_with_exit_process()
+    interrupts.raise_on_sigterm()
     cloud_storage.bound()
     code = main()
     process.exit_process(int(code), machinery.enabled())

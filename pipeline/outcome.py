@@ -22,8 +22,12 @@ class ExitCode(enum.IntEnum):
     DATA_REJECTED = 4  # unreadable files, schema anomalies or drift: nothing trained
     LOCKED = 5  # another run or retrain holds the output root
     SERVING_CHECK_FAILED = 6  # blessed, but failed the serving check: the previous version keeps serving
+    # Ended by Ctrl-C (SIGINT) or a scheduler's SIGTERM, with one line saying what was done
+    # (`pipeline.interrupts`): what a shell reports for a process those signals end.
+    INTERRUPTED = 128 + signal.SIGINT
     # Ended by its watch (`pipeline.run.watch`), which kills it: what a shell reports for it.
     KILLED = 128 + signal.SIGKILL
+    TERMINATED = 128 + signal.SIGTERM
 
 
 class Outcome(enum.Enum):

@@ -9,6 +9,7 @@ The progress lines come from the orchestrators' own log messages, the only signa
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import logging
 import logging.handlers
@@ -17,7 +18,7 @@ import re
 import sys
 import time
 import warnings
-from typing import Optional
+from typing import List, Optional, TextIO
 
 from components.model.trainer.settings import EPOCH_PROGRESS
 
@@ -30,10 +31,23 @@ CACHED = "A cached execution %d is used."
 ECHOED = (EPOCH_PROGRESS,)
 
 
-class ProgressHandler(logging.Handler):
-    """Prints one line per component as it finishes, with its wall time."""
+@dataclasses.dataclass
+class Progress:
+    """The components of this process's run: the one running, those finished, in order."""
 
-    def __init__(self, stream=sys.stdout):
+    running: Optional[str] = None
+    finished: List[str] = dataclasses.field(default_factory=list)
+
+
+# What an interrupted run says it had done (`pipeline.interrupts`).
+PROGRESS = Progress()
+
+
+class ProgressHandler(logging.Handler):
+    """Keeps `PROGRESS`, and prints one line per component as it finishes, with its wall
+    time (no line with `stream` None)."""
+
+    def __init__(self, stream: Optional[TextIO] = sys.stdout):
         super().__init__(logging.INFO)
         self._stream = stream
         self._started = time.perf_counter()
@@ -44,15 +58,21 @@ class ProgressHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if record.msg in RUNNING:
             self._component, self._component_started, self._cached = record.args[0], time.perf_counter(), False
+            PROGRESS.running = self._component
         elif record.msg == CACHED:
             self._cached = True
         elif record.msg in ECHOED and self._component:
-            self._stream.write(f"{'':11s}{self._component}: {record.getMessage()}\n")
-            self._stream.flush()
+            self._write(f"{'':11s}{self._component}: {record.getMessage()}\n")
         elif record.msg in FINISHED and self._component:
             now = time.perf_counter()
             how = "cached" if self._cached else f"{now - self._component_started:5.1f} s"
-            self._stream.write(f"[{now - self._started:6.1f} s] {self._component:28s} {how}\n")
+            PROGRESS.finished.append(self._component)
+            PROGRESS.running = None
+            self._write(f"[{now - self._started:6.1f} s] {self._component:28s} {how}\n")
+
+    def _write(self, text: str) -> None:
+        if self._stream is not None:
+            self._stream.write(text)
             self._stream.flush()
 
 
@@ -183,7 +203,9 @@ def configure(log_dir: str, verbose: bool) -> str:
     tf_logger.propagate = True
     file_handler.setFormatter(RedactingFormatter(LOG_FORMAT))
     root.addHandler(file_handler)
-    root.addHandler(logging.StreamHandler(sys.stderr) if verbose else ProgressHandler())
+    root.addHandler(ProgressHandler(None if verbose else sys.stdout))
+    if verbose:
+        root.addHandler(logging.StreamHandler(sys.stderr))
     return log_path
 
 

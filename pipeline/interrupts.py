@@ -1,0 +1,79 @@
+"""Ctrl-C (SIGINT) and a scheduler's SIGTERM are input too: every command ends on them
+with one line saying what was done and what to do, and the exit status a shell gives a
+process those signals end (`ExitCode.INTERRUPTED`, `ExitCode.TERMINATED`), never a
+traceback on the console (it goes to the log).
+
+SIGINT raises KeyboardInterrupt in the main thread; SIGTERM is made to raise `Terminated`
+there the same way, so that both unwind through every `finally` and `with`: the output
+root's lock is released, a Pusher's staged copy and `predict`'s staging folder are
+removed, and nothing half-written is left (a version becomes whole by one rename, a run's
+record by one `os.replace`).
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import List, Optional
+
+from pipeline.outcome import ExitCode
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread (a BaseException, as KeyboardInterrupt is:
+    `except Exception` blocks do not swallow it)."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
+
+
+def raise_on_sigterm() -> None:
+    """From now on SIGTERM raises `Terminated` in the main thread."""
+    signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def ignore() -> None:
+    """Once a command is ending on a signal, a second one (Ctrl-C pressed twice) must not
+    interrupt the line that says so."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+
+
+def exit_code(interrupt: BaseException) -> ExitCode:
+    return ExitCode.TERMINATED if isinstance(interrupt, Terminated) else ExitCode.INTERRUPTED
+
+
+def _named(interrupt: BaseException) -> str:
+    return "SIGTERM" if isinstance(interrupt, Terminated) else "Ctrl-C (SIGINT)"
+
+
+# What each command that writes leaves when it is cut short, and what to do.
+_AFTERWARDS = {
+    "predict": "nothing was written to --output (a local output is moved into place whole); score again",
+    "gc": "what it removed stays removed, and a gc cut short leaves nothing a run reads; run `taxi-pipeline gc` "
+          "again to finish",
+    "monitor": "no finding was recorded; run it again",
+}
+
+
+def message(interrupt: BaseException, command: str, running: Optional[str] = None,
+            finished: Optional[List[str]] = None) -> str:
+    """The line a command ends on when `interrupt` stopped it; for `run` and `retrain`
+    with the component that was `running` and those `finished` before it."""
+    said = f"{command} was interrupted by {_named(interrupt)}"
+    if command not in ("run", "retrain"):
+        return f"{said}: {_AFTERWARDS.get(command, 'it changed nothing; run it again')}"
+    finished = finished or []
+    if running is None and not finished:
+        return f"{said} before any component ran: nothing was trained or pushed; run it again"
+    where = f" while {running} ran" if running else f" after {finished[-1]}"
+    done = f" ({len(finished)} component(s) finished: {', '.join(finished)})" if finished else ""
+    if "Pusher" in finished:
+        pushed = "the Pusher had finished, so its decision stands; the next run records it"
+    elif running == "Pusher":
+        pushed = ("the Pusher was cut short: its version is whole in the serving folder or absent, never in part, "
+                  "and the next run completes or redoes the push")
+    else:
+        pushed = "nothing was pushed"
+    return (f"{said}{where}{done}: {pushed}; the next `taxi-pipeline {command}` resumes from the components "
+            "that finished")
