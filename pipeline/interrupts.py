@@ -62,7 +62,7 @@ def message(interrupt: BaseException, command: str, running: Optional[str] = Non
     with the component that was `running` and those `finished` before it."""
     said = f"{command} was interrupted by {_named(interrupt)}"
     if command not in ("run", "retrain"):
-        return f"{said}: {_AFTERWARDS.get(command, 'it changed nothing; run it again')}"
+        return f"{said}: {_AFTERWARDS.get(command, 'it stopped before it finished; run it again')}"
     finished = finished or []
     if running is None and not finished:
         return f"{said} before any component ran: nothing was trained or pushed; run it again"
