@@ -293,6 +293,32 @@ def require(path: str, option: str, what_to_do: str) -> None:
         raise ValueError(f"{option} {path} does not exist: {what_to_do}")
 
 
+def require_writable_folder(path: str, option: str) -> None:
+    """A local folder a command will write to, checked before the work (and before
+    TensorFlow loads) with the words the write would fail with at its end: a file where
+    the folder is wanted, a parent that is a file, or no right to write where the folder
+    is or would be made. ValueError naming the option, the path and what to do.
+    Remote folders are checked by their first write."""
+    if spans.is_remote(path):
+        return
+    path = os.path.abspath(path)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"{option} {path} is a file, not a folder: point {option} at a folder (it is made when "
+                         "missing), or move the file away")
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ValueError(f"{option} {path} cannot be made: {existing} is a file, not a folder: point {option} "
+                         "elsewhere, or move the file away")
+    if os.statvfs(existing).f_flag & os.ST_RDONLY:
+        raise ValueError(f"{option} {path} is on a read-only file system: mount it writable or point {option} at "
+                         "another folder, then run again")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"no permission to write {existing} ({option} {path}): give this user write access, or "
+                         f"point {option} at another folder, then run again")
+
+
 def matching(pattern: str, option: str) -> List[str]:
     """The files a glob `pattern` matches, sorted (none: an empty list), once the folder
     it looks in is found to exist; a path without a pattern must exist itself."""

@@ -46,14 +46,14 @@ def test_a_read_only_output_root_or_serving_folder_is_named(copy_of_finished_run
         before = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
         result = taxi_pipeline("run", "--data-root", str(ws.data), "--output-root", str(out),
                                "--serving-dir", str(ws.serving), env={"XDG_STATE_HOME": str(tmp_path / "state")})
-        line = assert_one_clear_line(result, 1, f"{out}/logs/run-")
-        assert "is on a read-only file system: mount it writable or point the command at another folder" in line
-        assert "Full log: " + str(tmp_path / "state") in result.stderr, line  # the log went where it could
+        # Checked before the work, as the serving folder is (tests/pipeline/test_options.py).
+        assert_one_clear_line(result, 1, f"--output-root {out} is on a read-only file system: mount it writable or "
+                                         "point --output-root at another folder, then run again")
         assert {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     with tmpfs(tmp_path / "read-only-serving", 64 * 1024, read_only=True, fill_from=ws.serving) as serving:
         before = {str(p.relative_to(serving)): p.read_bytes() for p in serving.rglob("*") if p.is_file()}
         pinned = taxi_pipeline("serving", "pin", ws.versions()[0], "--serving-dir", str(serving))
-        line = assert_one_clear_line(pinned, 1, f"{serving}/big_tip/.push.lock is on a read-only file system")
+        assert_one_clear_line(pinned, 1, f"{serving}/big_tip/.push.lock is on a read-only file system")
         assert {str(p.relative_to(serving)): p.read_bytes() for p in serving.rglob("*") if p.is_file()} == before
 
 

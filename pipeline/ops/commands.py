@@ -25,6 +25,7 @@ def add_predict(commands: argparse._SubParsersAction) -> None:
 def predict_files(args: argparse.Namespace, ending: Ending) -> int:
     # The paths first, TensorFlow and Beam after: a mistyped path is answered in a second.
     options.require_serving_dir(args)
+    options.require_writable_folder(args.output, "--output")
     if not options.matching(args.input, "--input"):
         print(f"No files match --input {args.input}: nothing scored.")
         return ExitCode.OK

@@ -130,6 +130,10 @@ def run(args: argparse.Namespace, ending: Ending) -> int:
     # The config first (it refuses a remote output root before anything is written there),
     # then logging: importing TensorFlow, TFX and their dependencies already logs and warns.
     resolved = run_config(args)
+    # Where the run writes, checked before the work: found at the push, a serving folder
+    # that is a file would cost the whole run.
+    options.require_writable_folder(resolved.serving_dir, "--serving-dir")
+    options.require_writable_folder(resolved.output_root, "--output-root")
     log_path = logs.configure(os.path.join(resolved.output_root, "logs"), args.verbose)
     ending.log_path = log_path
     logging.info("Stack %s", compat.describe())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import time
 
 import pytest
 
@@ -13,7 +14,7 @@ from components import setting
 from components.model.trainer.settings import ExportConfig, TrainConfig
 from pipeline import cli, config, options
 from pipeline.cloud import compiled_fixes
-from tests.helpers import REPO_ROOT
+from tests.helpers import REPO_ROOT, assert_one_clear_line, tmpfs
 
 DAG_COMMANDS = {
     "run": [],
@@ -116,3 +117,41 @@ def test_no_flag_is_declared_twice():
         places.setdefault(flag, []).append(where)
     repeated = {flag: where for flag, where in places.items() if len(where) > 1}
     assert set(repeated) == set(SAME_NAME_OWN_MEANING), repeated
+
+
+@pytest.mark.parametrize("command, option", [
+    ("run", "--serving-dir"), ("retrain", "--serving-dir"), ("run", "--output-root"), ("predict", "--output"),
+])
+def test_a_file_where_a_folder_will_be_written_is_named_before_the_work(command, option, slice_workspace,
+                                                                        taxi_pipeline, tmp_path):
+    """Found at the push, a serving folder that is a file cost a whole run; now in a second,
+    before TensorFlow loads (a run would log its import first)."""
+    ws = slice_workspace
+    regular = tmp_path / "a-regular-file"
+    regular.write_text("not a folder")
+    given = {"--serving-dir": ["--serving-dir", str(regular)], "--output-root": ["--output-root", str(regular / "out")],
+             "--output": ["--output", str(regular)]}[option]
+    if command == "predict":
+        ws.model_dir.mkdir(parents=True)
+        args = ["predict", "--input", str(ws.data / "span-16" / "*"), "--serving-dir", str(ws.serving), *given]
+    else:
+        args = [command, "--data-root", str(ws.data), "--output-root", str(ws.out), "--serving-dir",
+                str(ws.serving), *given]
+    started = time.monotonic()
+    result = taxi_pipeline(*args)
+    seconds = time.monotonic() - started
+    line = assert_one_clear_line(result, 1, f"{option} {given[1]} ")
+    assert ("is a file, not a folder" in line if option != "--output-root"
+            else f"cannot be made: {regular} is a file, not a folder" in line), line
+    assert seconds < 10, seconds  # a process start-up: no TensorFlow, no component
+    assert not list(ws.root.rglob("metadata.sqlite"))  # nothing ran
+
+
+def test_a_read_only_serving_folder_is_named_before_the_run(slice_workspace, taxi_pipeline, tmp_path):
+    ws = slice_workspace
+    with tmpfs(tmp_path / "read-only", 64, read_only=True) as serving:
+        result = taxi_pipeline("run", "--data-root", str(ws.data), "--output-root", str(ws.out), "--serving-dir",
+                               str(serving / "models"))
+    assert_one_clear_line(result, 1, f"--serving-dir {serving / 'models'} is on a read-only file system: mount it "
+                                     "writable or point --serving-dir at another folder, then run again")
+    assert not list(ws.root.rglob("metadata.sqlite"))
