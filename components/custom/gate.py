@@ -205,6 +205,19 @@ def _drift_lines(span_stats: Dict[int, Statistics], spans_read: List[int], schem
     return describe(found, newest, previous) + label_drift(span_stats[newest], span_stats[previous], newest, previous)
 
 
+def is_fresh(value: object) -> bool:
+    """SpanWindow's `fresh` as the gate receives it: an integer locally; on Vertex a STRING
+    input (TFX compiles a parameter taken from another task's output so), which a backend
+    renders from the integer as "1", or as "1.0", or passes as a number."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"the data gate's fresh parameter must be 0 or 1, got {value!r}") from err
+    if number not in (0.0, 1.0):
+        raise ValueError(f"the data gate's fresh parameter must be 0 or 1, got {value!r}")
+    return number == 1.0
+
+
 @component(use_beam=True)
 def DataGate(  # a component is named like a class
     statistics: InputArtifact[standard_artifacts.ExampleStatistics],
@@ -225,9 +238,7 @@ def DataGate(  # a component is named like a class
     split keys become list indexes.)
     """
     try:
-        # int(): TFX compiles a parameter taken from another task's output as a STRING
-        # input, so on Vertex this is "0" or "1".
-        if not int(fresh):
+        if not is_fresh(fresh):
             _nothing_new(verdict, spans_used)
             return
         split_blessings = anomalies.get_json_value_custom_property(BLESSED_PROPERTY) or {}

@@ -104,3 +104,36 @@ def test_the_label_share_reads_numeric_and_categorical_statistics_alike():
     (line,) = gate.label_drift(zeroed, numeric, 9, 8)
     assert "share of 1s 0.250 -> 0.000, L_INFTY=0.250 (threshold 0.130)" in line
     assert gate.label_drift(numeric, numeric, 9, 8) == []
+
+
+@pytest.mark.parametrize("given, fresh", [(1, True), ("1", True), ("1.0", True), (1.0, True),
+                                          (0, False), ("0", False), ("0.0", False)])
+def test_fresh_is_read_however_a_backend_renders_the_integer(given, fresh):
+    assert gate.is_fresh(given) is fresh
+
+
+@pytest.mark.parametrize("given", ["yes", "", None, "2", 0.5])
+def test_anything_else_than_0_or_1_as_fresh_is_refused_naming_it(given):
+    with pytest.raises(ValueError, match=f"fresh parameter must be 0 or 1, got {given!r}"):
+        gate.is_fresh(given)
+
+
+def test_the_gate_given_fresh_as_a_rendered_float_finds_nothing_new(tmp_path):
+    """What a backend that renders the STRING input from the integer as "0.0" hands the gate."""
+    from tfx.types import standard_artifacts
+
+    def artifact(kind, name):
+        made = kind()
+        made.uri = str(tmp_path / name)
+        return made
+
+    verdict = artifact(standard_artifacts.ExampleAnomalies, "verdict")
+    inputs = {"statistics": [artifact(standard_artifacts.ExampleStatistics, "statistics")],
+              "schema": [artifact(standard_artifacts.Schema, "schema")],
+              "anomalies": [artifact(standard_artifacts.ExampleAnomalies, "anomalies")]}
+    executor = gate.DataGate.EXECUTOR_SPEC.executor_class()
+    executor.Do(inputs, {"verdict": [verdict]},
+                {"data_root": str(tmp_path), "spans_used": "12,13", "fresh": "0.0", "code_version": ""})
+    assert verdict.get_int_custom_property(gate.BLESSED_PROPERTY) == 0
+    assert verdict.get_string_custom_property(gate.REPORT_PROPERTY) == (
+        "nothing new: the serving model was trained on spans 12,13")
