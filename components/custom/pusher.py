@@ -37,7 +37,6 @@ it pushes the same model again on the re-run. This one:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -56,8 +55,8 @@ from tfx.utils import io_utils, proto_utils
 
 from components.custom import ingest, model_card, serving_check
 from components.model import features
-from components.support import object_lock, serving_config, spans
-from components.support.serving_config import SAVED_MODEL_FILE, version_folders, versions
+from components.support import serving_config, spans
+from components.support.serving_config import SAVED_MODEL_FILE, still_held, version_folders, versions
 
 KEEP_VERSIONS_KEY = "keep_versions"
 SERVED_KEY = "served_blessing"
@@ -97,33 +96,15 @@ def already_pushed(model_path: str, base_directory: str) -> Optional[int]:
 
 @contextlib.contextmanager
 def push_lock(base_directory: str) -> Iterator[Callable[[], None]]:
-    """Holds the serving folder for one push: a local folder by `flock`, a Cloud Storage
-    one by a lock object (other remote file systems are the scheduler's to serialize).
-    Gives a check to call before each step a reader sees, which raises when the lock was
-    lost meanwhile (`object_lock.Lease.confirm`; a `flock` is never lost)."""
+    """Holds the model's folder for one push (`serving_config.folder_lock`); gives a check
+    to call before each step a reader sees, which raises when the lock was lost meanwhile."""
     tf.io.gfile.makedirs(base_directory)
-    lock = spans.join(base_directory, LOCK_FILE)
-    if base_directory.startswith("gs://"):
-        with object_lock.held(lock) as lease:
-            yield lease.confirm
-        return
-    if spans.is_remote(base_directory):
-        yield _still_held
-        return
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # waits: a push takes seconds
-        yield _still_held
-    finally:
-        os.close(fd)
-
-
-def _still_held() -> None:
-    """A lock that cannot be lost while its holder lives."""
+    with serving_config.folder_lock(base_directory, LOCK_FILE) as confirm:
+        yield confirm
 
 
 def copy_whole_last(model_path: str, target: str, staged: Optional[Callable[[str, int], None]],
-                    version: int, confirm: Callable[[], None] = _still_held) -> None:
+                    version: int, confirm: Callable[[], None] = still_held) -> None:
     """Copies the SavedModel into `target` file by file, then `staged`'s additions, then,
     once `confirm()` says the lock is still held, `saved_model.pb`: the one file whose
     presence makes the version whole."""
@@ -147,7 +128,7 @@ def copy_whole_last(model_path: str, target: str, staged: Optional[Callable[[str
     tf.io.gfile.copy(*last, overwrite=True)
 
 
-def remove_partial(base_directory: str, confirm: Callable[[], None] = _still_held) -> List[int]:
+def remove_partial(base_directory: str, confirm: Callable[[], None] = still_held) -> List[int]:
     """Removes version folders a dead push left without `saved_model.pb` (nothing loads
     them). Call it under `push_lock`, whose check `confirm` runs before each deletion: a
     holder that lost the lock meanwhile would delete the new holder's copy in progress."""
@@ -159,7 +140,7 @@ def remove_partial(base_directory: str, confirm: Callable[[], None] = _still_hel
 
 
 def push(model_path: str, base_directory: str, version: Optional[int] = None,
-         staged: Optional[Callable[[str, int], None]] = None, confirm: Callable[[], None] = _still_held) -> int:
+         staged: Optional[Callable[[str, int], None]] = None, confirm: Callable[[], None] = still_held) -> int:
     """Copies the SavedModel to `<base>/<version>` through a staging folder; returns the
     version: `version` (default: now, in seconds) or one more than the newest, if larger.
     `staged(folder, version)` adds to the staged copy before it is renamed into place (the
@@ -189,7 +170,7 @@ def push(model_path: str, base_directory: str, version: Optional[int] = None,
     return version
 
 
-def prune(base_directory: str, keep_versions: int, confirm: Callable[[], None] = _still_held) -> List[int]:
+def prune(base_directory: str, keep_versions: int, confirm: Callable[[], None] = still_held) -> List[int]:
     """Deletes all but the newest `keep_versions` versions and any staging leftovers, but
     never a version TF Serving's `models.config` loads or labels (a pin, a rollback).
     Call it under `push_lock`: a staging folder is then a dead push's; `confirm`, the

@@ -22,25 +22,34 @@ label with the next change. (A `canary` label for a just-pushed version would na
 version not loaded yet at the moment its config is written: it is not written.)
 
 Retention (`components.custom.pusher.prune`) never deletes a version `models.config` loads or
-labels, nor the pinned one. The file is replaced atomically (a temporary file renamed over
-it), under the model folder's push lock, so TF Serving never reads half a file and a push
-and an operator's command never interleave.
+labels, nor the pinned one. The file is replaced atomically (a temporary file, named for
+its host, process and a random part, renamed over it), under the model folder's push lock,
+so TF Serving never reads half a file and a push and an operator's command never
+interleave; and, since one file holds every model's entry, each read-modify-write of it
+is made under the serving folder's own lock (`CONFIG_LOCK_FILE`), so that two models pushed
+at once, or a push beside an operator pinning another model, both keep their entries.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import os
+import socket
 import time
-from typing import Dict, List, Optional
+import uuid
+from typing import Callable, Dict, Iterator, List, Optional
 
 import tensorflow as tf
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format, wrappers_pb2
 from tensorflow_serving.config import model_server_config_pb2
 
-from components.support import spans
+from components.support import object_lock, spans
 
 CONFIG_FILE = "models.config"
+# The serving folder's lock on `models.config`, which holds every model's entry.
+CONFIG_LOCK_FILE = ".models.config.lock"
 BATCHING_FILE = "batching_parameters.txt"
 STABLE = "stable"
 PIN_FILE = ".pinned"
@@ -180,15 +189,51 @@ def _entry_for(serving_dir: str, model_name: str, loaded: List[int], labels: Dic
     return entry
 
 
+def still_held() -> None:
+    """The check of a lock that cannot be lost while its holder lives (`flock`)."""
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str, name: str) -> Iterator[Callable[[], None]]:
+    """Holds the lock file `name` in `folder`: by `flock` on a local folder (released by
+    the kernel when its holder dies), by a lock object on Cloud Storage
+    (`object_lock.held`); other remote file systems are the scheduler's to serialize.
+    Gives a check to call before each step a reader sees, which raises when the lock was
+    lost meanwhile (`object_lock.Lease.confirm`; a `flock` is never lost)."""
+    lock = spans.join(folder, name)
+    if folder.startswith("gs://"):
+        with object_lock.held(lock) as lease:
+            yield lease.confirm
+        return
+    if spans.is_remote(folder):
+        yield still_held
+        return
+    os.makedirs(folder, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # waits: a config is rewritten in milliseconds
+        yield still_held
+    finally:
+        os.close(fd)
+
+
 def _write(serving_dir: str, model_name: str, loaded: List[int], stable: Optional[int]) -> None:
     """Replaces this model's entry of `models.config` (other models' entries stay),
-    atomically; `stable` is labelled only if the config it replaces loaded it."""
+    atomically, under the serving folder's config lock; `stable` is labelled only if the
+    config it replaces loaded it."""
+    with folder_lock(serving_dir, CONFIG_LOCK_FILE) as confirm:
+        _write_entry(serving_dir, model_name, loaded, stable, confirm)
+
+
+def _write_entry(serving_dir: str, model_name: str, loaded: List[int], stable: Optional[int],
+                 confirm: Callable[[], None]) -> None:
     config = read_config(serving_dir) or model_server_config_pb2.ModelServerConfig()
     available = state(serving_dir, model_name).loaded if _model_entry(config, model_name) else []
     labels = {STABLE: stable} if stable is not None and stable in available else {}
     kept = [entry for entry in config.model_config_list.config if entry.name != model_name]
     del config.model_config_list.config[:]
     config.model_config_list.config.extend(kept + [_entry_for(serving_dir, model_name, loaded, labels)])
+    confirm()
     _write_text(config_path(serving_dir), text_format.MessageToString(config))
     write_batching_parameters(serving_dir)
 
@@ -197,12 +242,14 @@ def rebase(serving_dir: str, model_name: str) -> None:
     """Points this model's entry at its folder in `serving_dir`, its versions and labels
     kept: the config of a serving folder that was copied or moved names the folder it
     came from (`pipeline.run.relocation`)."""
-    config = read_config(serving_dir)
-    entry = _model_entry(config, model_name)
-    if entry is None:
-        return
-    entry.base_path = _model_base_path(serving_dir, model_name)
-    _write_text(config_path(serving_dir), text_format.MessageToString(config))
+    with folder_lock(serving_dir, CONFIG_LOCK_FILE) as confirm:
+        config = read_config(serving_dir)
+        entry = _model_entry(config, model_name)
+        if entry is None:
+            return
+        entry.base_path = _model_base_path(serving_dir, model_name)
+        confirm()
+        _write_text(config_path(serving_dir), text_format.MessageToString(config))
 
 
 def _model_base_path(serving_dir: str, model_name: str) -> str:
@@ -211,7 +258,8 @@ def _model_base_path(serving_dir: str, model_name: str) -> str:
 
 
 def _write_text(path: str, text: str) -> None:
-    temporary = f"{path}.tmp-{os.getpid()}"
+    # Unique per host and process: on Vertex every task's process may be PID 1.
+    temporary = f"{path}.tmp-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     with tf.io.gfile.GFile(temporary, "w") as handle:
         handle.write(text)
     tf.io.gfile.rename(temporary, path, overwrite=True)

@@ -150,3 +150,51 @@ def test_batching_parameters_are_written_once_and_parse_as_tf_servings(tmp_path)
         handle.write("max_batch_size { value: 8 }\n")
     serving_config.follow(serving_dir, MODEL)
     assert open(path).read() == "max_batch_size { value: 8 }\n"  # an operator's file is kept
+
+
+def test_two_models_written_at_once_both_keep_their_entries(tmp_path, monkeypatch):
+    """One `models.config` holds every model's entry: a rewrite of one model's entry that
+    reads the file while another model's is being written (two pushes, or a push beside a
+    pin of another model) loses neither."""
+    import threading
+
+    serving_dir = _serving(tmp_path, [100])
+    (tmp_path / "serving" / "other" / "7").mkdir(parents=True)
+    serving_config.follow(serving_dir, MODEL)
+    read = serving_config.read_config
+    first_read, other_written = threading.Event(), threading.Event()
+
+    def slow_read(folder):
+        config = read(folder)
+        if threading.current_thread().name == MODEL and not first_read.is_set():
+            first_read.set()
+            other_written.wait(2)  # the other model's write lands here, unless a lock holds it back
+        return config
+
+    monkeypatch.setattr(serving_config, "read_config", slow_read)
+    writer = threading.Thread(target=serving_config.follow, args=(serving_dir, MODEL), name=MODEL)
+    writer.start()
+    first_read.wait(10)
+    other = threading.Thread(target=lambda: (serving_config.follow(serving_dir, "other"), other_written.set()))
+    other.start()
+    writer.join(30)
+    other.join(30)
+    assert sorted(entry.name for entry in served_models(serving_dir)) == [MODEL, "other"]
+    assert not [name for name in os.listdir(serving_dir) if ".tmp-" in name]
+
+
+def test_the_config_s_temporary_name_is_unique_per_host_process_and_write(tmp_path, monkeypatch):
+    import socket
+
+    import tensorflow as tf
+
+    serving_dir = _serving(tmp_path, [100])
+    renamed = []
+    rename = tf.io.gfile.rename
+    monkeypatch.setattr(tf.io.gfile, "rename", lambda src, dst, overwrite=False: (
+        renamed.append(os.path.basename(src)), rename(src, dst, overwrite=overwrite)))
+    serving_config.follow(serving_dir, MODEL)
+    serving_config.follow(serving_dir, MODEL)
+    temporary = [name for name in renamed if name.startswith(serving_config.CONFIG_FILE)]
+    assert len(temporary) == 2 and temporary[0] != temporary[1]
+    assert all(f".tmp-{socket.gethostname()}-{os.getpid()}-" in name for name in temporary), temporary
