@@ -160,7 +160,41 @@ class _Forward(http.server.BaseHTTPRequestHandler):
         self.wfile.write(payload)
         return status
 
+    def generation_mismatch(self) -> bool:
+        """A `DELETE …?ifGenerationMatch=G` whose object has another generation, which
+        fake-gcs-server deletes anyway: Cloud Storage refuses it with 412 ("Makes the
+        operation conditional on whether the object's current generation matches the
+        given value", https://cloud.google.com/storage/docs/json_api/v1/objects/delete),
+        and the push lock's conditional break and release rely on that."""
+        parts = urllib.parse.urlsplit(self.path)
+        wanted = urllib.parse.parse_qs(parts.query).get("ifGenerationMatch")
+        if self.command != "DELETE" or not wanted:
+            return False
+        backend = http.client.HTTPConnection("127.0.0.1", self.server.backend_port, timeout=120)
+        try:
+            backend.request("GET", parts.path)
+            answer = backend.getresponse()
+            payload = answer.read()
+        finally:
+            backend.close()
+        if answer.status != 200:
+            return False  # absent: the emulator answers 404 as Cloud Storage does
+        return str(json.loads(payload).get("generation")) != wanted[0]
+
+    def refuse_precondition(self) -> int:
+        payload = json.dumps({"error": {"code": 412, "message": "At least one of the pre-conditions you specified "
+                                                                "did not hold.", "errors": [
+            {"reason": "conditionNotMet", "message": "Precondition Failed"}]}}).encode()
+        self.send_response(412)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+        return 412
+
     def to_emulator(self, body: bytes) -> int:
+        if self.generation_mismatch():
+            return self.refuse_precondition()
         if self.path.startswith("/batch/"):
             body = number_batch_parts(body, self.headers.get("Content-Type", ""))
         headers = {key: value for key, value in self.headers.items() if key.lower() not in DROPPED}

@@ -169,3 +169,32 @@ def _readable(bucket) -> list:
                          "print(json.dumps(serving_config.versions(sys.argv[1])))", bucket.inside(SERVING, MODEL)],
                         bucket.root / "readable.log")
     return json.loads(output.strip().splitlines()[-1])
+
+
+def test_the_emulator_refuses_a_delete_whose_generation_does_not_match_as_cloud_storage_does(bucket):
+    """The push lock breaks a dead holder's lock and releases its own by a delete on the
+    condition `ifGenerationMatch`; fake-gcs-server deletes whatever the condition, so the
+    front in tests/image/gcs.py checks it, as Cloud Storage does (412)."""
+    import http.client
+    import ssl
+    import urllib.parse
+
+    emulator = bucket.emulator
+    emulator.create_bucket("preconditions")
+    emulator.upload("preconditions", "lock", b"held")
+    generation = json.loads(emulator.api("GET", "/storage/v1/b/preconditions/o/lock").read())["generation"]
+    context = ssl.create_default_context(cafile=str(emulator.certificates["ca"]))
+
+    def delete(if_generation: str) -> int:
+        connection = http.client.HTTPSConnection(emulator.address, 443, context=context, timeout=30)
+        query = urllib.parse.urlencode({"ifGenerationMatch": if_generation})
+        connection.request("DELETE", f"/storage/v1/b/preconditions/o/lock?{query}",
+                           headers={"Host": "storage.googleapis.com"})
+        status = connection.getresponse().status
+        connection.close()
+        return status
+
+    assert delete(str(int(generation) + 1)) == 412
+    assert emulator.read("preconditions", "lock") == b"held"  # still there
+    assert delete(str(generation)) in (200, 204)
+    assert emulator.read("preconditions", "lock") is None
