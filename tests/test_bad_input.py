@@ -98,6 +98,8 @@ def test_unreadable_input_is_rejected_naming_the_file_and_nothing_changes(
     result = taxi_pipeline("run", *ws.locations())
     line = assert_one_clear_line(result, 4, "data rejected: ")
     assert named in line
+    if case == "wrong_type":  # the feature and its types, not TensorFlow's internal names
+        assert "has feature 'fare' as string, where the contract has float" in line and "{{" not in line
     assert "Data rejected; nothing was trained or pushed." in result.stdout
     assert _state(ws, executions) == before
     # The run's page says so too, though nothing reached MLMD.

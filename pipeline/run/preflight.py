@@ -168,6 +168,18 @@ def _count_in_one_pass(files: List[str]) -> Optional[int]:
     return sum(counts) if all(counts) else None
 
 
+def _mistyped(message: str) -> str:
+    """The feature and its types, from TensorFlow's parse error (which opens with the name
+    of its internal function: not a line for people)."""
+    key = re.search(r"Key: (?P<key>[^,]+),", message)
+    # Worded two ways, by TensorFlow's two parsers.
+    types = (re.search(r"Expected type: (?P<wanted>\w+), Actual type: (?P<got>\w+)", message)
+             or re.search(r"Data type: (?P<got>\w+) but expected type: (?P<wanted>\w+)", message))
+    if key is None or types is None:
+        return "a feature of another type than the contract's"
+    return f"feature {key['key']!r} as {types['got']}, where the contract has {types['wanted']}"
+
+
 def _check_file(path: str) -> int:
     import tensorflow as tf
 
@@ -188,7 +200,8 @@ def _check_file(path: str) -> int:
         if "Could not parse example input" in message:
             raise BadDataError(f"{where} is not a serialized tf.Example") from err
         if "Data types don't match" in message:
-            raise BadDataError(f"{where} has a feature of another type than the contract's: {message}") from err
+            raise BadDataError(f"{where} has {_mistyped(message)}: fix the export upstream, or move the file out "
+                               "of the data root") from err
         raise BadDataError(_unreadable(path, count, message)) from err
     except tf.errors.OpError as err:
         raise BadDataError(_unreadable(path, count, err.message.splitlines()[0])) from err
