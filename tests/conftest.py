@@ -145,11 +145,26 @@ def finished_run(tmp_path_factory, worker_id, copy_spans, taxi_pipeline) -> Fini
 
 
 @pytest.fixture
-def copy_of_finished_run(finished_run, tmp_path) -> Workspace:
-    """This test's own copy of the finished run's data, output root and serving folder."""
+def copied_finished_run(finished_run, tmp_path) -> Workspace:
+    """This test's own copy of the finished run's data, output root and serving folder,
+    as `cp -r` leaves it: its records still name the finished run's paths."""
     workspace = Workspace(tmp_path / "copy")
     for name in ("data", "out", "serving"):
         shutil.copytree(finished_run.workspace.root / name, workspace.root / name)
+    return workspace
+
+
+@pytest.fixture
+def copy_of_finished_run(copied_finished_run) -> Workspace:
+    """`copied_finished_run` with its records pointing at it, as the first command in a
+    copied root makes them (`pipeline.run.relocation`, tested on its own in
+    tests/test_end_to_end.py): a test's "nothing else changed" compares with this."""
+    from pipeline import config
+    from pipeline.run import relocation
+
+    workspace = copied_finished_run
+    relocation.relocate(config.RunConfig(data_root=str(workspace.data), output_root=str(workspace.out),
+                                         serving_dir=str(workspace.serving)).resolved())
     return workspace
 
 

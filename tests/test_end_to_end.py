@@ -114,13 +114,13 @@ def _assert_unchanged_and_here(ws, result, before, versions, executions, last_ru
 
 @pytest.mark.timeout(600)
 def test_a_copied_or_moved_root_and_identical_bytes_rewritten_execute_nothing_and_push_nothing(
-        finished_run, copy_of_finished_run, taxi_pipeline, executions, last_run, tmp_path):
+        finished_run, copied_finished_run, taxi_pipeline, executions, last_run, tmp_path):
     """A copy of the output root, data and serving folder beside the original (what the
     suite's copies are), then the copy moved (a restore from a backup): no retraining, no
     failure, and every record points at the folder it sits in now, never the original's."""
     original = finished_run.workspace
     untouched = original.good_state()
-    ws = copy_of_finished_run
+    ws = copied_finished_run
     before, versions = executions(ws.metadata), ws.versions()
     copied = taxi_pipeline("run", *ws.locations())
     _assert_unchanged_and_here(ws, copied, before, versions, executions, last_run)

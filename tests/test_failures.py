@@ -150,7 +150,6 @@ def test_commands_given_what_does_not_exist_name_it(copy_of_finished_run, taxi_p
 def test_a_webhook_that_hangs_or_refuses_costs_seconds_and_no_exit_status(copy_of_finished_run, taxi_pipeline,
                                                                           silent_server):
     ws = copy_of_finished_run
-    assert taxi_pipeline("run", *ws.locations()).returncode == 0  # runs nothing: the copy's records point here
     before = ws.good_state()
     # The URL from a file, then from the environment (no command line holds it): logs
     # name its scheme and host, never its path, where a webhook's credential is.

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from components.support import serving_config
 from tests.helpers import assert_one_clear_line, full_log, run_until, tmpfs
 
 pytestmark = pytest.mark.slow
@@ -31,6 +32,9 @@ def test_a_full_serving_folder_keeps_every_served_version_whole_and_no_run_needs
                                str(tmp_path / "scores"), "--serving-dir", str(serving), env=env)
         assert scored.returncode == 0, scored.stderr
         locations = ["--data-root", str(ws.data), "--output-root", str(ws.out), "--serving-dir", str(serving)]
+        # The serving folder was copied here: its models.config is made to name this
+        # folder (as the run's first step would, pipeline.run.relocation) before the snapshot.
+        serving_config.rebase(str(serving), "big_tip")
         served = {str(p.relative_to(serving)): p.read_bytes() for p in serving.rglob("*") if p.is_file()}
         # Nothing changed but --force: the run trains and blesses again; the copy cannot fit.
         result = taxi_pipeline("run", *locations, "--force", env=env)

@@ -92,7 +92,6 @@ def test_a_retrain_interrupted_midway_says_so_and_releases_the_output_root(copy_
 def test_gc_predict_and_monitor_interrupted_end_in_one_line_and_leave_nothing_half_done(
         copy_of_finished_run, taxi_pipeline, tmp_path):
     ws = copy_of_finished_run
-    assert taxi_pipeline("run", *ws.locations()).returncode == 0  # runs nothing: the copy's records point here
     output = tmp_path / "scores"
     predict = _interrupted(["predict", "--input", str(ws.data / "span-16" / "*"), "--output", str(output),
                             "--serving-dir", str(ws.serving)], signal.SIGINT, after_seconds=4)
