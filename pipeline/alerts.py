@@ -88,7 +88,10 @@ def post(url: str, payload: Dict[str, Any], timeout: float = TIMEOUT_SECONDS) ->
 def shown(url: str) -> str:
     """`url` as logs and messages name it: its scheme and host only, since a webhook's
     path and query carry its credential (Slack's, Teams' and PagerDuty's do)."""
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # one that does not parse is named by nothing of it
+        return "(a webhook)"
     return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}/…" if parts.scheme and parts.netloc else "(a webhook)"
 
 

@@ -22,9 +22,7 @@
     taxi-pipeline beam-services  Beam's job service and a worker pool on this machine, for
                              `--beam portable` (run, retrain and predict take `--beam`)
 
-Exit status (`pipeline.ExitCode`): 0 pushed or nothing to do, 3 trained but not
-blessed, 4 data rejected, 5 another run, retrain or gc holds the output root's lock, 6
-blessed but failed the serving check, 1 any other error.
+Exit status: `pipeline.outcome.ExitCode`, and README's "Exit status" table.
 """
 
 from __future__ import annotations
@@ -133,7 +131,8 @@ def _dispatch(args: argparse.Namespace, ending: Ending) -> int:
             logs.quiet_libraries()
         if hasattr(args, "notify") and args.command != "compile":
             # `compile` refuses a URL (pipeline.cloud.commands): the JSON would hold it.
-            args.notify = options.notify_url(args)
+            given, args.notify = args.notify, None  # a URL refused is never posted to
+            args.notify = options.notify_url(argparse.Namespace(**{**vars(args), "notify": given}))
         with _watched(args):
             return args.handler(args, ending)
     except (KeyboardInterrupt, interrupts.Terminated) as err:
@@ -166,7 +165,13 @@ def console_main() -> None:
     process.ends_with_exit_process()
     interrupts.raise_on_sigterm()
     cloud_storage.bound()
-    code = main()
+    try:
+        code = main()
+    except (KeyboardInterrupt, interrupts.Terminated) as err:  # outside a command's body: checks, the alert
+        interrupts.ignore()
+        print(f"error: {interrupts.message(err, sys.argv[1] if len(sys.argv) > 1 else 'taxi-pipeline')}",
+              file=sys.stderr)
+        code = interrupts.exit_code(err)
     process.exit_process(int(code), machinery.enabled())
 
 

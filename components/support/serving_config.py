@@ -45,6 +45,7 @@ import tensorflow as tf
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format, wrappers_pb2
 from tensorflow_serving.config import model_server_config_pb2
 
+from components.model.trainer.settings import SAVED_MODEL_FILE
 from components.support import object_lock, spans
 
 CONFIG_FILE = "models.config"
@@ -53,7 +54,6 @@ CONFIG_LOCK_FILE = ".models.config.lock"
 BATCHING_FILE = "batching_parameters.txt"
 STABLE = "stable"
 PIN_FILE = ".pinned"
-SAVED_MODEL_FILE = "saved_model.pb"
 MODEL_PLATFORM = "tensorflow"
 # Server-side batching: small batches that wait at most 2 ms, so that a single request's
 # latency stays near a lone call's (measured by the serving check) and bursts share a

@@ -66,8 +66,10 @@ def collect(args: argparse.Namespace, ending: Ending) -> int:
     try:
         with lock.RunLock(resolved.output_root, "gc"):
             failures.check_store(resolved.metadata, resolved.output_root, writable=not args.dry_run)
-            # Before anything is listed: a copy's records would name the original's files.
-            _relocate(resolved)
+            # Before anything is removed: a copy's records would name the original's files.
+            # (A dry run changes nothing, and lists what the records name.)
+            if not args.dry_run:
+                _relocate(resolved, pushes=False)
             from pipeline.run import retention
 
             found = retention.collect(resolved, args.keep_runs, dry_run=args.dry_run)
@@ -184,9 +186,9 @@ def run(args: argparse.Namespace, ending: Ending) -> int:
     return report.exit_code
 
 
-def _relocate(resolved: config.RunConfig) -> None:
+def _relocate(resolved: config.RunConfig, pushes: bool = True) -> None:
     """The records of a moved or copied output root made to point here, said on the console."""
-    for line in relocation.relocate(resolved):
+    for line in relocation.relocate(resolved, pushes):
         logging.warning("%s", line)
         print(line)
 

@@ -34,12 +34,15 @@ import os
 import re
 from typing import Dict, List, Optional, Tuple
 
+from google.protobuf import text_encoding
+
+from components.model.trainer.settings import SAVED_MODEL_FILE
 from components.support import spans
 from pipeline import config as config_lib
 
 LOCATION_FILE = "location.json"
 # `models.config`'s entries as the Pusher writes them (text format, one per model).
-_ENTRY = re.compile(r'name: "(?P<name>[^"]+)"\s*base_path: "(?P<base>[^"]+)"')
+_ENTRY = re.compile(r'name: "(?P<name>(?:[^"\\]|\\.)+)"\s*base_path: "(?P<base>(?:[^"\\]|\\.)+)"')
 
 
 class MovedSharedStoreError(RuntimeError):
@@ -94,9 +97,15 @@ def _moved_prefixes(before: Location, now: Location, model_serving_dir: str,
     """(old, new) path prefixes: the output root, and the serving folder when it came along."""
     moves = [(before.output_root, now.output_root)]
     if (before.serving_dir and before.serving_dir != now.serving_dir and not spans.is_remote(now.serving_dir)
-            and any(os.path.isdir(os.path.join(model_serving_dir, os.path.basename(path))) for path in pushed)):
+            and any(_whole(os.path.join(model_serving_dir, os.path.basename(path))) for path in pushed)):
         moves.append((before.serving_dir, now.serving_dir))
-    return moves
+    # The longest first: a path under both is moved by the one nearest to it.
+    return sorted(moves, key=lambda move: len(move[0]), reverse=True)
+
+
+def _whole(version_dir: str) -> bool:
+    """A version folder a reader loads (`serving_config.is_whole`, for a local folder)."""
+    return os.path.isfile(os.path.join(version_dir, SAVED_MODEL_FILE))
 
 
 def _replaced(path: str, moves: List[Tuple[str, str]]) -> str:
@@ -106,15 +115,20 @@ def _replaced(path: str, moves: List[Tuple[str, str]]) -> str:
     return path
 
 
-def relocate(run_config: config_lib.RunConfig) -> List[str]:
+def relocate(run_config: config_lib.RunConfig, pushes: bool = True) -> List[str]:
     """Makes the output root's records point where it sits now (see the module doc); the
-    lines to say, one per record corrected. Called under the output root's lock."""
+    lines to say, one per record corrected. Called under the output root's lock.
+    `pushes`: the command pushes to the serving folder it was given (`run`, `retrain`), so
+    that folder is the one to remember; `gc`'s (a default, maybe) is not."""
     said = _relocate_serving_config(run_config)
     now = Location.of(run_config)
     before = recorded(run_config.output_root)
-    if before is None or before.output_root == now.output_root:
-        if before != now:
-            _write(run_config.output_root, now)
+    if not pushes and before is not None:
+        now = Location(now.output_root, before.serving_dir)
+    if before is None or _same_folder(before.output_root, now.output_root):
+        if before != now and pushes:
+            _write(run_config.output_root, Location(before.output_root if before else now.output_root,
+                                                    now.serving_dir))
         return said
     if run_config.metadata_mysql is not None:
         raise MovedSharedStoreError(
@@ -123,14 +137,26 @@ def relocate(run_config: config_lib.RunConfig) -> List[str]:
             f"{before.output_root} again (or mount it at that path), or give a new output root a database of its own"
         )
     pushed = _pushed_folders(run_config.output_root)
-    moves = _moved_prefixes(before, now, run_config.model_serving_dir, pushed)
+    moves = _moved_prefixes(before, Location.of(run_config), run_config.model_serving_dir, pushed)
+    if not any(old == before.serving_dir for old, _ in moves):
+        now = Location(now.output_root, before.serving_dir if not pushes else now.serving_dir)
     count = _rewrite_metadata(run_config, moves) if run_config.metadata.exists() else 0
     _rewrite_run_record(run_config.output_root, moves)
     _write(run_config.output_root, now)
-    where = "; ".join(f"{old} -> {new}" for old, new in moves)
+    where = "; ".join(f"{old} -> {new}" for old, new in sorted(moves, key=lambda move: move[0] != before.output_root))
     said.append(f"Moved or copied output root: {count} artifact location(s) in its metadata store and its run "
                 f"record now point here ({where})")
     return said
+
+
+def _same_folder(recorded_path: str, path: str) -> bool:
+    """One folder, however spelled (a symlink, a bind mount): not a move."""
+    if recorded_path == path:
+        return True
+    try:
+        return os.path.samefile(recorded_path, path)
+    except OSError:
+        return False
 
 
 def _pushed_folders(output_root: str) -> List[str]:
@@ -139,8 +165,10 @@ def _pushed_folders(output_root: str) -> List[str]:
             record = json.load(handle)
     except (FileNotFoundError, ValueError):
         return []
+    if not isinstance(record, dict):
+        return []
     return [report["pushed_version_dir"] for report in (record.get("report"), record.get("window_report"))
-            if report and report.get("pushed_version_dir")]
+            if isinstance(report, dict) and report.get("pushed_version_dir")]
 
 
 def _rewrite_metadata(run_config: config_lib.RunConfig, moves: List[Tuple[str, str]]) -> int:
@@ -188,25 +216,30 @@ def _rewrite_run_record(output_root: str, moves: List[Tuple[str, str]]) -> None:
     os.replace(staged, path)
 
 
-def _stale_entries(serving_dir: str) -> Dict[str, str]:
-    """Model name -> the `base_path` of each `models.config` entry of a local serving folder
-    that names another folder while this one holds the model."""
+def _stale_entries(serving_dir: str, model_name: str) -> Dict[str, str]:
+    """Model name -> the `base_path` of this model's `models.config` entry in a local
+    serving folder, when it names another folder while this one holds the model."""
     if spans.is_remote(serving_dir):
-        return {}  # a bucket's paths do not move with a copy of its objects' folder
+        # Not read here: that would import TensorFlow on every run. A bucket's folder
+        # copied with gsutil keeps naming the original until its next push (docs/operations.md).
+        return {}
     try:
         with open(os.path.join(serving_dir, "models.config")) as handle:
             text = handle.read()
     except (FileNotFoundError, NotADirectoryError):
         return {}
-    return {
-        match["name"]: match["base"] for match in _ENTRY.finditer(text)
-        if match["base"] != os.path.join(serving_dir, match["name"])
-        and os.path.isdir(os.path.join(serving_dir, match["name"]))
-    }
+    found = {}
+    for match in _ENTRY.finditer(text):
+        # Text format escapes bytes outside ASCII and quotes: compare the path itself.
+        name, base = (text_encoding.CUnescape(match[key]).decode("utf-8", "replace") for key in ("name", "base"))
+        if name == model_name and base != os.path.join(serving_dir, name) \
+                and os.path.isdir(os.path.join(serving_dir, name)):
+            found[name] = base
+    return found
 
 
 def _relocate_serving_config(run_config: config_lib.RunConfig) -> List[str]:
-    stale = _stale_entries(run_config.serving_dir)
+    stale = _stale_entries(run_config.serving_dir, run_config.settings.model_name)
     if not stale:
         return []
     from components.custom import pusher

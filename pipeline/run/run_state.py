@@ -32,6 +32,7 @@ from typing import Dict, List, Optional, Sequence
 
 import components
 import pipeline as pipeline_package
+from components.model.trainer.settings import SAVED_MODEL_FILE
 from components.support import spans
 from pipeline import code_version
 from pipeline import config as config_lib
@@ -199,7 +200,7 @@ def reusable_report(last: Optional[RunReport], run_fingerprint: str, model_servi
         if not last.pushed_version_dir:
             return None
         here = spans.join(model_serving_dir, last.pushed_version_dir.rstrip("/").rsplit("/", 1)[-1])
-        if not _exists(here):
+        if not _exists(spans.join(here, SAVED_MODEL_FILE)):  # a whole version, not a folder of that name
             return None
         last.pushed_version_dir = here
     return _as_reused(last)

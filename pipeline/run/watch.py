@@ -174,6 +174,9 @@ def watching(metadata: config.MetadataConfig, pipeline_args: Sequence[str], log_
         [sys.executable, "-m", __name__, str(os.getpid()), log_path, str(silence_seconds()), command,
          *map(str, watched)],
         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=environment,
+        # Its own session: a Ctrl-C at the terminal is the run's to answer (pipeline.interrupts),
+        # and the watch ends when the run does (its stdin closes).
+        start_new_session=True,
     )
     try:
         yield

@@ -17,6 +17,8 @@ EXAMPLES_INPUT = "examples"
 PROBABILITY_KEY = "probability"
 CLASS_KEY = "class_id"
 WARMUP_FILE = "assets.extra/tf_serving_warmup_requests"
+# The SavedModel's graph: a version folder holding it is whole (written last, removed first).
+SAVED_MODEL_FILE = "saved_model.pb"
 # In the Trainer's `model_run` output: the config, the warm start and the result of training.
 TRAINING_SUMMARY_FILE = "training_summary.json"
 # The training loop's log line after each epoch; the command line echoes it on the

@@ -39,6 +39,7 @@ def _made(root):
     store.put_artifacts([mlmd.Artifact(type_id=model_type, uri=f"{made.pipeline_root}/Trainer/model/7"), pushed,
                          mlmd.Artifact(type_id=model_type, uri="gs://elsewhere/model")])
     (root / "serving" / "big_tip" / "1700000000").mkdir(parents=True)
+    (root / "serving" / "big_tip" / "1700000000" / "saved_model.pb").write_bytes(b"graph")
     serving_config.follow(made.serving_dir, "big_tip")
     report = {"outcome": "pushed", "pushed_version_dir": version_dir, "page": f"{made.output_root}/reports/r.html"}
     (root / "out" / config.LAST_RUN_FILE).write_text(json.dumps({"report": report, "window_report": None}))
@@ -111,3 +112,24 @@ def test_a_moved_root_whose_runs_are_in_a_shared_mysql_store_is_refused_naming_b
     with pytest.raises(relocation.MovedSharedStoreError, match=r"moved or copied from .*/a/out, and its runs' "
                                                                r"artifacts in the shared metadata store mysql://"):
         relocation.relocate(_config(tmp_path / "b", mysql=mysql))
+
+
+def test_a_folder_reached_by_another_name_or_with_characters_outside_ascii_is_not_a_move(tmp_path):
+    """A symlink (cron `cd`s through it, a person types it) is the same folder; a path that
+    text format escapes (`zoë` as `zo\\303\\253`) is compared as the path it is."""
+    made = _made(tmp_path / "zoë")
+    assert relocation.relocate(made) == []
+    before = _paths(made)
+    (tmp_path / "link").symlink_to(tmp_path / "zoë")
+    linked = config.RunConfig(data_root=str(tmp_path / "link" / "data"), output_root=str(tmp_path / "link" / "out"),
+                              serving_dir=made.serving_dir)
+    assert relocation.relocate(linked) == [] and relocation.relocate(made) == []
+    assert _paths(made) == before
+
+
+def test_gc_s_serving_folder_is_not_remembered_as_the_one_runs_push_to(tmp_path):
+    made = _made(tmp_path / "a")
+    relocation.relocate(made)
+    elsewhere = config.RunConfig(output_root=made.output_root, serving_dir=str(tmp_path / "gc-default")).resolved()
+    assert relocation.relocate(elsewhere, pushes=False) == []
+    assert relocation.recorded(made.output_root) == relocation.Location(made.output_root, made.serving_dir)
