@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
-import time
 
 import pytest
 
@@ -137,14 +136,12 @@ def test_a_file_where_a_folder_will_be_written_is_named_before_the_work(command,
     else:
         args = [command, "--data-root", str(ws.data), "--output-root", str(ws.out), "--serving-dir",
                 str(ws.serving), *given]
-    started = time.monotonic()
     result = taxi_pipeline(*args)
-    seconds = time.monotonic() - started
     line = assert_one_clear_line(result, 1, f"{option} {given[1]} ")
     assert ("is a file, not a folder" in line if option != "--output-root"
             else f"cannot be made: {regular} is a file, not a folder" in line), line
-    assert seconds < 10, seconds  # a process start-up: no TensorFlow, no component
-    assert not list(ws.root.rglob("metadata.sqlite"))  # nothing ran
+    # Stopped before the work: no run log (made before TensorFlow is imported), no store.
+    assert not (ws.out / "logs").exists() and not list(ws.root.rglob("metadata.sqlite"))
 
 
 def test_a_read_only_serving_folder_is_named_before_the_run(slice_workspace, taxi_pipeline, tmp_path):
