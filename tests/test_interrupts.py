@@ -5,6 +5,7 @@ the lock released, nothing half-written, and the next run resumes."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -20,8 +21,11 @@ def _interrupted(args, signum, after_line=None, after_seconds=0.0):
     """Runs `taxi-pipeline *args` in a process group of its own and sends `signum` to the
     group `after_seconds` after the progress line of component `after_line` (or after the
     start); returns the completed process."""
+    # A terminal's foreground job: SIGINT as Python's default, whatever this suite inherited
+    # (a shell ignores it in the jobs it starts in the background, and exec keeps that).
     process = subprocess.Popen(cli_command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+                               start_new_session=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
     seen = []
     try:
         if after_line is not None:
@@ -61,8 +65,9 @@ def test_a_run_interrupted_in_the_trainer_then_in_the_push_resumes_and_pushes_on
     assert "KeyboardInterrupt" in (ws.out / "logs").joinpath(trainer.stderr.splitlines()[-2].rsplit("/", 1)[1]) \
         .read_text()  # the traceback is in the log
 
-    # Sent as the Pusher starts: it lands in the Pusher, or just before it.
-    push = _interrupted(["run", *locations], signal.SIGTERM, "ServingCheck", after_seconds=0.2)
+    # Sent as the Pusher starts (it takes a tenth of a second): it lands in the Pusher, or
+    # just before it.
+    push = _interrupted(["run", *locations], signal.SIGTERM, "ServingCheck")
     line = _ended_in_one_line(push, 143, "run was interrupted by SIGTERM ")
     assert "Trainer" in line
     assert ("while Pusher ran (" in line and "never in part" in line) or (
@@ -92,8 +97,14 @@ def test_a_retrain_interrupted_midway_says_so_and_releases_the_output_root(copy_
 def test_gc_predict_and_monitor_interrupted_end_in_one_line_and_leave_nothing_half_done(
         copy_of_finished_run, taxi_pipeline, tmp_path):
     ws = copy_of_finished_run
+    # Enough to score that the signal lands while it scores (each span file ten times).
+    inputs = tmp_path / "to-score"
+    inputs.mkdir()
+    for copy in range(10):
+        for path in ws.data.glob("span-*/*.gz"):
+            shutil.copy(path, inputs / f"{copy}-{path.parent.name}-{path.name}")
     output = tmp_path / "scores"
-    predict = _interrupted(["predict", "--input", str(ws.data / "span-16" / "*"), "--output", str(output),
+    predict = _interrupted(["predict", "--input", str(inputs / "*"), "--output", str(output),
                             "--serving-dir", str(ws.serving)], signal.SIGINT, after_seconds=4)
     _ended_in_one_line(predict, 130, "predict was interrupted by Ctrl-C (SIGINT): nothing was written to --output")
     assert not output.exists() and not list(tmp_path.glob("scores*"))
