@@ -92,6 +92,7 @@ def test_nothing_new_exits_0_and_says_what_was_decided_when(workspace, copy_span
     copy_spans(workspace.data, (15, 16))
     version_dir = workspace.model_dir / "7"
     version_dir.mkdir(parents=True)
+    (version_dir / "saved_model.pb").write_bytes(b"graph")  # a whole version: what serves
     _record_window_run(workspace, outcome, pushed_version_dir=str(version_dir) if outcome is Outcome.PUSHED else None)
     result = taxi_pipeline("retrain", "--window", "2", *workspace.locations())
     assert result.returncode == 0, result.stdout + result.stderr
