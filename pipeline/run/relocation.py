@@ -39,6 +39,7 @@ from google.protobuf import text_encoding
 from components.model.trainer.settings import SAVED_MODEL_FILE
 from components.support import spans
 from pipeline import config as config_lib
+from pipeline.run import run_state
 
 LOCATION_FILE = "location.json"
 # `models.config`'s entries as the Pusher writes them (text format, one per model).
@@ -84,12 +85,7 @@ def recorded(output_root: str) -> Optional[Location]:
 
 
 def _write(output_root: str, location: Location) -> None:
-    path = os.path.join(output_root, LOCATION_FILE)
-    staged = f"{path}.tmp-{os.getpid()}"
-    os.makedirs(output_root, exist_ok=True)
-    with open(staged, "w") as handle:
-        json.dump(dataclasses.asdict(location), handle)
-    os.replace(staged, path)
+    run_state.write_json(os.path.join(output_root, LOCATION_FILE), dataclasses.asdict(location))
 
 
 def _moved_prefixes(before: Location, now: Location, model_serving_dir: str,
@@ -161,14 +157,11 @@ def _same_folder(recorded_path: str, path: str) -> bool:
 
 def _pushed_folders(output_root: str) -> List[str]:
     try:
-        with open(os.path.join(output_root, config_lib.LAST_RUN_FILE)) as handle:
-            record = json.load(handle)
-    except (FileNotFoundError, ValueError):
+        record = run_state.load(output_root)
+    except (ValueError, KeyError, TypeError):  # unreadable: no evidence that a serving folder came along
         return []
-    if not isinstance(record, dict):
-        return []
-    return [report["pushed_version_dir"] for report in (record.get("report"), record.get("window_report"))
-            if isinstance(report, dict) and report.get("pushed_version_dir")]
+    reports = (record.report, record.window_report) if record else ()
+    return [report.pushed_version_dir for report in reports if report and report.pushed_version_dir]
 
 
 def _rewrite_metadata(run_config: config_lib.RunConfig, moves: List[Tuple[str, str]]) -> int:
@@ -210,10 +203,7 @@ def _rewrite_run_record(output_root: str, moves: List[Tuple[str, str]]) -> None:
             return {key: rewritten(item) for key, item in value.items()}
         return value
 
-    staged = f"{path}.tmp-{os.getpid()}"
-    with open(staged, "w") as handle:
-        json.dump(rewritten(record), handle, indent=2)
-    os.replace(staged, path)
+    run_state.write_json(path, rewritten(record))
 
 
 def _stale_entries(serving_dir: str, model_name: str) -> Dict[str, str]:

@@ -113,16 +113,18 @@ def save(output_root: str, report: RunReport) -> None:
     """Written after the run finished, by an atomic rename: never half a record."""
     previous = load(output_root)
     window = report if report.window_size is not None else (previous.window_report if previous else None)
-    path = os.path.join(output_root, config_lib.LAST_RUN_FILE)
-    staged = path + ".tmp"
-    text = json.dumps(
-        {"report": report.to_json(), "window_report": window.to_json() if window else None,
-         "runtime": runtime_versions()},
-        indent=2,
-    )
-    os.makedirs(output_root, exist_ok=True)
+    write_json(os.path.join(output_root, config_lib.LAST_RUN_FILE),
+               {"report": report.to_json(), "window_report": window.to_json() if window else None,
+                "runtime": runtime_versions()})
+
+
+def write_json(path: str, value: object) -> None:
+    """`value` as JSON at the local `path`, by an atomic rename of a synced file: a reader
+    sees the old file or the new one, never half of one."""
+    staged = f"{path}.tmp-{os.getpid()}"
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(staged, "w") as handle:
-        handle.write(text)
+        json.dump(value, handle, indent=2)
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(staged, path)
