@@ -7,13 +7,15 @@ setting is two edits: its declaration and the code that reads it."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence
 
 
-def setting(default: Any, help: str, *, minimum: Optional[float] = None) -> Any:
+def setting(default: Any, help: str, *, minimum: Optional[float] = None,
+            choices: Optional[Sequence[str]] = None) -> Any:
     """A field the command line offers as `--NAME` (underscores as dashes); `minimum`: the
-    least value it takes (checked when the flags are read, exit 2 with the usage)."""
-    return dataclasses.field(default=default, metadata={"help": help, "minimum": minimum})
+    least value it takes, `choices`: the values it takes (checked when the flags are read,
+    exit 2 with the usage)."""
+    return dataclasses.field(default=default, metadata={"help": help, "minimum": minimum, "choices": choices})
 
 
 def declared(cls: type) -> List[dataclasses.Field]:

@@ -163,7 +163,7 @@ def _dispatch(args: argparse.Namespace, ending: Ending) -> int:
 def console_main() -> None:
     """The `taxi-pipeline` command: `main`, then the process exits with its status."""
     process.ends_with_exit_process()
-    interrupts.raise_on_sigterm()
+    interrupts.raise_on_signals()
     cloud_storage.bound()
     try:
         code = main()

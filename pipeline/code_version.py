@@ -31,3 +31,12 @@ def source_digest(root: str) -> str:
 def of_components() -> str:
     """Fingerprint of the `components` package (the code the pipeline's nodes run)."""
     return source_digest(os.path.dirname(components.__file__))[:16]
+
+
+def of_model() -> str:
+    """Fingerprint of the code that makes a model: the `components` package and the DAG
+    (`pipeline/pipeline.py`), a part of each candidate's inputs (`components.support.registry`)."""
+    digest = hashlib.sha256(of_components().encode())
+    with open(os.path.join(os.path.dirname(__file__), "pipeline.py"), "rb") as handle:
+        digest.update(handle.read())
+    return digest.hexdigest()[:16]

@@ -13,9 +13,10 @@ import os
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import components.model
+from components.custom.promotion import PROMOTIONS
 from components.model.trainer.settings import ExportConfig, TrainConfig
 from components.setting import setting
-from components.support import serving_probe, spans
+from components.support import registry, serving_probe, spans
 from pipeline import code_version
 from pipeline.beam.options import LOCAL_BEAM_ARGS, VERTEX_BEAM_ARGS, runs_here
 
@@ -91,6 +92,9 @@ class Settings:
     window_size: Optional[int] = None
     warm_start: bool = setting(True, "start training from the serving model's weights when its features and shapes "
                                      "still match")
+    promotion: str = setting(PROMOTIONS[0], "auto: a candidate that passes every check serves at once; approval: it "
+                                            "is copied into the serving folder and awaits `taxi-pipeline serving "
+                                            "approve VERSION`", choices=PROMOTIONS)
     latency_budget_ms: float = setting(serving_probe.DEFAULT_BUDGET_MS,
                                        "the serving check's p99 budget for a single-example request; over it, the "
                                        "model is not pushed (exit 6)")
@@ -109,12 +113,40 @@ class Settings:
             raise ValueError(f"keep_versions must be at least 1, got {self.keep_versions}")
         if self.window_size is not None:
             spans.window_train_splits(self.window_size)  # refuses a window of fewer than 2 spans
+        if self.promotion not in PROMOTIONS:
+            raise ValueError(f"promotion must be one of {', '.join(PROMOTIONS)}, got {self.promotion!r}")
         if not self.latency_budget_ms > 0:
             raise ValueError(f"the latency budget must be a positive number of ms, got {self.latency_budget_ms}")
 
     @property
     def model_name(self) -> str:
         return self.export.model_name
+
+
+# The settings that reach Transform or the Trainer, and so change the model trained: a
+# candidate's inputs (`components.support.registry`), with the span window's files, the
+# code and the libraries' versions. Every other setting only judges or places a model
+# (the thresholds, the promotion, retention, the latency budget, Beam's placement): a
+# change to one trains nothing and applies to the next candidate. docs/operations.md
+# lists the same.
+MODEL_INPUTS = ("window_size", "warm_start", "train", "export", "evaluation.train_buckets",
+                "evaluation.eval_buckets", "evaluation.max_eval_rows")
+
+
+def model_inputs(settings: Settings) -> Dict[str, Any]:
+    """The values of `MODEL_INPUTS` in `settings`."""
+    found = {}
+    for name in MODEL_INPUTS:
+        value: Any = settings
+        for part in name.split("."):
+            value = getattr(value, part)
+        found[name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+    return found
+
+
+def static_inputs(settings: Settings) -> str:
+    """The part of a candidate's inputs known before the pipeline runs (`registry.static_inputs`)."""
+    return registry.static_inputs(code_version.of_model(), model_inputs(settings))
 
 
 # The MySQL account of `--metadata-mysql`, from the environment (never a flag or a file).
@@ -210,13 +242,14 @@ class RunConfig:
                 f"got {self.output_root!r}; data root and serving folder may be remote"
             )
 
-    def pipeline_args(self, span_listing: Sequence[str]) -> Dict[str, Any]:
+    def pipeline_args(self, span_listing: Sequence[str], inputs: str = "") -> Dict[str, Any]:
         """`create_pipeline(...)`'s arguments for a run that found the span folders
-        `span_listing`; the schema is read from the installed package."""
+        `span_listing` and planned a candidate of `inputs`; the schema is read from the
+        installed package."""
         return dict(
             pipeline_args(self.settings, pipeline_root=self.pipeline_root, data_root=self.data_root,
                           serving_model_dir=self.model_serving_dir, schema_folder=schema_dir()),
-            span_listing=",".join(span_listing),
+            span_listing=",".join(span_listing), inputs=inputs,
         )
 
 
@@ -286,6 +319,7 @@ def pipeline_args(
         schema_digest=spans.sha256(schema_file()),
         serving_model_dir=serving_model_dir,
         code_version=code_version.of_components(),
+        static_inputs=static_inputs(settings),
     )
 
 

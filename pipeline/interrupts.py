@@ -12,7 +12,9 @@ record by one `os.replace`).
 
 from __future__ import annotations
 
+import os
 import signal
+import threading
 from typing import List, Optional
 
 from pipeline.outcome import ExitCode
@@ -23,13 +25,35 @@ class Terminated(BaseException):
     `except Exception` blocks do not swallow it)."""
 
 
-def _raise_terminated(signum, frame) -> None:
-    raise Terminated()
+# An exception raised while the main thread is inside the import machinery can leave a
+# module lock held (CPython reports it as "Exception ignored in ... _get_module_lock") and
+# the process then hangs on the next import of that module: a Ctrl-C in the seconds
+# TensorFlow takes to import would never end the command.
+_REDELIVER_SECONDS = 0.05
 
 
-def raise_on_sigterm() -> None:
-    """From now on SIGTERM raises `Terminated` in the main thread."""
-    signal.signal(signal.SIGTERM, _raise_terminated)
+def _importing(frame) -> bool:
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _raise(signum, frame) -> None:
+    if _importing(frame):  # sent again until the import is over
+        threading.Timer(_REDELIVER_SECONDS, os.kill, (os.getpid(), signum)).start()
+        return
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def raise_on_signals() -> None:
+    """From now on SIGINT raises KeyboardInterrupt and SIGTERM `Terminated` in the main
+    thread, never inside an import. A SIGINT the process was started ignoring (a shell's
+    background job, nohup) stays ignored."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _raise)
 
 
 def ignore() -> None:

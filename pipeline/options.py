@@ -43,6 +43,10 @@ def add_setting(group, field: dataclasses.Field) -> None:
         return
     kind = type(field.default)
     minimum = field.metadata["minimum"]
+    if field.metadata.get("choices"):
+        group.add_argument(setting.flag(field), choices=field.metadata["choices"], default=field.default,
+                           help=f"{field.metadata['help']} (default: %(default)s)")
+        return
     group.add_argument(setting.flag(field), type=kind if minimum is None else at_least(minimum, kind),
                        default=field.default, metavar={int: "N", float: "NUMBER"}.get(kind, "NAME"),
                        help=f"{field.metadata['help']} (default: %(default)s)")

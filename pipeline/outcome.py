@@ -22,6 +22,7 @@ class ExitCode(enum.IntEnum):
     DATA_REJECTED = 4  # unreadable files, schema anomalies or drift: nothing trained
     LOCKED = 5  # another run or retrain holds the output root
     SERVING_CHECK_FAILED = 6  # blessed, but failed the serving check: the previous version keeps serving
+    REJECTED = 7  # a person rejected the candidate of these inputs (`serving reject`): nothing was trained
     # Ended by Ctrl-C (SIGINT) or a scheduler's SIGTERM, with one line saying what was done
     # (`pipeline.interrupts`): what a shell reports for a process those signals end.
     INTERRUPTED = 128 + signal.SIGINT
@@ -36,6 +37,8 @@ class Outcome(enum.Enum):
     NOT_BLESSED = "not blessed"
     SERVING_CHECK_FAILED = "failed the serving check"
     DATA_REJECTED = "data rejected"
+    AWAITING_APPROVAL = "awaiting approval"
+    REJECTED = "rejected by a person"
 
     @property
     def exit_code(self) -> ExitCode:
@@ -45,6 +48,8 @@ class Outcome(enum.Enum):
             Outcome.NOT_BLESSED: ExitCode.NOT_BLESSED,
             Outcome.SERVING_CHECK_FAILED: ExitCode.SERVING_CHECK_FAILED,
             Outcome.DATA_REJECTED: ExitCode.DATA_REJECTED,
+            Outcome.AWAITING_APPROVAL: ExitCode.OK,
+            Outcome.REJECTED: ExitCode.REJECTED,
         }[self]
 
 

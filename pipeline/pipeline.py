@@ -174,14 +174,15 @@ class DataChecks:
 
 def _data_checks(
     data_root: str, schema_path: str, schema_digest: str, window_size: Optional[int], span_listing: str,
-    evaluation: EvaluationConfig, serving_model_dir: str, code_version: str,
+    evaluation: EvaluationConfig, serving_model_dir: str, code_version: str, inputs: str, static_inputs: str,
 ) -> DataChecks:
     """SpanWindow → ImportExampleGen → StatisticsGen → the schemas → ExampleValidator → DataGate."""
     span_window = window.SpanWindow(
         data_root=data_root, window_size=window_size or 0, listing=span_listing,
-        # No listing: a compiled pipeline, where no run state stops a job that has nothing
-        # new before the DAG runs; the window asks the serving model what it was trained on.
+        # No listing: a compiled pipeline, where nothing decides before the DAG runs whether
+        # a job has anything new to train on; the window asks the model's record.
         model_dir=serving_model_dir if not span_listing else "",
+        inputs=inputs, static_inputs=static_inputs,
     ).with_id(window.NODE_ID)
     example_gen = _example_gen(data_root, span_window, window_size, evaluation, code_version)
     statistics_gen = StatisticsGen(examples=example_gen.outputs["examples"])
@@ -304,6 +305,10 @@ def _pushing(data: DataChecks, training: Training, serving_model_dir: str, setti
         schema=data.schema.outputs["schema"],
         data_verdict=data.data_gate.outputs[gate.VERDICT_KEY],
         code_version=code_version,
+        # By value, as the gate takes them (see `_data_checks`).
+        inputs=data.span_window.outputs[window.INPUTS_KEY].future()[0].value,
+        spans_used=data.span_window.outputs[window.SPANS_KEY].future()[0].value,
+        promotion_mode=settings.promotion,
     ).with_id(NodeId.PUSHER)
     return [checked, pusher]
 
@@ -317,7 +322,9 @@ def create_pipeline(
     schema_digest: str,
     serving_model_dir: str,
     code_version: str,
+    static_inputs: str = "",
     span_listing: str = "",
+    inputs: str = "",
     metadata_connection_config: Optional[Any] = None,
     enable_cache: bool = True,
 ) -> tfx_pipeline.Pipeline:
@@ -336,14 +343,19 @@ def create_pipeline(
       serving_model_dir: Pusher's destination, `<serving>/<model name>`; versions go below.
       code_version: Fingerprint of this package's code, given to every cached node that
         runs it (`CODE_VERSION`): an edit re-runs that node and what follows.
+      static_inputs: The code's and the model-changing settings' part of each candidate's
+        inputs (`pipeline.config.static_inputs`), completed by SpanWindow when `inputs`
+        is not given (a compiled pipeline).
       span_listing: The span folders found when the run was planned ("span-12,span-13"), the
         SpanWindow node's cache key; "" when unknown (a compiled pipeline, whose
         runner then turns that node's cache off).
+      inputs: The candidate's inputs as a local run planned them
+        (`components.support.registry.inputs_digest`); "" in a compiled pipeline.
       metadata_connection_config: MLMD connection; None lets the orchestrator choose.
       enable_cache: Reuse outputs of executions whose inputs did not change.
     """
     data = _data_checks(data_root, schema_path, schema_digest, settings.window_size, span_listing,
-                        settings.evaluation, serving_model_dir, code_version)
+                        settings.evaluation, serving_model_dir, code_version, inputs, static_inputs)
     with Cond(data.is_valid()):
         training = _training(data, settings, code_version)
         pushing = _pushing(data, training, serving_model_dir, settings, code_version)

@@ -113,8 +113,9 @@ def test_gc_predict_and_monitor_interrupted_end_in_one_line_and_leave_nothing_ha
                             str(ws.serving), "--output-root", str(ws.out)], signal.SIGTERM, after_seconds=4)
     _ended_in_one_line(monitor, 143, "monitor was interrupted by SIGTERM: ")
 
+    # While it imports (a second or two of its few): the signal is taken once the import is over.
     gc = _interrupted(["gc", "--keep-runs", "1", "--output-root", str(ws.out), "--serving-dir", str(ws.serving)],
-                      signal.SIGINT, after_seconds=3)
+                      signal.SIGINT, after_seconds=0.5)
     _ended_in_one_line(gc, 130, "gc was interrupted by Ctrl-C (SIGINT): what it removed stays removed")
     unchanged = taxi_pipeline("run", *ws.locations())
     assert unchanged.returncode == 0 and "Nothing changed since the last run" in unchanged.stdout

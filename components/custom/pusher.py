@@ -53,12 +53,19 @@ from tfx.types import artifact_utils, standard_artifacts, standard_component_spe
 from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
 from tfx.utils import io_utils, proto_utils
 
-from components.custom import ingest, model_card, serving_check
+from components.custom import ingest, model_card, promotion, serving_check
 from components.model import features
-from components.support import serving_config, spans
+from components.support import registry, serving_config, spans
 from components.support.serving_config import SAVED_MODEL_FILE, still_held, version_folders, versions
 
 KEEP_VERSIONS_KEY = "keep_versions"
+# The candidate's inputs and spans (`registry`), as SpanWindow gave them, and whether a
+# candidate that passed every check serves at once ("auto") or awaits a person ("approval").
+INPUTS_KEY = "inputs"
+SPANS_KEY = "spans"
+PROMOTION_KEY = "promotion"
+# The PushedModel's fate in the record (`registry.Fate`), which the run report reads.
+FATE_PROPERTY = "fate"
 SERVED_KEY = "served_blessing"
 DATA_VERDICT_KEY = "data_verdict"
 CODE_VERSION_KEY = "code_version"
@@ -206,11 +213,14 @@ def remove_version(base_directory: str, version: int) -> None:
 
 
 def publish(model_path: str, base_directory: str, keep_versions: int,
-            staged: Optional[Callable[[str, int], None]] = None
+            staged: Optional[Callable[[str, int], None]] = None,
+            candidate: Optional[registry.Candidate] = None,
             ) -> Tuple[Optional[int], int, List[int], serving_config.ServingState]:
     """Under the push lock: pushes the model unless it already is the newest version,
-    prunes, and rewrites `models.config`. Returns the version that served before, the
-    model's version, the versions removed, and what serves after."""
+    records `candidate` (its fate `SERVED`, or `AWAITING_APPROVAL`, which copies the
+    version without serving it) with that version, prunes, and rewrites `models.config`.
+    Returns the version that served before, the model's version, the versions removed,
+    and what serves after."""
     serving_dir, model_name = os.path.split(base_directory.rstrip("/"))
     with push_lock(base_directory) as confirm:
         before = serving_config.state(serving_dir, model_name).serving
@@ -221,10 +231,30 @@ def publish(model_path: str, base_directory: str, keep_versions: int,
         else:
             logging.info("model %s is already version %d in %s; not pushed again", model_path, version,
                          base_directory)
+        if candidate is not None:
+            candidate.version = version
+            record = registry.read(base_directory)
+            if record.of_version(version) is None:  # a re-run of a push that finished records it once
+                record.add(candidate)
+                confirm()
+                registry.write(base_directory, record)
         removed = prune(base_directory, keep_versions, confirm)
         confirm()
         after = serving_config.after_push(serving_dir, model_name)
     return before, version, removed, after
+
+
+def record_refusal(base_directory: str, candidate: registry.Candidate) -> None:
+    """Records a candidate a check refused, under the push lock (nothing is pushed)."""
+    with push_lock(base_directory) as confirm:
+        record = registry.read(base_directory)
+        newest = record.newest
+        if newest is not None and (newest.inputs, newest.run, newest.fate) == (
+                candidate.inputs, candidate.run, candidate.fate):
+            return  # the same run's Pusher again (a re-run after a crash)
+        record.add(candidate)
+        confirm()
+        registry.write(base_directory, record)
 
 
 def mark_pushed(model_push: types.Artifact, destination: str, version: int) -> None:
@@ -248,6 +278,9 @@ class StagedPusherSpec(ComponentSpec):
         standard_component_specs.PUSH_DESTINATION_KEY: ExecutionParameter(type=pusher_pb2.PushDestination),
         KEEP_VERSIONS_KEY: ExecutionParameter(type=int),
         CODE_VERSION_KEY: ExecutionParameter(type=str, optional=True),
+        INPUTS_KEY: ExecutionParameter(type=str, optional=True),
+        SPANS_KEY: ExecutionParameter(type=str, optional=True),
+        PROMOTION_KEY: ExecutionParameter(type=str, optional=True),
     }
     INPUTS = {
         standard_component_specs.MODEL_KEY: ChannelParameter(type=standard_artifacts.Model),
@@ -323,16 +356,24 @@ class Executor(tfx_pusher_executor.Executor):
         served = artifact_utils.get_single_instance(output_dict[SERVED_KEY])
         blessing = artifact_utils.get_single_instance(input_dict[standard_component_specs.MODEL_BLESSING_KEY])
         model = artifact_utils.get_single_instance(input_dict[standard_component_specs.MODEL_KEY])
-        if not self.CheckBlessing(input_dict):
-            model_push.set_int_custom_property(PUSHED_PROPERTY, 0)
-            _mark_served(served, blessing, model, pushed=False)
-            return
-        model_path = self.GetModelPath(input_dict)
         destination = pusher_pb2.PushDestination()
         proto_utils.json_to_proto(exec_properties[standard_component_specs.PUSH_DESTINATION_KEY], destination)
         if destination.WhichOneof("destination") != "filesystem":
             raise ValueError("this Pusher pushes to a filesystem destination only")
         base = destination.filesystem.base_directory
+        candidate = self._candidate(exec_properties)
+        if not self.CheckBlessing(input_dict):
+            model_push.set_int_custom_property(PUSHED_PROPERTY, 0)
+            _mark_served(served, blessing, model, pushed=False)
+            candidate.fate = registry.Fate(blessing.get_string_custom_property(serving_check.FATE_PROPERTY)
+                                           or registry.Fate.NOT_BLESSED.value)
+            candidate.reason = blessing.get_string_custom_property(serving_check.REASON_PROPERTY)
+            model_push.set_string_custom_property(FATE_PROPERTY, candidate.fate.value)
+            record_refusal(base, candidate)
+            return
+        if exec_properties.get(PROMOTION_KEY) == promotion.APPROVAL:
+            candidate.fate = registry.Fate.AWAITING_APPROVAL
+        model_path = self.GetModelPath(input_dict)
         keep = int(exec_properties[KEEP_VERSIONS_KEY])
 
         serving_dir, model_name = os.path.split(base.rstrip("/"))
@@ -342,7 +383,7 @@ class Executor(tfx_pusher_executor.Executor):
             card["model"]["version"] = version
             model_card.write(folder, card)
 
-        before, version, removed, after = publish(model_path, base, keep, staged=with_card)
+        before, version, removed, after = publish(model_path, base, keep, staged=with_card, candidate=candidate)
         if removed:
             logging.info("retention (%d versions): removed %s", keep, removed)
         if after.pinned is not None:
@@ -353,7 +394,19 @@ class Executor(tfx_pusher_executor.Executor):
         if before is not None and before != after.serving:
             model_push.set_string_custom_property(REPLACED_PROPERTY, str(before))
         model_push.set_string_custom_property(SERVING_PROPERTY, str(after.serving))
-        _mark_served(served, blessing, model, pushed=True)
+        model_push.set_string_custom_property(FATE_PROPERTY, candidate.fate.value)
+        # A version awaiting approval is not the baseline nor the next warm start.
+        _mark_served(served, blessing, model, pushed=candidate.fate is registry.Fate.SERVED)
+
+    def _candidate(self, exec_properties: Dict[str, Any]) -> registry.Candidate:
+        """This run's candidate, its fate `SERVED` until a check or the promotion says otherwise."""
+        return registry.Candidate(
+            inputs=exec_properties.get(INPUTS_KEY) or "",
+            spans=spans.parse_numbers(exec_properties.get(SPANS_KEY) or ""),
+            fate=registry.Fate.SERVED,
+            run=str(getattr(self._context, "pipeline_run_id", "") or ""),
+            at=registry.now(),
+        )
 
 
 class StagedPusher(base_component.BaseComponent):
@@ -367,7 +420,8 @@ class StagedPusher(base_component.BaseComponent):
                  keep_versions: int, examples: Optional[types.BaseChannel] = None,
                  statistics: Optional[types.BaseChannel] = None, evaluation: Optional[types.BaseChannel] = None,
                  schema: Optional[types.BaseChannel] = None, data_verdict: Optional[types.BaseChannel] = None,
-                 code_version: str = ""):
+                 code_version: str = "", inputs: Any = "", spans_used: Any = "",
+                 promotion_mode: str = promotion.AUTO):
         """`examples`, `statistics`, `evaluation`, `schema`, `data_verdict` and
         `code_version` are what the model card of each pushed version tells."""
         if keep_versions < 1:
@@ -381,6 +435,9 @@ class StagedPusher(base_component.BaseComponent):
             schema=schema,
             data_verdict=data_verdict,
             code_version=code_version,
+            inputs=inputs,
+            spans=spans_used,
+            promotion=promotion_mode,
             push_destination=pusher_pb2.PushDestination(
                 filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=serving_model_dir)
             ),

@@ -35,7 +35,7 @@ from tfx.dsl.component.experimental.annotations import InputArtifact, OutputArti
 from tfx.dsl.component.experimental.decorators import component
 from tfx.types import standard_artifacts
 
-from components.support import serving_probe
+from components.support import registry, serving_probe
 from components.support.serving_probe import DEFAULT_BUDGET_MS
 
 # The output: a ModelBlessing the Pusher reads (its parameter name below).
@@ -43,6 +43,8 @@ BLESSING_KEY = "blessing"
 # A blessing's verdict, as the Evaluator and TFX's Pusher name it.
 BLESSED_PROPERTY = evaluator_constants.ARTIFACT_PROPERTY_BLESSED_KEY
 REASON_PROPERTY = "serving_check"
+# An unblessed candidate's fate in the record (`registry.Fate`): which check refused it.
+FATE_PROPERTY = "fate"
 P99_PROPERTY = "p99_latency_ms"
 # The longest the check's process may take (loading TensorFlow included).
 TIMEOUT_SECONDS = 300
@@ -164,10 +166,13 @@ def ServingCheck(  # a component is named like a class
     if model_blessing.get_int_custom_property(BLESSED_PROPERTY) != 1:
         blessing.set_int_custom_property(BLESSED_PROPERTY, 0)
         blessing.set_string_custom_property(REASON_PROPERTY, "not checked: the Evaluator did not bless the model")
+        blessing.set_string_custom_property(FATE_PROPERTY, registry.Fate.NOT_BLESSED.value)
         return
     findings = run_in_fresh_process(path_utils.serving_model_path(model.uri), latency_budget_ms)
     logging.info("serving check: %s", findings["reason"])
     blessing.set_int_custom_property(BLESSED_PROPERTY, int(bool(findings["ok"])))
     blessing.set_string_custom_property(REASON_PROPERTY, str(findings["reason"]))
+    if not findings["ok"]:
+        blessing.set_string_custom_property(FATE_PROPERTY, registry.Fate.SERVING_CHECK_FAILED.value)
     if "p99_ms" in findings and math.isfinite(float(findings["p99_ms"])):
         blessing.set_float_custom_property(P99_PROPERTY, float(findings["p99_ms"]))

@@ -23,6 +23,7 @@ its inputs, so it runs on every job even when the job is submitted with caching 
 on (`aiplatform.PipelineJob(..., enable_caching=True)` overrides per-task settings).
 """
 
+import logging
 import os
 from typing import List, Tuple
 
@@ -33,16 +34,18 @@ from tfx.proto import example_gen_pb2
 from tfx.types import standard_artifacts
 
 from components.custom import model_card
-from components.support import serving_config, spans
+from components.support import registry, serving_config, spans
 
 NODE_ID = "SpanWindow"
 # Output keys: ImportExampleGen's input_config (JSON), and the spans chosen
 # (`spans.format_numbers`: "10,11,12").
 INPUT_CONFIG_KEY = "input_config"
 SPANS_KEY = "spans_used"
-# 1 when the window holds data the serving model was not trained on (or no serving model
-# is asked about), else 0: the data gate's `fresh` parameter.
+# 1 when a candidate trained on this window would be a new one (or no record is asked
+# about), else 0: the data gate's `fresh` parameter (`registry.decide`).
 FRESH_KEY = "fresh"
+# The candidate's inputs (`registry.inputs_digest`), which the Pusher records.
+INPUTS_KEY = "inputs_used"
 # The parameter a compiled pipeline sets to the pipeline job's id (see `SpanWindow`).
 JOB_PARAMETER = "job"
 ALL_SPANS_SPLIT = "all"
@@ -79,8 +82,11 @@ def SpanWindow(  # a component is named like a class
     input_config: OutputArtifact[standard_artifacts.String],
     spans_used: OutputArtifact[standard_artifacts.String],
     fresh: OutputArtifact[standard_artifacts.Integer],
+    inputs_used: OutputArtifact[standard_artifacts.String],
     job: Parameter[str] = "",
     model_dir: Parameter[str] = "",
+    inputs: Parameter[str] = "",
+    static_inputs: Parameter[str] = "",
 ) -> None:
     """Writes ImportExampleGen's `input_config` and the spans it covers.
 
@@ -88,9 +94,13 @@ def SpanWindow(  # a component is named like a class
     those, or the data changed after the run was planned and the run stops, naming both.
     `job` is only checked: in a compiled pipeline it is the pipeline job's id (see
     `pipeline.cloud.compiled_fixes`), so no two jobs share this node's cache key.
-    `model_dir`, given, is the serving model's folder: `fresh` is 0 when the model serving
-    there was trained on exactly these spans (its model card says which), so the gate
-    stops a job that has nothing new to train on (see `trained_on`).
+    `inputs` is the candidate's inputs as the local run planned them (a late file in a span
+    changes them, not the listing); "" in a compiled pipeline, where they are computed here
+    from `static_inputs` (the code and the settings that reach Transform or the Trainer),
+    this container's libraries and the window's files (`registry.inputs_digest`).
+    `model_dir`, given, is the model's folder in the serving folder: `fresh` is 0 when its
+    record says a candidate of these inputs serves or was the newest (`registry.decide`),
+    so the gate stops a job that has nothing new to train on.
     """
     if job.startswith("{{$"):
         raise ValueError(
@@ -114,12 +124,23 @@ def SpanWindow(  # a component is named like a class
         )
     input_config.value = json_format.MessageToJson(config, sort_keys=True, preserving_proto_field_name=True)
     spans_used.value = spans.format_numbers(numbers)
-    fresh.value = 0 if model_dir and trained_on(model_dir) == numbers else 1
+    if not inputs:
+        files = [path for span in spans.list_spans(data_root, only=numbers) for path, _ in span.files]
+        inputs = registry.inputs_digest(static_inputs, registry.runtime_versions(), spans.files_digest(files))
+    inputs_used.value = inputs
+    decision = registry.decide(registry.read(model_dir), inputs) if model_dir else None
+    if decision is not None:
+        logging.info("nothing new to train: %s", decision.says)
+    fresh.value = 0 if decision is not None else 1
 
 
 def trained_on(model_dir: str) -> List[int]:
-    """The spans the version serving from `model_dir` was trained on, as its model card
-    says; [] when nothing serves or it has no card."""
+    """The spans the newest candidate of the model in `model_dir` was trained on, as its
+    record says (whatever became of it: a job after it with no new span trains nothing),
+    else those of the version serving there, as its model card says; [] when neither is known."""
+    newest = registry.read(model_dir).newest
+    if newest is not None:
+        return sorted(newest.spans)
     serving = serving_config.state(*os.path.split(model_dir.rstrip("/"))).serving
     card = model_card.read(os.path.join(model_dir, str(serving))) if serving is not None else None
     return sorted((card or {}).get("training_data", {}).get("spans", []))

@@ -46,7 +46,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, te
 from tensorflow_serving.config import model_server_config_pb2
 
 from components.model.trainer.settings import SAVED_MODEL_FILE
-from components.support import object_lock, spans
+from components.support import object_lock, registry, spans
 
 CONFIG_FILE = "models.config"
 # The serving folder's lock on `models.config`, which holds every model's entry.
@@ -234,7 +234,7 @@ def _write_entry(serving_dir: str, model_name: str, loaded: List[int], stable: O
     del config.model_config_list.config[:]
     config.model_config_list.config.extend(kept + [_entry_for(serving_dir, model_name, loaded, labels)])
     confirm()
-    _write_text(config_path(serving_dir), text_format.MessageToString(config))
+    write_text(config_path(serving_dir), text_format.MessageToString(config))
     write_batching_parameters(serving_dir)
 
 
@@ -249,7 +249,7 @@ def rebase(serving_dir: str, model_name: str) -> None:
             return
         entry.base_path = _model_base_path(serving_dir, model_name)
         confirm()
-        _write_text(config_path(serving_dir), text_format.MessageToString(config))
+        write_text(config_path(serving_dir), text_format.MessageToString(config))
 
 
 def _model_base_path(serving_dir: str, model_name: str) -> str:
@@ -257,7 +257,8 @@ def _model_base_path(serving_dir: str, model_name: str) -> str:
     return model_dir if spans.is_remote(model_dir) else os.path.abspath(model_dir)
 
 
-def _write_text(path: str, text: str) -> None:
+def write_text(path: str, text: str) -> None:
+    """Replaces the file at `path` whole: a reader sees the old text or the new one."""
     # Unique per host and process: on Vertex every task's process may be PID 1.
     temporary = f"{path}.tmp-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     with tf.io.gfile.GFile(temporary, "w") as handle:
@@ -269,23 +270,43 @@ def after_push(serving_dir: str, model_name: str) -> ServingState:
     """After a push (or a retention prune): a following config names the newest two
     versions; a pinned one is left as the operator set it."""
     current = state(serving_dir, model_name)
-    if current.pinned is None:
+    model_dir = os.path.join(serving_dir, model_name)
+    if current.pinned is None and registry.servable(registry.read(model_dir), versions(model_dir)):
         follow(serving_dir, model_name)
-    else:
+    else:  # pinned, or only versions awaiting approval: nothing changes what serves
         write_batching_parameters(serving_dir)
     return state(serving_dir, model_name)
 
 
 def follow(serving_dir: str, model_name: str) -> None:
-    """Unpinned: the newest version serves (see the module doc)."""
+    """Unpinned: the newest version serves (see the module doc), of those the record lets
+    serve (`registry.servable`: not one awaiting approval or rejected)."""
     model_dir = os.path.join(serving_dir, model_name)
-    on_disk = versions(model_dir)
+    on_disk = registry.servable(registry.read(model_dir), versions(model_dir))
     if not on_disk:
-        raise ServingConfigError(f"no model versions under {model_dir}")
+        raise ServingConfigError(f"no model versions that may serve under {model_dir}")
     _write(serving_dir, model_name, on_disk[-2:], on_disk[-2] if len(on_disk) > 1 else on_disk[-1])
     pin_file = os.path.join(model_dir, PIN_FILE)
     if tf.io.gfile.exists(pin_file):
         tf.io.gfile.remove(pin_file)
+    _note_serving(model_dir, on_disk[-1], pinned=False)
+
+
+def _note_serving(model_dir: str, version: int, pinned: bool) -> None:
+    """The record says what `models.config` now serves (under the model's push lock)."""
+    record = registry.read(model_dir)
+    if (record.serving, record.pinned) != (version, pinned):
+        record.serving, record.pinned = version, pinned
+        registry.write(model_dir, record)
+
+
+def refuse_unservable(model_dir: str, version: int) -> None:
+    """Raises when the record bars `version` from serving, naming what to do instead."""
+    candidate = registry.read(model_dir).of_version(version)
+    if candidate is not None and candidate.fate.pushed and not candidate.fate.servable:
+        hint = (f"`taxi-pipeline serving approve {version}` makes it serve"
+                if candidate.fate is registry.Fate.AWAITING_APPROVAL else "it may not serve")
+        raise ServingConfigError(f"version {version} is {candidate.fate.value}: {hint}")
 
 
 def pin(serving_dir: str, model_name: str, version: int) -> None:
@@ -296,16 +317,21 @@ def pin(serving_dir: str, model_name: str, version: int) -> None:
         raise ServingConfigError(
             f"version {version} is not in {model_dir}; the versions there are {', '.join(map(str, on_disk)) or 'none'}"
         )
+    refuse_unservable(model_dir, version)
     # The pin first: a config that loads only `version` is then never without its record.
-    _write_text(os.path.join(model_dir, PIN_FILE), f"{version}\n")
+    write_text(os.path.join(model_dir, PIN_FILE), f"{version}\n")
     _write(serving_dir, model_name, [version], version)
+    _note_serving(model_dir, version, pinned=True)
 
 
-def rollback_target(current: ServingState, version: Optional[int] = None) -> int:
-    """The version a rollback pins: `version`, or the newest one older than what serves."""
+def rollback_target(current: ServingState, version: Optional[int] = None,
+                    record: Optional[registry.Record] = None) -> int:
+    """The version a rollback pins: `version`, or the newest one older than what serves
+    that the record lets serve."""
     if version is not None:
         return version
-    older = [v for v in current.on_disk if current.serving is not None and v < current.serving]
+    older = [v for v in registry.servable(record or registry.Record(), current.on_disk)
+             if current.serving is not None and v < current.serving]
     if not older:
         raise ServingConfigError(
             f"nothing to roll back to: version {current.serving} is the oldest in the serving folder"
@@ -315,9 +341,11 @@ def rollback_target(current: ServingState, version: Optional[int] = None) -> int
 
 
 def protected_versions(serving_dir: str, model_name: str) -> List[int]:
-    """Versions retention must keep: every one `models.config` loads or labels, and the pinned one."""
+    """Versions retention must keep: every one `models.config` loads or labels, the pinned
+    one, and those awaiting approval."""
     current = state(serving_dir, model_name)
     pinned = {current.pinned} if current.pinned is not None else set()
+    pinned |= {c.version for c in registry.read(os.path.join(serving_dir, model_name)).awaiting}
     if _model_entry(read_config(serving_dir), model_name) is None:
         return sorted(pinned)
     return sorted(set(current.loaded) | set(current.labels.values()) | pinned)
@@ -358,5 +386,5 @@ def write_batching_parameters(serving_dir: str) -> str:
     parameters = batching_parameters_class()()
     for name, value in BATCHING_DEFAULTS.items():
         getattr(parameters, name).value = value
-    _write_text(path, text_format.MessageToString(parameters))
+    write_text(path, text_format.MessageToString(parameters))
     return path

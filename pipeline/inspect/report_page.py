@@ -123,6 +123,11 @@ def decision(details: details_lib.RunDetails) -> str:
         return f"Up to date: the model already serving, {report.pushed_version_dir}, stays (exit {code})."
     if report.outcome is Outcome.DATA_REJECTED:
         return f"Data rejected: nothing was trained or pushed (exit {code})."
+    if report.outcome is Outcome.AWAITING_APPROVAL:
+        return (f"Model passed every check and awaits approval as {report.pushed_version_dir}; the previous version "
+                f"keeps serving until `taxi-pipeline serving approve` (exit {code}).")
+    if report.outcome is Outcome.REJECTED:
+        return f"A person rejected the model of these inputs: nothing was trained (exit {code})."
     if report.outcome is Outcome.SERVING_CHECK_FAILED:
         return (f"Model blessed but it failed the serving check, so it was not pushed: {report.serving_check} "
                 f"(exit {code}).")
@@ -156,7 +161,8 @@ def render(details: details_lib.RunDetails) -> str:
         details=details,
         decision=decision(details),
         outcome_class={Outcome.PUSHED: "ok", Outcome.UP_TO_DATE: "ok", Outcome.NOT_BLESSED: "warn",
-                       Outcome.SERVING_CHECK_FAILED: "bad", Outcome.DATA_REJECTED: "bad"}[report.outcome],
+                       Outcome.SERVING_CHECK_FAILED: "bad", Outcome.DATA_REJECTED: "bad",
+                       Outcome.AWAITING_APPROVAL: "warn", Outcome.REJECTED: "warn"}[report.outcome],
         timings_plot=_timings_plot(report),
         total_seconds=sum(node.seconds for node in report.nodes),
         feature_rows=feature_rows,

@@ -21,7 +21,7 @@ from tfx.types import standard_component_specs
 from components.custom import gate, serving_check, window
 from components.custom import pusher as staged_pusher
 from components.model.trainer.settings import TRAINING_SUMMARY_FILE
-from components.support import spans
+from components.support import registry, spans
 from pipeline.config import MYSQL_PASSWORD_ENV, MYSQL_USER_ENV, MetadataConfig
 from pipeline.outcome import NodeRun, Outcome, RunReport
 from pipeline.pipeline import NodeId
@@ -272,6 +272,8 @@ def report_of(records: RunRecords, run_id: str) -> RunReport:
         # A Pusher served from cache pushed nothing in this run: what it pushed before serves.
         pusher_ran = any(node.node_id == NodeId.PUSHER and node.state == "ran" for node in nodes)
         report.outcome = Outcome.PUSHED if pusher_ran else Outcome.UP_TO_DATE
+        if string_property(pushed, staged_pusher.FATE_PROPERTY) == registry.Fate.AWAITING_APPROVAL.value:
+            report.outcome = Outcome.AWAITING_APPROVAL
         report.pushed_version_dir = string_property(pushed, staged_pusher.DESTINATION_PROPERTY)
     return report
 

@@ -94,12 +94,15 @@ def add_serving(commands: argparse._SubParsersAction) -> None:
     serving = commands.add_parser(
         "serving", help="list the pushed versions and their model cards, roll back, pin or unpin what TF Serving serves"
     )
-    serving.add_argument("action", choices=("list", "card", "rollback", "pin", "unpin"),
+    serving.add_argument("action", choices=("list", "card", "rollback", "pin", "unpin", "approve", "reject"),
                          help="list: versions and labels; card [VERSION]: where a version's model card is "
                               "(default: the serving version's); rollback [VERSION]: serve VERSION (default: the one "
                               "before what serves now) and keep serving it; pin VERSION: serve only it; unpin: "
-                              "serve the newest again")
+                              "serve the newest again; approve VERSION: serve a version awaiting approval; "
+                              "reject VERSION --note WHY: it never serves")
     serving.add_argument("version", nargs="?", type=int, default=None, help="a version folder's number")
+    serving.add_argument("--note", default="", help="approve, reject: why (required to reject)")
+    serving.add_argument("--by", default="", help="approve, reject: who decides (default: this OS user)")
     options.add_serving_location(serving)
     serving.set_defaults(handler=serving_versions, quiet=True)
 
@@ -108,5 +111,9 @@ def serving_versions(args: argparse.Namespace, ending: Ending) -> int:
     options.require_serving_dir(args)
     from pipeline.ops import serving
 
-    print(serving.command(args.serving_dir, args.model_name, args.action, args.version))
+    if args.action in ("approve", "reject"):
+        print(serving.decide(args.serving_dir, args.model_name, args.version,
+                             serving.Verdict(args.action == "approve", args.note, args.by)))
+    else:
+        print(serving.command(args.serving_dir, args.model_name, args.action, args.version))
     return ExitCode.OK

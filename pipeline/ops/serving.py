@@ -1,4 +1,5 @@
-"""`taxi-pipeline serving`: what TF Serving serves, and the operator's rollback and pin.
+"""`taxi-pipeline serving`: what TF Serving serves, the operator's rollback and pin, and a
+person's approval or rejection of a candidate awaiting approval (`--promotion approval`).
 
 Every change rewrites `models.config` (see `components.support.serving_config`) under the model
 folder's push lock (`components.custom.pusher.push_lock`: `flock` on a local folder, a lock
@@ -8,7 +9,9 @@ here.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import getpass
 import json
 import os
 from typing import Dict, List, Optional
@@ -16,14 +19,29 @@ from typing import Dict, List, Optional
 import tensorflow as tf
 
 from components.custom import model_card, pusher
-from components.support import serving_config
+from components.support import registry, serving_config
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """A person's decision on a candidate: `serving approve` or `serving reject`."""
+
+    approve: bool
+    note: str = ""
+    by: str = ""
+
+    @property
+    def who(self) -> str:
+        return self.by or getpass.getuser()
 
 
 def describe(current: serving_config.ServingState, model_dir: str) -> str:
-    """One line per version on disk, newest first: when it was pushed, its labels, and
-    which one a request with no version gets."""
+    """One line per version on disk, newest first: when it was pushed, its labels, which
+    one a request with no version gets, and what the record says of it (awaiting
+    approval, approved or rejected, by whom)."""
     if not current.on_disk:
         return f"No model versions in {model_dir}."
+    record = registry.read(model_dir)
     labels_of: Dict[int, List[str]] = {}
     for label, version in sorted(current.labels.items()):
         labels_of.setdefault(version, []).append(label)
@@ -32,11 +50,65 @@ def describe(current: serving_config.ServingState, model_dir: str) -> str:
         seconds = tf.io.gfile.stat(os.path.join(model_dir, str(version))).mtime_nsec / 1e9
         marks = ["SERVING" if version == current.serving else "loaded" if version in current.loaded else ""]
         marks += (["pinned"] if version == current.pinned else []) + labels_of.get(version, [])
+        candidate = record.of_version(version)
+        if candidate is not None and candidate.fate is not registry.Fate.SERVED:
+            marks.append(_fate(candidate))
         pushed = datetime.datetime.fromtimestamp(seconds)
         lines.append(f"{version}  pushed {pushed:%Y-%m-%d %H:%M:%S}  {' '.join(m for m in marks if m)}".rstrip())
     mode = (f"pinned to version {current.pinned} (`serving unpin` serves the newest again)"
             if current.pinned is not None else "following the newest version")
     return "\n".join([f"{model_dir}: {mode}", *lines])
+
+
+def _fate(candidate: registry.Candidate) -> str:
+    said = candidate.fate.value.upper() if candidate.fate is registry.Fate.AWAITING_APPROVAL else candidate.fate.value
+    if candidate.by:
+        said += f" by {candidate.by} at {candidate.at}"
+    return said + (f": {candidate.reason}" if candidate.reason else "")
+
+
+def decide(serving_dir: str, model_name: str, version: Optional[int], verdict: Verdict) -> str:
+    """Approves (it serves) or rejects a version awaiting approval, under the model's push
+    lock; records who, when and the note in the record and the version's model card."""
+    action = "approve" if verdict.approve else "reject"
+    if version is None:
+        raise ValueError(f"serving {action} needs the VERSION awaiting approval")
+    if not verdict.approve and not verdict.note:
+        raise ValueError("serving reject needs --note saying why")
+    model_dir = os.path.join(serving_dir, model_name)
+    with pusher.push_lock(model_dir) as confirm:
+        record = registry.read(model_dir)
+        candidate = record.of_version(version)
+        done = registry.Fate.APPROVED if verdict.approve else registry.Fate.REJECTED
+        # Approving again what was approved finishes an approval cut short before it served.
+        if candidate is None or candidate.fate not in (registry.Fate.AWAITING_APPROVAL, done):
+            waiting = ", ".join(str(c.version) for c in record.awaiting)
+            what = f"is {candidate.fate.value}" if candidate is not None else "is not a candidate this record knows"
+            raise ValueError(f"version {version} {what}; "
+                             + (f"awaiting approval: version {waiting}" if waiting else "no version awaits approval"))
+        candidate.fate, candidate.by, candidate.at, candidate.reason = done, verdict.who, registry.now(), verdict.note
+        confirm()
+        registry.write(model_dir, record)  # first: the version may serve once the record says so
+        _note_in_card(os.path.join(model_dir, str(version)), candidate)
+        before = serving_config.state(serving_dir, model_name)
+        if verdict.approve:
+            confirm()
+            if before.pinned is not None:
+                serving_config.pin(serving_dir, model_name, version)
+            else:
+                serving_config.follow(serving_dir, model_name)
+        now = serving_config.state(serving_dir, model_name)
+    return (f"{action}: version {version} {done.value} by {candidate.by}; serving version {now.serving}\n"
+            + describe(now, model_dir))
+
+
+def _note_in_card(version_dir: str, candidate: registry.Candidate) -> None:
+    found = model_card.read(version_dir)
+    if found is None:  # pushed before the Pusher wrote cards: the record alone says it
+        return
+    found["decision"] = {"fate": candidate.fate.value, "by": candidate.by, "at": candidate.at,
+                         "note": candidate.reason}
+    model_card.write(version_dir, found)
 
 
 def card(model_dir: str, version: Optional[int]) -> str:
@@ -78,7 +150,8 @@ def command(serving_dir: str, model_name: str, action: str, version: Optional[in
         if action == "unpin":
             serving_config.follow(serving_dir, model_name)
         else:
-            target = serving_config.rollback_target(current, version) if action == "rollback" else version
+            target = (serving_config.rollback_target(current, version, registry.read(model_dir))
+                      if action == "rollback" else version)
             serving_config.pin(serving_dir, model_name, target)
         now = serving_config.state(serving_dir, model_name)
     before = f"version {current.serving}" if current.serving is not None else "nothing"

@@ -244,6 +244,9 @@ _OUTCOME_LINES = {
     Outcome.SERVING_CHECK_FAILED: "Model blessed but it FAILED the serving check ({report.serving_check}); "
                                   "the previous version keeps serving.",
     Outcome.DATA_REJECTED: "Data rejected; nothing was trained or pushed.",
+    Outcome.AWAITING_APPROVAL: "Model passed every check and awaits approval: {report.pushed_version_dir} "
+                               "(`taxi-pipeline serving approve|reject VERSION`); the previous version keeps serving.",
+    Outcome.REJECTED: "A person rejected the model of these inputs; nothing was trained.",
 }
 
 

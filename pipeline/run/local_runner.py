@@ -38,18 +38,19 @@ ORCHESTRATORS = dict(zip(config.ORCHESTRATORS, (LocalDagRunner, BeamDagRunner)))
 
 
 def build_pipeline(
-    run_config: config.RunConfig, span_listing: Sequence[str], enable_cache: bool = True
+    run_config: config.RunConfig, span_listing: Sequence[str], enable_cache: bool = True, inputs: str = ""
 ) -> tfx_pipeline.Pipeline:
     return pipeline_lib.create_pipeline(
-        **run_config.pipeline_args(span_listing),
+        **run_config.pipeline_args(span_listing, inputs),
         metadata_connection_config=run_report.connection_config(run_config.metadata),
         enable_cache=enable_cache,
     )
 
 
-def compile_ir(run_config: config.RunConfig, span_listing: Sequence[str], run_id: str, enable_cache: bool = True):
+def compile_ir(run_config: config.RunConfig, span_listing: Sequence[str], run_id: str, enable_cache: bool = True,
+               inputs: str = ""):
     """The pipeline's IR with `run_id` as its pipeline_run context."""
-    ir = compiler.Compiler().compile(build_pipeline(run_config, span_listing, enable_cache))
+    ir = compiler.Compiler().compile(build_pipeline(run_config, span_listing, enable_cache, inputs))
     runtime_parameter_utils.substitute_runtime_parameter(ir, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: run_id})
     return ir
 
@@ -88,7 +89,7 @@ def run(
         if not plan.cache:
             logging.warning("%s", plan.cache_note)
         run_id = new_run_id(plan.fingerprint)
-        ir = compile_ir(run_config, plan.folders, run_id, enable_cache=plan.cache)
+        ir = compile_ir(run_config, plan.folders, run_id, enable_cache=plan.cache, inputs=plan.inputs)
         os.makedirs(run_config.output_root, exist_ok=True)  # MLMD's SQLite file is local
         # The serving check's probe imports TensorFlow on the core the nodes before it
         # leave idle, instead of on the run's path: 3-4 s of a short run. Not for a long

@@ -27,13 +27,12 @@ import json
 import logging
 import os
 import time
-from importlib import metadata as package_metadata
 from typing import Dict, List, Optional, Sequence
 
 import components
 import pipeline as pipeline_package
 from components.model.trainer.settings import SAVED_MODEL_FILE
-from components.support import spans
+from components.support import registry, spans
 from pipeline import code_version
 from pipeline import config as config_lib
 from pipeline.outcome import Outcome, RunReport
@@ -41,27 +40,15 @@ from pipeline.run import preflight
 
 # The data files' digests by path and stat, so unchanged files are not read again.
 DIGESTS_FILE = "file_digests.json"
-# Distributions whose version changes what a run computes.
-_RUNTIME_DISTRIBUTIONS = (
-    "tfx", "tfx-bsl", "tensorflow", "tf-keras", "keras", "tensorflow-transform", "tensorflow-model-analysis",
-    "tensorflow-data-validation", "tensorflow-metadata", "apache-beam", "ml-metadata", "numpy", "pyarrow",
-    "protobuf",
-)
-
-
-def runtime_versions() -> Dict[str, str]:
-    return {name: package_metadata.version(name) for name in _RUNTIME_DISTRIBUTIONS}
-
-
-def fingerprint(run_config: config_lib.RunConfig, found: Sequence[spans.Span]) -> str:
-    """Changes whenever the data's bytes, the project's code or schema, the settings or
-    the runtime change."""
+def fingerprint(run_config: config_lib.RunConfig, files_digest: str) -> str:
+    """Changes whenever the data's bytes (`files_digest`: `spans.files_digest`), the
+    project's code or schema, the settings or the runtime change."""
     digest = hashlib.sha256()
     for package in (components, pipeline_package):
         digest.update(code_version.source_digest(os.path.dirname(package.__file__)).encode())
     digest.update(json.dumps(_inputs(run_config), sort_keys=True).encode())
-    digest.update(json.dumps(runtime_versions(), sort_keys=True).encode())
-    digest.update(spans.files_digest(path for span in found for path, _ in span.files).encode())
+    digest.update(json.dumps(registry.runtime_versions(), sort_keys=True).encode())
+    digest.update(files_digest.encode())
     return digest.hexdigest()
 
 
@@ -115,7 +102,7 @@ def save(output_root: str, report: RunReport) -> None:
     window = report if report.window_size is not None else (previous.window_report if previous else None)
     write_json(os.path.join(output_root, config_lib.LAST_RUN_FILE),
                {"report": report.to_json(), "window_report": window.to_json() if window else None,
-                "runtime": runtime_versions()})
+                "runtime": registry.runtime_versions()})
 
 
 def write_json(path: str, value: object) -> None:
@@ -136,8 +123,11 @@ class RunPlan:
     # window mode the window's.
     found: List[spans.Span]
     fingerprint: str
-    # The last run's report when nothing changed since; None when a run is needed.
+    # The report of what decided already when a run would repeat it (see `plan`); None
+    # when a run is needed.
     previous: Optional[RunReport]
+    # The candidate's inputs (`registry.inputs_digest`), which its record entry keeps.
+    inputs: str = ""
     # Entries under the data root that nothing reads (logged, and named on the console).
     ignored: List[str] = dataclasses.field(default_factory=list)
     # Whether components may reuse cached outputs; why not, when they may not.
@@ -166,23 +156,26 @@ def plan(run_config: config_lib.RunConfig) -> RunPlan:
     if window_size is not None:
         found = found[-window_size:]
     with spans.remembered_digests(os.path.join(run_config.output_root, DIGESTS_FILE)):
-        run_fingerprint = fingerprint(run_config, found)
+        files_digest = spans.files_digest(path for span in found for path, _ in span.files)
+    run_fingerprint = fingerprint(run_config, files_digest)
+    inputs = registry.inputs_digest(config_lib.static_inputs(run_config.settings), registry.runtime_versions(),
+                                    files_digest)
     record = load(run_config.output_root)
     last = None if record is None else (record.report if window_size is None else record.window_report)
     for path in ignored:
         logging.warning("ignored (not a span folder or span data file, read by nothing): %s", path)
-    previous = reusable_report(last, run_fingerprint, run_config.model_serving_dir)
+    previous = decided_before(last, run_fingerprint, inputs, run_config.model_serving_dir)
     if previous is not None:
         previous.seconds = time.perf_counter() - started
         previous.ignored = ignored
     cache, cache_note = True, ""
-    if record is not None and record.runtime and record.runtime != runtime_versions():
+    if record is not None and record.runtime and record.runtime != registry.runtime_versions():
         changed = ", ".join(
             f"{name} {record.runtime.get(name, '?')} -> {version}"
-            for name, version in sorted(runtime_versions().items()) if record.runtime.get(name) != version
+            for name, version in sorted(registry.runtime_versions().items()) if record.runtime.get(name) != version
         )
         cache, cache_note = False, f"library versions changed since the last run ({changed}): every component runs"
-    return RunPlan(found, run_fingerprint, previous, ignored, cache, cache_note)
+    return RunPlan(found, run_fingerprint, previous, inputs, ignored, cache, cache_note)
 
 
 def _as_reused(report: RunReport) -> RunReport:
@@ -190,6 +183,45 @@ def _as_reused(report: RunReport) -> RunReport:
     if report.outcome is Outcome.PUSHED:
         report.outcome = Outcome.UP_TO_DATE
     report.nodes = []
+    return report
+
+
+# What a candidate's fate makes of a run that would repeat it.
+_OUTCOMES = {
+    registry.Fate.NOT_BLESSED: Outcome.NOT_BLESSED,
+    registry.Fate.SERVING_CHECK_FAILED: Outcome.SERVING_CHECK_FAILED,
+    registry.Fate.AWAITING_APPROVAL: Outcome.AWAITING_APPROVAL,
+    registry.Fate.REJECTED: Outcome.REJECTED,
+}
+
+
+def decided_before(last: Optional[RunReport], run_fingerprint: str, inputs: str,
+                   model_serving_dir: str) -> Optional[RunReport]:
+    """The report of what decided already, when a run of these inputs would repeat it:
+    the model's record (`registry.decide`: the version that serves, or the newest
+    candidate, had these inputs), or the last run when it had this very fingerprint and
+    made no candidate (the data gate refused the data) or ran before the record existed."""
+    if last is not None and last.fingerprint == run_fingerprint and last.outcome is Outcome.DATA_REJECTED:
+        return _as_reused(last)
+    record = registry.read(model_serving_dir)
+    if not record.candidates:
+        return reusable_report(last, run_fingerprint, model_serving_dir)
+    decision = registry.decide(record, inputs)
+    if decision is None:
+        return None
+    candidate = decision.candidate
+    if last is not None and last.run_id and last.run_id == candidate.run:
+        report = last
+    else:
+        report = RunReport(outcome=Outcome.UP_TO_DATE, spans=list(candidate.spans), run_id=candidate.run,
+                           finished=candidate.at)
+    report.outcome = _OUTCOMES.get(candidate.fate, Outcome.UP_TO_DATE)
+    shown = candidate.version if candidate.fate is registry.Fate.AWAITING_APPROVAL else decision.serving
+    report.pushed_version_dir = spans.join(model_serving_dir, str(shown)) if shown is not None else None
+    unchanged = report is last and last.fingerprint == run_fingerprint
+    report = _as_reused(report)
+    if not unchanged:  # else the last run is said to be unchanged (`commands.summary`)
+        report.note = f"Nothing to train: {decision.says} (`--force` trains anyway)."
     return report
 
 

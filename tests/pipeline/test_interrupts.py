@@ -3,6 +3,8 @@ runs: tests/test_interrupts.py)."""
 
 import os
 import signal
+import sys
+import time
 
 import pytest
 
@@ -13,7 +15,7 @@ from pipeline.outcome import ExitCode
 def test_sigterm_raises_in_the_main_thread_as_ctrl_c_does_and_a_second_signal_is_ignored():
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     try:
-        interrupts.raise_on_sigterm()
+        interrupts.raise_on_signals()
         with pytest.raises(interrupts.Terminated) as raised:
             os.kill(os.getpid(), signal.SIGTERM)
             signal.sigtimedwait([], 0)  # let the handler run
@@ -25,6 +27,40 @@ def test_sigterm_raises_in_the_main_thread_as_ctrl_c_does_and_a_second_signal_is
     finally:
         signal.signal(signal.SIGTERM, before[0])
         signal.signal(signal.SIGINT, before[1])
+
+
+class _SlowImport:
+    """A module whose import takes a while, for the signal to land inside the import."""
+
+    def find_spec(self, name, path=None, target=None):
+        import importlib.util
+        if name != "_slow_module_for_interrupts":
+            return None
+        return importlib.util.spec_from_loader(name, self)
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.3)
+        module.imported = True
+
+
+def test_a_signal_inside_an_import_waits_for_the_import_to_finish():
+    before = signal.getsignal(signal.SIGINT)
+    sys.meta_path.insert(0, _SlowImport())
+    try:
+        interrupts.raise_on_signals()
+        with pytest.raises(KeyboardInterrupt):
+            import _slow_module_for_interrupts  # noqa: F401
+            assert sys.modules["_slow_module_for_interrupts"].imported  # whole, then interrupted
+            time.sleep(5)
+        assert sys.modules["_slow_module_for_interrupts"].imported
+    finally:
+        sys.meta_path.pop(0)
+        sys.modules.pop("_slow_module_for_interrupts", None)
+        signal.signal(signal.SIGINT, before)
 
 
 @pytest.mark.parametrize("running, finished, said", [

@@ -52,11 +52,11 @@ def test_a_run_stops_naming_both_listings_when_span_folders_changed_since_planni
     def run(listing, job=""):
         input_config, spans_used = standard_artifacts.String(), standard_artifacts.String()
         input_config.uri, spans_used.uri = str(tmp_path / "input_config"), str(tmp_path / "spans_used")
-        fresh = standard_artifacts.Integer()
-        fresh.uri = str(tmp_path / "fresh")
+        fresh, inputs = standard_artifacts.Integer(), standard_artifacts.String()
+        fresh.uri, inputs.uri = str(tmp_path / "fresh"), str(tmp_path / "inputs")
         window.SpanWindow.EXECUTOR_SPEC.executor_class._FUNCTION(
             data_root=str(tmp_path), window_size=2, listing=listing, input_config=input_config,
-            spans_used=spans_used, fresh=fresh, job=job,
+            spans_used=spans_used, fresh=fresh, inputs_used=inputs, job=job,
         )
         return spans_used.value
 
@@ -69,36 +69,46 @@ def test_a_run_stops_naming_both_listings_when_span_folders_changed_since_planni
     assert run("", job="2f1c0a4e") == "2,3"
 
 
-def test_a_window_the_serving_model_was_trained_on_is_not_fresh(tmp_path):
-    """What the compiled pipeline's gate reads: 0 when the serving version's model card
-    names exactly the window's spans, else 1."""
-    import json
-
+def test_a_window_whose_inputs_the_record_knows_is_not_fresh(tmp_path):
+    """What the compiled pipeline's gate reads: 0 when the model's record says a candidate
+    of the window's inputs serves or was the newest, else 1; a late file in a span, a new
+    span or another window are new inputs."""
     from tfx.types import standard_artifacts
 
-    from components.custom import model_card
+    from components.support import registry
 
     data, model_dir = tmp_path / "data", tmp_path / "serving" / "big_tip"
     for name in ("span-1", "span-2", "span-3"):
         (data / name).mkdir(parents=True)
+        (data / name / "part-0.gz").write_bytes(name.encode())
+    model_dir.mkdir(parents=True)
 
-    def fresh(window_size):
-        outputs = {name: standard_artifacts.String() for name in ("input_config", "spans_used")}
+    def run(window_size):
+        outputs = {name: standard_artifacts.String() for name in ("input_config", "spans_used", "inputs_used")}
         flag = standard_artifacts.Integer()
         (tmp_path / "out").mkdir(exist_ok=True)
         for name, artifact in [*outputs.items(), ("fresh", flag)]:
             artifact.uri = str(tmp_path / "out" / name)
         window.SpanWindow.EXECUTOR_SPEC.executor_class._FUNCTION(
             data_root=str(data), window_size=window_size, listing="", fresh=flag, model_dir=str(model_dir),
-            **outputs)
-        return flag.value
+            static_inputs="code-and-settings", **outputs)
+        return flag.value, outputs["inputs_used"].value
 
-    assert fresh(2) == 1  # nothing serves yet
-    card = model_dir / "100" / model_card.CARD_DIR / model_card.JSON_FILE
-    card.parent.mkdir(parents=True)
-    card.write_text(json.dumps({"training_data": {"spans": [2, 3]}}))
-    assert window.trained_on(str(model_dir)) == [2, 3]
-    assert fresh(2) == 0
-    assert fresh(3) == 1
+    fresh, inputs = run(2)
+    assert fresh == 1  # nothing recorded yet
+    record = registry.Record()
+    record.add(registry.Candidate(inputs=inputs, spans=[2, 3], fate=registry.Fate.SERVED, version=100))
+    record.serving = 100
+    registry.write(str(model_dir), record)
+    assert run(2) == (0, inputs)
+    assert run(3)[0] == 1
+    # Rolled back from: a pin serves an older version, the newest candidate had these inputs.
+    record.add(registry.Candidate(inputs="older", spans=[1, 2], fate=registry.Fate.SERVED, version=90))
+    record.candidates.reverse()
+    record.serving, record.pinned = 90, True
+    registry.write(str(model_dir), record)
+    assert run(2)[0] == 0
+    (data / "span-3" / "late.gz").write_bytes(b"late")
+    assert run(2)[0] == 1
     (data / "span-4").mkdir()
-    assert fresh(2) == 1
+    assert run(2)[0] == 1

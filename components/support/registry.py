@@ -1,0 +1,236 @@
+"""The record of what was trained on what, and what became of it: one per model, in the
+model's folder of the serving folder (`<serving>/<model>/record.json`), beside its
+versions, so that a local run, a scheduled job on Vertex AI and an operator's command read
+and write the same one, on a local disk or on `gs://`.
+
+It holds the version that serves (following the newest or pinned) and each candidate the
+pipeline trained: its inputs (`inputs_digest`: the span window's files, the code, the
+libraries' versions, the settings that reach Transform or the Trainer), its spans, and its
+fate (`Fate`), with who decided it, when and why when a person did. MLMD stays the
+lineage store; this record is what the decisions read:
+
+- whether a run trains at all (`decide`): not when its inputs are those of the version that
+  serves, or of the newest candidate (whatever became of it: refused, awaiting approval,
+  rejected, or served and then rolled back from). Settings that only judge or place a
+  model (thresholds, promotion, retention, the latency budget) are not inputs: a change
+  to one trains nothing and applies to the next candidate;
+- which versions TF Serving may load (`servable`): never one awaiting approval, rejected,
+  or superseded while it waited.
+
+Every write is made under the model folder's push lock (`components.custom.pusher.push_lock`),
+by the Pusher and by `taxi-pipeline serving`, and replaces the file whole (a temporary
+file renamed over it). Reading a local record imports no TensorFlow: a run with nothing
+to train is decided in well under a second.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import hashlib
+import json
+import os
+from importlib import metadata as package_metadata
+from typing import Any, Dict, List, Optional, Sequence
+
+from components.support import spans
+
+RECORD_FILE = "record.json"
+# Distributions whose version changes what a run computes: a candidate's inputs.
+RUNTIME_DISTRIBUTIONS = (
+    "tfx", "tfx-bsl", "tensorflow", "tf-keras", "keras", "tensorflow-transform", "tensorflow-model-analysis",
+    "tensorflow-data-validation", "tensorflow-metadata", "apache-beam", "ml-metadata", "numpy", "pyarrow",
+    "protobuf",
+)
+# Candidates kept in the record, newest last (a year of weekly runs, with room).
+KEEP_CANDIDATES = 200
+
+
+class Fate(enum.Enum):
+    """What became of a candidate."""
+
+    SERVED = "served"
+    NOT_BLESSED = "not blessed"
+    SERVING_CHECK_FAILED = "refused by the serving check"
+    SHADOW_REFUSED = "refused by the shadow check"
+    AWAITING_APPROVAL = "awaiting approval"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    # Awaited approval when a newer candidate passed every check.
+    SUPERSEDED = "superseded"
+
+    @property
+    def pushed(self) -> bool:
+        """Whether the candidate is a version in the serving folder."""
+        return self in (Fate.SERVED, Fate.AWAITING_APPROVAL, Fate.APPROVED, Fate.REJECTED, Fate.SUPERSEDED)
+
+    @property
+    def servable(self) -> bool:
+        """Whether TF Serving may load it."""
+        return self in (Fate.SERVED, Fate.APPROVED)
+
+
+@dataclasses.dataclass
+class Candidate:
+    inputs: str
+    spans: List[int]
+    fate: Fate
+    # Its version in the serving folder, when it was copied there.
+    version: Optional[int] = None
+    # The run or pipeline job that trained it, and when its fate was decided.
+    run: str = ""
+    at: str = ""
+    # A refusal's reason, or a person's note; and who decided, when a person did.
+    reason: str = ""
+    by: str = ""
+
+    def to_json(self) -> Dict[str, Any]:
+        found = dataclasses.asdict(self)
+        found["fate"] = self.fate.value
+        return found
+
+    @classmethod
+    def from_json(cls, found: Dict[str, Any]) -> "Candidate":
+        known = {field.name for field in dataclasses.fields(cls)}
+        values = {key: value for key, value in found.items() if key in known}
+        values["fate"] = Fate(values["fate"])
+        return cls(**values)
+
+
+@dataclasses.dataclass
+class Record:
+    candidates: List[Candidate] = dataclasses.field(default_factory=list)
+    # The version that serves and whether an operator pinned it, as the last command that
+    # changed `models.config` left it.
+    serving: Optional[int] = None
+    pinned: bool = False
+
+    def of_version(self, version: int) -> Optional[Candidate]:
+        for candidate in reversed(self.candidates):
+            if candidate.version == version:
+                return candidate
+        return None
+
+    @property
+    def newest(self) -> Optional[Candidate]:
+        return self.candidates[-1] if self.candidates else None
+
+    @property
+    def awaiting(self) -> List[Candidate]:
+        return [c for c in self.candidates if c.fate is Fate.AWAITING_APPROVAL]
+
+    def add(self, candidate: Candidate) -> None:
+        """Records a candidate; one that passed every check supersedes any that awaits."""
+        if candidate.fate in (Fate.SERVED, Fate.AWAITING_APPROVAL):
+            for waiting in self.awaiting:
+                waiting.fate, waiting.at = Fate.SUPERSEDED, candidate.at
+                waiting.reason = f"version {candidate.version} passed every check after it"
+        self.candidates = [*self.candidates, candidate][-KEEP_CANDIDATES:]
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"serving": self.serving, "pinned": self.pinned,
+                "candidates": [candidate.to_json() for candidate in self.candidates]}
+
+    @classmethod
+    def from_json(cls, found: Dict[str, Any]) -> "Record":
+        return cls([Candidate.from_json(c) for c in found.get("candidates", [])], found.get("serving"),
+                   bool(found.get("pinned")))
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """Why a run with these inputs trains nothing: the candidate that had them."""
+
+    candidate: Candidate
+    serving: Optional[int]
+
+    @property
+    def says(self) -> str:
+        candidate = self.candidate
+        what = f"version {candidate.version}" if candidate.version is not None else f"the candidate of run {candidate.run}"
+        if candidate.version is not None and candidate.version == self.serving:
+            return f"{what} serves, trained on these very inputs"
+        fate = candidate.fate.value + (f" ({candidate.reason})" if candidate.reason else "")
+        if candidate.fate.servable:
+            now = f"version {self.serving} serves" if self.serving is not None else "nothing serves"
+            return f"{what} was trained on these very inputs and {fate}; {now} now, as an operator set it"
+        return f"{what} was trained on these very inputs: {fate}"
+
+
+def decide(record: Record, inputs: str) -> Optional[Decision]:
+    """The candidate a run of `inputs` would repeat, if any: the version that serves, or
+    the newest candidate, when either was trained on these inputs (see the module doc)."""
+    serving = record.of_version(record.serving) if record.serving is not None else None
+    if serving is not None and serving.inputs == inputs:
+        return Decision(serving, record.serving)
+    newest = record.newest
+    if newest is not None and newest.inputs == inputs:
+        return Decision(newest, record.serving)
+    return None
+
+
+def runtime_versions() -> Dict[str, str]:
+    return {name: package_metadata.version(name) for name in RUNTIME_DISTRIBUTIONS}
+
+
+def inputs_digest(static: str, runtime: Dict[str, str], files: str) -> str:
+    """What changes a trained model, as one digest: `static` (the code and the settings
+    that reach Transform or the Trainer, `static_inputs`), the libraries' versions, and
+    the span window's files (`spans.files_digest`)."""
+    digest = hashlib.sha256()
+    for part in (static, json.dumps(runtime, sort_keys=True), files):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:32]
+
+
+def static_inputs(code_version: str, settings: Dict[str, Any]) -> str:
+    """The part of a candidate's inputs known before the pipeline runs."""
+    return hashlib.sha256(json.dumps({"code": code_version, "settings": settings}, sort_keys=True)
+                          .encode()).hexdigest()[:32]
+
+
+def path(model_dir: str) -> str:
+    return spans.join(model_dir, RECORD_FILE)
+
+
+def read(model_dir: str) -> Record:
+    """The model's record; an empty one before its first candidate."""
+    where = path(model_dir)
+    if spans.is_remote(where):
+        import tensorflow as tf
+
+        if not tf.io.gfile.exists(where):
+            return Record()
+        with tf.io.gfile.GFile(where) as handle:
+            text = handle.read()
+    else:
+        if not os.path.exists(where):
+            return Record()
+        with open(where) as handle:
+            text = handle.read()
+    try:
+        return Record.from_json(json.loads(text))
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise ValueError(f"{where} is not a record this pipeline wrote ({err}); move it aside to start a new one "
+                         "(the versions and models.config are not changed by that)") from err
+
+
+def write(model_dir: str, record: Record) -> None:
+    """Replaces the record whole. Call it under the model folder's push lock."""
+    from components.support import serving_config
+
+    serving_config.write_text(path(model_dir), json.dumps(record.to_json(), indent=1))
+
+
+def now() -> str:
+    return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def servable(record: Record, versions: Sequence[int]) -> List[int]:
+    """Of `versions`, those TF Serving may load: every one but those the record says await
+    approval, were rejected, or were superseded while they waited (a version the record
+    does not know, pushed before it existed, may be loaded)."""
+    barred = {c.version for c in record.candidates if c.version is not None and c.fate.pushed and not c.fate.servable}
+    return [version for version in versions if version not in barred]

@@ -1,0 +1,105 @@
+"""The model's record: what decides whether a run trains, and which versions may serve."""
+
+import json
+
+import pytest
+
+from components.support import registry, serving_config
+from components.support.registry import Candidate, Fate, Record
+
+MODEL = "big_tip"
+
+
+def _record(*candidates, serving=None, pinned=False):
+    record = Record()
+    for candidate in candidates:
+        record.add(candidate)
+    record.serving, record.pinned = serving, pinned
+    return record
+
+
+def test_a_run_repeats_the_version_that_serves_or_the_newest_candidate_and_nothing_older():
+    served = Candidate("a", [1, 2], Fate.SERVED, version=100)
+    refused = Candidate("b", [2, 3], Fate.NOT_BLESSED, run="r2")
+    record = _record(served, refused, serving=100)
+    assert registry.decide(record, "a").candidate is served
+    assert "version 100 serves" in registry.decide(record, "a").says
+    assert registry.decide(record, "b").candidate is refused
+    assert registry.decide(record, "b").says.endswith("these very inputs: not blessed")
+    assert registry.decide(record, "c") is None
+    # An older refusal is not the newest: its inputs train again.
+    record.add(Candidate("c", [3, 4], Fate.SERVING_CHECK_FAILED, reason="p99 12 ms over 10 ms"))
+    assert registry.decide(record, "b") is None
+    assert "refused by the serving check (p99 12 ms over 10 ms)" in registry.decide(record, "c").says
+
+
+def test_after_a_rollback_the_inputs_of_the_version_rolled_back_from_train_nothing():
+    record = _record(Candidate("old", [1, 2], Fate.SERVED, version=100),
+                     Candidate("new", [2, 3], Fate.SERVED, version=200), serving=100, pinned=True)
+    decision = registry.decide(record, "new")
+    assert decision.candidate.version == 200
+    assert decision.says == ("version 200 was trained on these very inputs and served; version 100 serves now, "
+                             "as an operator set it")
+
+
+def test_a_candidate_that_passes_every_check_supersedes_the_one_awaiting_approval():
+    record = _record(Candidate("a", [1], Fate.AWAITING_APPROVAL, version=100))
+    record.add(Candidate("b", [2], Fate.NOT_BLESSED))
+    assert [c.fate for c in record.candidates] == [Fate.AWAITING_APPROVAL, Fate.NOT_BLESSED]
+    record.add(Candidate("c", [3], Fate.AWAITING_APPROVAL, version=300))
+    assert record.candidates[0].fate is Fate.SUPERSEDED
+    assert record.candidates[0].reason == "version 300 passed every check after it"
+    assert [c.version for c in record.awaiting] == [300]
+
+
+def test_versions_awaiting_or_rejected_never_serve_and_unknown_ones_may():
+    record = _record(Candidate("a", [1], Fate.SERVED, version=100),
+                     Candidate("b", [2], Fate.REJECTED, version=200),
+                     Candidate("c", [3], Fate.AWAITING_APPROVAL, version=300))
+    assert registry.servable(record, [50, 100, 200, 300]) == [50, 100]
+
+
+def test_the_record_round_trips_and_a_foreign_file_is_named(tmp_path):
+    model_dir = tmp_path / MODEL
+    model_dir.mkdir()
+    assert registry.read(str(model_dir)) == Record()
+    record = _record(Candidate("a", [1, 2], Fate.SERVED, version=100, run="r1", at="2026-11-29T06:00:00+00:00"),
+                     serving=100)
+    registry.write(str(model_dir), record)
+    assert registry.read(str(model_dir)) == record
+    assert json.loads((model_dir / registry.RECORD_FILE).read_text())["candidates"][0]["fate"] == "served"
+    (model_dir / registry.RECORD_FILE).write_text("[1, 2]")
+    with pytest.raises(ValueError, match="is not a record this pipeline wrote"):
+        registry.read(str(model_dir))
+
+
+def test_inputs_change_with_each_of_their_parts():
+    base = registry.inputs_digest("static", {"tfx": "1.16.0"}, "files")
+    assert base == registry.inputs_digest("static", {"tfx": "1.16.0"}, "files")
+    assert len({base, registry.inputs_digest("other", {"tfx": "1.16.0"}, "files"),
+                registry.inputs_digest("static", {"tfx": "1.21.0"}, "files"),
+                registry.inputs_digest("static", {"tfx": "1.16.0"}, "more files")}) == 4
+
+
+def test_following_rollback_pin_and_retention_leave_awaiting_and_rejected_versions_alone(tmp_path):
+    serving_dir = tmp_path / "serving"
+    for version in (100, 200, 300, 400):
+        (serving_dir / MODEL / str(version)).mkdir(parents=True)
+    model_dir = str(serving_dir / MODEL)
+    registry.write(model_dir, _record(Candidate("a", [1], Fate.SERVED, version=100),
+                                      Candidate("b", [2], Fate.SERVED, version=200),
+                                      Candidate("c", [3], Fate.REJECTED, version=300),
+                                      Candidate("d", [4], Fate.AWAITING_APPROVAL, version=400)))
+    serving_config.follow(str(serving_dir), MODEL)
+    current = serving_config.state(str(serving_dir), MODEL)
+    assert current.loaded == [100, 200] and current.serving == 200
+    assert registry.read(model_dir).serving == 200
+    assert serving_config.rollback_target(current, record=registry.read(model_dir)) == 100
+    with pytest.raises(serving_config.ServingConfigError, match="version 400 is awaiting approval: `taxi-pipeline "
+                                                                  "serving approve 400` makes it serve"):
+        serving_config.pin(str(serving_dir), MODEL, 400)
+    with pytest.raises(serving_config.ServingConfigError, match="version 300 is rejected: it may not serve"):
+        serving_config.pin(str(serving_dir), MODEL, 300)
+    assert 400 in serving_config.protected_versions(str(serving_dir), MODEL)
+    serving_config.pin(str(serving_dir), MODEL, 100)
+    assert (registry.read(model_dir).serving, registry.read(model_dir).pinned) == (100, True)

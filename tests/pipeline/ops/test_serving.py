@@ -1,0 +1,49 @@
+"""`serving approve` and `serving reject`, on a serving folder of empty version folders."""
+
+import pytest
+
+from components.support import registry, serving_config
+from components.support.registry import Candidate, Fate
+from pipeline.ops import serving
+
+MODEL = "big_tip"
+
+
+def _folder(tmp_path):
+    serving_dir = tmp_path / "serving"
+    for version in (100, 200, 300):
+        (serving_dir / MODEL / str(version)).mkdir(parents=True)
+    record = registry.Record()
+    for candidate in (Candidate("a", [1], Fate.SERVED, version=100), Candidate("b", [2], Fate.SERVED, version=200),
+                      Candidate("c", [3], Fate.AWAITING_APPROVAL, version=300)):
+        record.add(candidate)
+    registry.write(str(serving_dir / MODEL), record)
+    serving_config.follow(str(serving_dir), MODEL)
+    return str(serving_dir)
+
+
+def test_a_rejected_version_never_serves_and_cannot_be_approved_after(tmp_path):
+    serving_dir = _folder(tmp_path)
+    with pytest.raises(ValueError, match="serving reject needs --note saying why"):
+        serving.decide(serving_dir, MODEL, 300, serving.Verdict(approve=False))
+    said = serving.decide(serving_dir, MODEL, 300, serving.Verdict(False, note="slice drift", by="ana"))
+    assert said.startswith("reject: version 300 rejected by ana; serving version 200")
+    (line,) = [line for line in said.splitlines() if line.startswith("300  pushed ")]
+    assert "rejected by ana at " in line and line.endswith(": slice drift")
+    assert serving_config.state(serving_dir, MODEL).loaded == [100, 200]
+    with pytest.raises(ValueError, match="version 300 is rejected; no version awaits approval"):
+        serving.decide(serving_dir, MODEL, 300, serving.Verdict(approve=True))
+    serving_config.follow(serving_dir, MODEL)  # unpin: still not it
+    assert serving_config.state(serving_dir, MODEL).serving == 200
+
+
+def test_approving_serves_it_and_an_unknown_version_names_what_awaits(tmp_path):
+    serving_dir = _folder(tmp_path)
+    with pytest.raises(ValueError, match="version 7 is not a candidate this record knows; awaiting approval: "
+                                         "version 300"):
+        serving.decide(serving_dir, MODEL, 7, serving.Verdict(approve=True))
+    serving.decide(serving_dir, MODEL, 300, serving.Verdict(True, by="ana"))
+    assert serving_config.state(serving_dir, MODEL).loaded == [200, 300]
+    # Again (an approval cut short before it served is finished so): nothing changes.
+    serving.decide(serving_dir, MODEL, 300, serving.Verdict(True, by="ana"))
+    assert registry.read(f"{serving_dir}/{MODEL}").serving == 300

@@ -1,0 +1,81 @@
+"""One decision from blessed to serving, tried as an operator would (docs/operations.md,
+"From blessed to serving: one decision"): a run trains only when an input changed, a pin
+or a rollback is not undone by the next run, and `--promotion approval` leaves a candidate
+awaiting a person."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import served_models, span_like, unknown_payment, write_records
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def _record(ws) -> dict:
+    return json.loads((ws.model_dir / "record.json").read_text())
+
+
+def _serving(ws) -> list:
+    (entry,) = served_models(str(ws.serving))
+    return sorted(entry.model_version_policy.specific.versions)
+
+
+def test_an_edit_the_gate_refused_then_reverted_trains_nothing(copy_of_finished_run, taxi_pipeline):
+    ws = copy_of_finished_run
+    versions = ws.versions()
+    bad = write_records(ws.data / "span-16" / "unknown-payment.gz", span_like(ws.data / "span-16", 5, unknown_payment))
+    refused = taxi_pipeline("run", *ws.locations())
+    assert refused.returncode == 4, refused.stdout + refused.stderr
+    bad.unlink()
+    reverted = taxi_pipeline("run", *ws.locations())
+    assert reverted.returncode == 0, reverted.stdout + reverted.stderr
+    assert f"Nothing to train: version {versions[-1]} serves, trained on these very inputs" in reverted.stdout
+    assert ws.versions() == versions and len(_record(ws)["candidates"]) == 1
+
+
+def test_a_rollback_holds_and_a_candidate_awaits_approval_until_a_person_approves_it(
+        copy_of_finished_run, taxi_pipeline):
+    ws = copy_of_finished_run
+    (first,) = ws.versions()
+    pushed = taxi_pipeline("run", *ws.locations(), "--seed", "7")
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    second = ws.versions()[-1]
+    rollback = taxi_pipeline("serving", "rollback", "--serving-dir", str(ws.serving))
+    assert rollback.returncode == 0 and _serving(ws) == [int(first)], rollback.stdout + rollback.stderr
+
+    # The inputs of the version rolled back from: nothing trains, nothing is pushed.
+    again = taxi_pipeline("run", *ws.locations(), "--seed", "7")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert (f"Nothing to train: version {second} was trained on these very inputs and served; version {first} "
+            "serves now, as an operator set it") in again.stdout
+    assert ws.versions() == [first, second]
+
+    waiting = taxi_pipeline("run", *ws.locations(), "--seed", "8", "--promotion", "approval")
+    assert waiting.returncode == 0, waiting.stdout + waiting.stderr
+    third = ws.versions()[-1]
+    assert f"awaits approval: {ws.model_dir / third}" in waiting.stdout
+    assert _serving(ws) == [int(first)]  # TF Serving's config did not change
+    listed = taxi_pipeline("serving", "list", "--serving-dir", str(ws.serving))
+    assert f"{third}  pushed " in listed.stdout and "AWAITING APPROVAL" in listed.stdout
+
+    # Nothing new while it awaits; the settings that only judge are not inputs.
+    unchanged = taxi_pipeline("run", *ws.locations(), "--seed", "8", "--min-auc", "0.5")
+    assert unchanged.returncode == 0, unchanged.stdout + unchanged.stderr
+    assert f"version {third} was trained on these very inputs: awaiting approval" in unchanged.stdout
+    assert f"awaits approval: {ws.model_dir / third}" in unchanged.stdout
+
+    wrong = taxi_pipeline("serving", "approve", second, "--serving-dir", str(ws.serving))
+    assert wrong.returncode == 1
+    assert wrong.stderr.strip().endswith(f"version {second} is served; awaiting approval: version {third}")
+    approved = taxi_pipeline("serving", "approve", third, "--note", "shadow traffic reviewed", "--by", "ana",
+                             "--serving-dir", str(ws.serving))
+    assert approved.returncode == 0, approved.stdout + approved.stderr
+    assert _serving(ws) == [int(third)]  # the pin moved to it
+    candidate = _record(ws)["candidates"][-1]
+    assert (candidate["version"], candidate["fate"], candidate["by"], candidate["reason"]) == (
+        int(third), "approved", "ana", "shadow traffic reviewed")
+    card = json.loads((ws.model_dir / third / "assets.extra" / "model_card.json").read_text())
+    assert card["decision"]["fate"] == "approved" and card["decision"]["by"] == "ana"
