@@ -16,7 +16,7 @@ import components.model
 from components.custom.promotion import PROMOTIONS
 from components.model.trainer.settings import ExportConfig, TrainConfig
 from components.setting import setting
-from components.support import registry, serving_probe, spans
+from components.support import registry, serving_probe, spans, traffic
 from pipeline import code_version
 from pipeline.beam.options import LOCAL_BEAM_ARGS, VERTEX_BEAM_ARGS, runs_here
 
@@ -33,12 +33,10 @@ SERVING_DIR = "serving_model"
 KEEP_VERSIONS = 3
 # Newest runs `retrain` and `gc` keep whole (pipeline.run.retention).
 KEEP_RUNS = 10
-# `monitor`: the formats of logged requests it reads (pipeline.ops.request_logs), "auto"
-# to tell each file's from its first record, and the largest fraction of malformed
-# records the traffic is still judged with.
-REQUEST_FORMATS = ("examples", "prediction-logs", "json")
-AUTO_FORMAT = "auto"
-MONITOR_MAX_MALFORMED = 0.01
+# `monitor` and the shadow check: the formats of logged requests they read, and the bound
+# on malformed records (`components.support.traffic`).
+REQUEST_FORMATS, AUTO_FORMAT = traffic.REQUEST_FORMATS, traffic.AUTO_FORMAT
+MONITOR_MAX_MALFORMED = traffic.MAX_MALFORMED
 # Spans in the rolling window of `retrain` and of the compiled (scheduled) pipeline.
 WINDOW_SIZE = 4
 # How a local run is orchestrated: LocalDagRunner (the default) or BeamDagRunner.
@@ -81,6 +79,22 @@ def sized_evaluation(evaluation: EvaluationConfig, rows: int) -> EvaluationConfi
 
 
 @dataclasses.dataclass(frozen=True)
+class ShadowConfig:
+    """The shadow check before a push (`components.custom.shadow_check`); thresholds
+    measured on clean traffic in docs/data-quality.md."""
+
+    shadow_requests: str = setting("", "logged requests, a local or gs:// glob of any format `monitor` reads: the "
+                                       "candidate and the serving model score the newest of them before a push; "
+                                       "none: the check passes, saying so")
+    shadow_sample_size: int = setting(2000, "how many of the newest requests both models score", minimum=100)
+    max_flip_rate: float = setting(0.05, "the largest share of those requests whose class may flip at the serving "
+                                         "threshold; over it, the candidate is not pushed (exit 8)", minimum=0.0)
+    max_score_shift: float = setting(0.3, "the largest Kolmogorov-Smirnov distance between the two models' score "
+                                          "distributions; over it, the candidate is not pushed (exit 8)",
+                                     minimum=0.0)
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
     """What the pipeline does, wherever it runs."""
 
@@ -102,6 +116,7 @@ class Settings:
     train: TrainConfig = TrainConfig()
     export: ExportConfig = ExportConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
+    shadow: ShadowConfig = ShadowConfig()
     beam_args: Tuple[str, ...] = ()
     # The Evaluator's own Beam options (`pipeline.beam.options.parallel_beam_args`); empty: the pipeline's.
     parallel_beam_args: Tuple[str, ...] = ()

@@ -23,6 +23,7 @@ class ExitCode(enum.IntEnum):
     LOCKED = 5  # another run or retrain holds the output root
     SERVING_CHECK_FAILED = 6  # blessed, but failed the serving check: the previous version keeps serving
     REJECTED = 7  # a person rejected the candidate of these inputs (`serving reject`): nothing was trained
+    SHADOW_REFUSED = 8  # its scores on logged traffic moved too far from the serving model's, or were not judged
     # Ended by Ctrl-C (SIGINT) or a scheduler's SIGTERM, with one line saying what was done
     # (`pipeline.interrupts`): what a shell reports for a process those signals end.
     INTERRUPTED = 128 + signal.SIGINT
@@ -39,6 +40,7 @@ class Outcome(enum.Enum):
     DATA_REJECTED = "data rejected"
     AWAITING_APPROVAL = "awaiting approval"
     REJECTED = "rejected by a person"
+    SHADOW_REFUSED = "refused by the shadow check"
 
     @property
     def exit_code(self) -> ExitCode:
@@ -50,6 +52,7 @@ class Outcome(enum.Enum):
             Outcome.DATA_REJECTED: ExitCode.DATA_REJECTED,
             Outcome.AWAITING_APPROVAL: ExitCode.OK,
             Outcome.REJECTED: ExitCode.REJECTED,
+            Outcome.SHADOW_REFUSED: ExitCode.SHADOW_REFUSED,
         }[self]
 
 
@@ -95,6 +98,9 @@ class RunReport:
     page: str = ""
     # What the serving check found (`components.custom.serving_check`), when it ran.
     serving_check: str = ""
+    # What the shadow check found and measured (`components.custom.shadow_check`).
+    shadow_check: str = ""
+    shadow_measures: Dict[str, object] = dataclasses.field(default_factory=dict)
 
     @property
     def exit_code(self) -> ExitCode:

@@ -22,12 +22,12 @@ from tfx.orchestration import pipeline as tfx_pipeline
 from tfx.proto import example_gen_pb2, trainer_pb2, transform_pb2
 from tfx.types import Channel, standard_artifacts
 
-from components.custom import gate, ingest, serving_check, window
+from components.custom import gate, ingest, serving_check, shadow_check, window
 from components.custom import pusher as staged_pusher
 from components.model import SCHEMA_FILE, features
 from components.model.trainer import export
 from components.support import spans
-from pipeline.config import EvaluationConfig, Settings
+from pipeline.config import MONITOR_MAX_MALFORMED, EvaluationConfig, Settings
 
 PREPROCESSING_FN = "components.model.preprocessing.preprocessing_fn"
 RUN_FN = "components.model.trainer.run.run_fn"
@@ -52,6 +52,7 @@ class NodeId:
     TRAINER = "Trainer"
     EVALUATOR = "Evaluator"
     SERVING_CHECK = "ServingCheck"
+    SHADOW_CHECK = "ShadowCheck"
     PUSHER = "Pusher"
 AUC_THRESHOLDS = 1000
 # The Evaluator's `custom_extractors` (TFX's hook), by module path.
@@ -285,8 +286,9 @@ def _training(data: DataChecks, settings: Settings, code_version: str) -> Traini
 
 def _pushing(data: DataChecks, training: Training, serving_model_dir: str, settings: Settings,
              code_version: str) -> list:
-    """ServingCheck (the blessed model, served as TF Serving serves it) → Pusher, which
-    writes each version's model card from the data checks' and the evaluation's outputs."""
+    """ServingCheck (the blessed model, served as TF Serving serves it) → ShadowCheck (it
+    and the serving model on logged traffic) → Pusher, which writes each version's model
+    card from the data checks' and the evaluation's outputs."""
     model = training.trainer.outputs["model"]
     checked = serving_check.ServingCheck(
         model=model,
@@ -294,9 +296,21 @@ def _pushing(data: DataChecks, training: Training, serving_model_dir: str, setti
         latency_budget_ms=settings.latency_budget_ms,
         code_version=code_version,
     ).with_id(NodeId.SERVING_CHECK)
-    pusher = staged_pusher.StagedPusher(
+    shadow = settings.shadow
+    shadowed = shadow_check.ShadowCheck(
         model=model,
         model_blessing=checked.outputs[serving_check.BLESSING_KEY],
+        requests=shadow.shadow_requests,
+        model_dir=serving_model_dir,
+        sample_size=shadow.shadow_sample_size,
+        max_flip_rate=shadow.max_flip_rate,
+        max_score_shift=shadow.max_score_shift,
+        max_malformed=MONITOR_MAX_MALFORMED,
+        code_version=code_version,
+    ).with_id(NodeId.SHADOW_CHECK)
+    pusher = staged_pusher.StagedPusher(
+        model=model,
+        model_blessing=shadowed.outputs[shadow_check.BLESSING_KEY],
         serving_model_dir=serving_model_dir,
         keep_versions=settings.keep_versions,
         examples=data.example_gen.outputs["examples"],
@@ -310,7 +324,7 @@ def _pushing(data: DataChecks, training: Training, serving_model_dir: str, setti
         spans_used=data.span_window.outputs[window.SPANS_KEY].future()[0].value,
         promotion_mode=settings.promotion,
     ).with_id(NodeId.PUSHER)
-    return [checked, pusher]
+    return [checked, shadowed, pusher]
 
 
 def create_pipeline(

@@ -54,7 +54,7 @@ def test_a_run_killed_after_every_node_in_turn_ends_as_one_uninterrupted_run(
         assert status == -signal.SIGKILL, out
         killed_after.append(node)
         assert len(ws.versions()) == (1 if "Pusher" in killed_after else 0), (killed_after, out)
-        assert set(ws.serving_entries()) <= set(ws.versions()) | {".push.lock"}  # no partial version
+        assert set(ws.serving_entries()) <= set(ws.versions()) | {".push.lock", "record.json"}  # no partial version
     assert set(killed_after) == NODES - {RESOLVER}, killed_after
     assert killed_after[-1] == "Pusher"
     assert status == 0, out

@@ -1,7 +1,8 @@
 """One decision from blessed to serving, tried as an operator would (docs/operations.md,
 "From blessed to serving: one decision"): a run trains only when an input changed, a pin
-or a rollback is not undone by the next run, and `--promotion approval` leaves a candidate
-awaiting a person."""
+or a rollback is not undone by the next run, `--promotion approval` leaves a candidate
+awaiting a person, and the shadow check refuses a candidate whose scores move on logged
+traffic."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 
 import pytest
 
-from tests.helpers import served_models, span_like, unknown_payment, write_records
+from tests.helpers import edited, served_models, span_like, unknown_payment, write_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -79,3 +80,49 @@ def test_a_rollback_holds_and_a_candidate_awaits_approval_until_a_person_approve
         int(third), "approved", "ana", "shadow traffic reviewed")
     card = json.loads((ws.model_dir / third / "assets.extra" / "model_card.json").read_text())
     assert card["decision"]["fate"] == "approved" and card["decision"]["by"] == "ana"
+
+
+def _night(example) -> bool:
+    return example.features.feature["trip_start_hour"].int64_list.value[0] < 6
+
+
+def test_a_candidate_the_evaluator_blesses_but_whose_scores_move_on_logged_traffic_is_not_pushed(
+        copy_of_finished_run, taxi_pipeline, tmp_path):
+    """Trained on spans where night trips (hours 0-5, an eighth of the rows) were all
+    relabelled big tippers, while the logged traffic is night trips as they were."""
+    import tensorflow as tf
+
+    ws = copy_of_finished_run
+    versions = ws.versions()
+    traffic = []
+    for span in sorted(ws.data.glob("span-*")):
+        records = span_like(span, 1, lambda example: None)
+        traffic += [r for r in records if _night(tf.train.Example.FromString(r))]
+
+        def relabel(example):
+            if _night(example):
+                example.features.feature["big_tip"].int64_list.value[:] = [1]
+
+        for path in span.glob("*.gz"):
+            path.unlink()
+        write_records(span / "relabelled.gz", edited(records, relabel))
+    write_records(tmp_path / "requests" / "night.gz", traffic)
+    shadowed = ["--shadow-requests", str(tmp_path / "requests" / "*.gz")]
+
+    refused = taxi_pipeline("run", *ws.locations(), *shadowed)
+    assert refused.returncode == 8, refused.stdout + refused.stderr
+    line = next(line for line in refused.stdout.splitlines() if "shadow check REFUSED it" in line)
+    assert "flip rate " in line or "score shift " in line, line
+    assert " over its threshold " in line and "newest requests, against version " in line
+    page = next(line for line in refused.stdout.splitlines() if line.startswith("Report: "))[len("Report: "):]
+    text = open(page).read()
+    assert 'id="shadow-check"' in text and "both models' scores of the logged requests" in text
+    assert ws.versions() == versions
+    candidate = _record(ws)["candidates"][-1]
+    assert candidate["fate"] == "refused by the shadow check" and candidate["version"] is None
+
+    # The same candidate (the Trainer's output reused), judged with the thresholds raised.
+    passed = taxi_pipeline("run", *ws.locations(), *shadowed, "--force", "--max-flip-rate", "1",
+                           "--max-score-shift", "1")
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert len(ws.versions()) == len(versions) + 1

@@ -94,7 +94,7 @@ def test_a_retrain_interrupted_midway_says_so_and_releases_the_output_root(copy_
     assert (ws.out / "run.lock").read_text() == ""  # released: the lock file names no holder
 
 
-def test_gc_predict_and_monitor_interrupted_end_in_one_line_and_leave_nothing_half_done(
+def test_predict_and_monitor_interrupted_end_in_one_line_and_leave_nothing_half_done(
         copy_of_finished_run, taxi_pipeline, tmp_path):
     ws = copy_of_finished_run
     # Enough to score that the signal lands while it scores (each span file ten times).
@@ -113,9 +113,5 @@ def test_gc_predict_and_monitor_interrupted_end_in_one_line_and_leave_nothing_ha
                             str(ws.serving), "--output-root", str(ws.out)], signal.SIGTERM, after_seconds=4)
     _ended_in_one_line(monitor, 143, "monitor was interrupted by SIGTERM: ")
 
-    # While it imports (a second or two of its few): the signal is taken once the import is over.
-    gc = _interrupted(["gc", "--keep-runs", "1", "--output-root", str(ws.out), "--serving-dir", str(ws.serving)],
-                      signal.SIGINT, after_seconds=0.5)
-    _ended_in_one_line(gc, 130, "gc was interrupted by Ctrl-C (SIGINT): what it removed stays removed")
     unchanged = taxi_pipeline("run", *ws.locations())
     assert unchanged.returncode == 0 and "Nothing changed since the last run" in unchanged.stdout

@@ -10,7 +10,7 @@ import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
 from components.model import features
-from pipeline.ops import request_logs
+from components.support import request_logs
 from tests.helpers import edited, last_line, write_records
 from tests.pages import rendered
 

@@ -156,9 +156,10 @@ def test_a_rollback_pins_a_version_the_next_run_and_its_retention_keep(
     assert "stable" not in entry.version_labels
     assert ws.versions() == sorted([older, pushed])  # a rollback deletes nothing
 
-    # A new output root runs every component again, Pusher included, with retention 1.
+    # A new output root, forced (the inputs are those of the version rolled back from, which
+    # trains nothing), runs every component again, Pusher included, with retention 1.
     again = taxi_pipeline("run", "--data-root", str(ws.data), "--output-root", str(tmp_path / "out2"), *serving,
-                          "--keep-versions", "1", "--notify", url)
+                          "--keep-versions", "1", "--force", "--notify", url)
     assert again.returncode == 0, again.stdout + again.stderr
     # The pinned version outlives retention, beside the newest (the same model again, or a
     # new version if training was not bit-identical).
@@ -197,7 +198,8 @@ def test_a_failed_run_is_alerted_and_a_dead_webhook_changes_no_exit_status(
 
     # A model that fails the serving check is not pushed: exit 6, the reason said and alerted.
     versions = ws.versions()
-    slow = taxi_pipeline("run", *ws.locations(), "--latency-budget-ms", "0.0001", "--notify", url)
+    # The budget only judges a model: the same candidate is judged again with --force.
+    slow = taxi_pipeline("run", *ws.locations(), "--latency-budget-ms", "0.0001", "--force", "--notify", url)
     assert slow.returncode == 6, slow.stdout + slow.stderr
     assert "FAILED the serving check (too slow: " in slow.stdout and "budget 0.0001 ms" in slow.stdout
     assert ws.versions() == versions

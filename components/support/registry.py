@@ -34,7 +34,7 @@ import os
 from importlib import metadata as package_metadata
 from typing import Any, Dict, List, Optional, Sequence
 
-from components.support import spans
+from components.support import spans, whole_files
 
 RECORD_FILE = "record.json"
 # Distributions whose version changes what a run computes: a candidate's inputs.
@@ -148,7 +148,8 @@ class Decision:
     @property
     def says(self) -> str:
         candidate = self.candidate
-        what = f"version {candidate.version}" if candidate.version is not None else f"the candidate of run {candidate.run}"
+        what = (f"version {candidate.version}" if candidate.version is not None
+                else f"the candidate of run {candidate.run}")
         if candidate.version is not None and candidate.version == self.serving:
             return f"{what} serves, trained on these very inputs"
         fate = candidate.fate.value + (f" ({candidate.reason})" if candidate.reason else "")
@@ -219,9 +220,7 @@ def read(model_dir: str) -> Record:
 
 def write(model_dir: str, record: Record) -> None:
     """Replaces the record whole. Call it under the model folder's push lock."""
-    from components.support import serving_config
-
-    serving_config.write_text(path(model_dir), json.dumps(record.to_json(), indent=1))
+    whole_files.write_text(path(model_dir), json.dumps(record.to_json(), indent=1))
 
 
 def now() -> str:

@@ -36,9 +36,7 @@ import contextlib
 import dataclasses
 import fcntl
 import os
-import socket
 import time
-import uuid
 from typing import Callable, Dict, Iterator, List, Optional
 
 import tensorflow as tf
@@ -46,7 +44,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, te
 from tensorflow_serving.config import model_server_config_pb2
 
 from components.model.trainer.settings import SAVED_MODEL_FILE
-from components.support import object_lock, registry, spans
+from components.support import object_lock, registry, spans, whole_files
 
 CONFIG_FILE = "models.config"
 # The serving folder's lock on `models.config`, which holds every model's entry.
@@ -234,7 +232,7 @@ def _write_entry(serving_dir: str, model_name: str, loaded: List[int], stable: O
     del config.model_config_list.config[:]
     config.model_config_list.config.extend(kept + [_entry_for(serving_dir, model_name, loaded, labels)])
     confirm()
-    write_text(config_path(serving_dir), text_format.MessageToString(config))
+    whole_files.write_text(config_path(serving_dir), text_format.MessageToString(config))
     write_batching_parameters(serving_dir)
 
 
@@ -249,21 +247,12 @@ def rebase(serving_dir: str, model_name: str) -> None:
             return
         entry.base_path = _model_base_path(serving_dir, model_name)
         confirm()
-        write_text(config_path(serving_dir), text_format.MessageToString(config))
+        whole_files.write_text(config_path(serving_dir), text_format.MessageToString(config))
 
 
 def _model_base_path(serving_dir: str, model_name: str) -> str:
     model_dir = os.path.join(serving_dir, model_name)
     return model_dir if spans.is_remote(model_dir) else os.path.abspath(model_dir)
-
-
-def write_text(path: str, text: str) -> None:
-    """Replaces the file at `path` whole: a reader sees the old text or the new one."""
-    # Unique per host and process: on Vertex every task's process may be PID 1.
-    temporary = f"{path}.tmp-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    with tf.io.gfile.GFile(temporary, "w") as handle:
-        handle.write(text)
-    tf.io.gfile.rename(temporary, path, overwrite=True)
 
 
 def after_push(serving_dir: str, model_name: str) -> ServingState:
@@ -319,7 +308,7 @@ def pin(serving_dir: str, model_name: str, version: int) -> None:
         )
     refuse_unservable(model_dir, version)
     # The pin first: a config that loads only `version` is then never without its record.
-    write_text(os.path.join(model_dir, PIN_FILE), f"{version}\n")
+    whole_files.write_text(os.path.join(model_dir, PIN_FILE), f"{version}\n")
     _write(serving_dir, model_name, [version], version)
     _note_serving(model_dir, version, pinned=True)
 
@@ -386,5 +375,5 @@ def write_batching_parameters(serving_dir: str) -> str:
     parameters = batching_parameters_class()()
     for name, value in BATCHING_DEFAULTS.items():
         getattr(parameters, name).value = value
-    write_text(path, text_format.MessageToString(parameters))
+    whole_files.write_text(path, text_format.MessageToString(parameters))
     return path

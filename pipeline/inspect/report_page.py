@@ -109,6 +109,21 @@ def _slices_plot(slices: List[details_lib.SliceMetrics], has_baseline: bool) -> 
                                       f"AUC (slices of {MIN_PLOTTED_SLICE} examples or more)", low=0.5, high=1.0)
 
 
+def _shadow_plot(measures: dict) -> str:
+    """Both models' scores of the shadow check's requests, bin by bin side by side; "" when
+    it measured nothing."""
+    if not measures.get("requests"):
+        return ""
+    candidate, serving = measures["candidate_histogram"], measures["serving_histogram"]
+    width = 1.0 / len(candidate)
+    names = [f"{index * width:.2f}" for index in range(len(candidate))]
+    total = float(measures["requests"])
+    return svg_charts.categories(
+        f"Scores of the {measures['requests']} newest logged requests (share per bin, from its lower bound)", names,
+        [("candidate", CANDIDATE_COLOR, [count / total for count in candidate]),
+         (f"serving (version {measures.get('serving', '?')})", BASELINE_COLOR, [count / total for count in serving])])
+
+
 def decision(details: details_lib.RunDetails) -> str:
     """The run's decision in one sentence, with its exit status."""
     report = details.report
@@ -126,6 +141,8 @@ def decision(details: details_lib.RunDetails) -> str:
     if report.outcome is Outcome.AWAITING_APPROVAL:
         return (f"Model passed every check and awaits approval as {report.pushed_version_dir}; the previous version "
                 f"keeps serving until `taxi-pipeline serving approve` (exit {code}).")
+    if report.outcome is Outcome.SHADOW_REFUSED:
+        return f"Model passed the serving check but the shadow check refused it: {report.shadow_check} (exit {code})."
     if report.outcome is Outcome.REJECTED:
         return f"A person rejected the model of these inputs: nothing was trained (exit {code})."
     if report.outcome is Outcome.SERVING_CHECK_FAILED:
@@ -162,7 +179,9 @@ def render(details: details_lib.RunDetails) -> str:
         decision=decision(details),
         outcome_class={Outcome.PUSHED: "ok", Outcome.UP_TO_DATE: "ok", Outcome.NOT_BLESSED: "warn",
                        Outcome.SERVING_CHECK_FAILED: "bad", Outcome.DATA_REJECTED: "bad",
-                       Outcome.AWAITING_APPROVAL: "warn", Outcome.REJECTED: "warn"}[report.outcome],
+                       Outcome.AWAITING_APPROVAL: "warn", Outcome.REJECTED: "warn",
+                       Outcome.SHADOW_REFUSED: "bad"}[report.outcome],
+        shadow_plot=_shadow_plot(report.shadow_measures),
         timings_plot=_timings_plot(report),
         total_seconds=sum(node.seconds for node in report.nodes),
         feature_rows=feature_rows,

@@ -18,7 +18,7 @@ from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 from tfx.types import standard_component_specs
 
-from components.custom import gate, serving_check, window
+from components.custom import gate, serving_check, shadow_check, window
 from components.custom import pusher as staged_pusher
 from components.model.trainer.settings import TRAINING_SUMMARY_FILE
 from components.support import registry, spans
@@ -267,6 +267,12 @@ def report_of(records: RunRecords, run_id: str) -> RunReport:
         evaluator_blessed = blessing is not None and int_property(blessing, serving_check.BLESSED_PROPERTY) == 1
         if evaluator_blessed and int_property(checked, serving_check.BLESSED_PROPERTY) != 1:
             report.outcome = Outcome.SERVING_CHECK_FAILED
+    shadowed = output(NodeId.SHADOW_CHECK, shadow_check.BLESSING_KEY)
+    if shadowed is not None:
+        report.shadow_check = string_property(shadowed, shadow_check.REASON_PROPERTY)
+        report.shadow_measures = json.loads(string_property(shadowed, shadow_check.MEASURES_PROPERTY) or "{}")
+        if string_property(shadowed, serving_check.FATE_PROPERTY) == registry.Fate.SHADOW_REFUSED.value:
+            report.outcome = Outcome.SHADOW_REFUSED
     pushed = output(NodeId.PUSHER, standard_component_specs.PUSHED_MODEL_KEY)
     if pushed is not None and int_property(pushed, staged_pusher.PUSHED_PROPERTY) == 1:
         # A Pusher served from cache pushed nothing in this run: what it pushed before serves.

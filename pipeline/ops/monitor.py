@@ -140,7 +140,7 @@ def training_data(run_config: config.RunConfig, version: int) -> TrainingData:
 
 
 def _formats(paths: Sequence[str], named: str) -> Dict[str, str]:
-    from pipeline.ops import request_logs
+    from components.support import request_logs
 
     return {path: request_logs.detect(path) if named == config.AUTO_FORMAT else named for path in paths}
 
@@ -281,7 +281,7 @@ def _statistics(monitor: MonitorConfig, files: Dict[str, str], training: Trainin
     cached = os.path.join(cache_dir, f"examples-{training.examples_id}-schema-{schema_key}-{STATS}")
     groups = {"serving": sorted(files.items())}
     if not os.path.exists(cached):
-        from pipeline.ops import request_logs
+        from components.support import request_logs
 
         groups["training"] = [(path, request_logs.EXAMPLES) for path in training.files]
     logging.info("monitor %s: %d request files against version %s (run %s, %s)", os.path.basename(output_dir),

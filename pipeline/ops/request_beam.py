@@ -12,7 +12,7 @@ import apache_beam as beam
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx_bsl.coders import example_coder
 
-from pipeline.ops import request_logs
+from components.support import request_logs
 
 MALFORMED = "malformed"
 # Requests decoded into one record batch.

@@ -247,6 +247,8 @@ _OUTCOME_LINES = {
     Outcome.AWAITING_APPROVAL: "Model passed every check and awaits approval: {report.pushed_version_dir} "
                                "(`taxi-pipeline serving approve|reject VERSION`); the previous version keeps serving.",
     Outcome.REJECTED: "A person rejected the model of these inputs; nothing was trained.",
+    Outcome.SHADOW_REFUSED: "Model passed the serving check but the shadow check REFUSED it ({report.shadow_check}); "
+                            "the previous version keeps serving.",
 }
 
 

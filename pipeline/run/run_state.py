@@ -27,7 +27,7 @@ import json
 import logging
 import os
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional
 
 import components
 import pipeline as pipeline_package
@@ -192,6 +192,7 @@ _OUTCOMES = {
     registry.Fate.SERVING_CHECK_FAILED: Outcome.SERVING_CHECK_FAILED,
     registry.Fate.AWAITING_APPROVAL: Outcome.AWAITING_APPROVAL,
     registry.Fate.REJECTED: Outcome.REJECTED,
+    registry.Fate.SHADOW_REFUSED: Outcome.SHADOW_REFUSED,
 }
 
 
@@ -218,7 +219,7 @@ def decided_before(last: Optional[RunReport], run_fingerprint: str, inputs: str,
     report.outcome = _OUTCOMES.get(candidate.fate, Outcome.UP_TO_DATE)
     shown = candidate.version if candidate.fate is registry.Fate.AWAITING_APPROVAL else decision.serving
     report.pushed_version_dir = spans.join(model_serving_dir, str(shown)) if shown is not None else None
-    unchanged = report is last and last.fingerprint == run_fingerprint
+    unchanged = report is last and last.fingerprint == run_fingerprint and candidate.version == decision.serving
     report = _as_reused(report)
     if not unchanged:  # else the last run is said to be unchanged (`commands.summary`)
         report.note = f"Nothing to train: {decision.says} (`--force` trains anyway)."

@@ -81,3 +81,5 @@ def test_other_commands_say_what_they_leave():
         "predict was interrupted by SIGTERM: nothing was written to --output (a local output is moved into place "
         "whole); score again")
     assert interrupts.message(KeyboardInterrupt(), "serving").endswith(": it stopped before it finished; run it again")
+    assert interrupts.message(KeyboardInterrupt(), "gc").startswith(
+        "gc was interrupted by Ctrl-C (SIGINT): what it removed stays removed, and a gc cut short leaves nothing")

@@ -20,7 +20,7 @@ DAG_COMMANDS = {
     "retrain": [],
     "compile": ["--image", "i", "--pipeline-root", "gs://b/p", "--data-root", "gs://b/d", "--serving-dir", "gs://b/s"],
 }
-SECTIONS = (config.Settings, TrainConfig, ExportConfig, config.EvaluationConfig)
+SECTIONS = (config.Settings, TrainConfig, ExportConfig, config.EvaluationConfig, config.ShadowConfig)
 # Flags of the same name that two commands declare apart, each for its own result.
 SAME_NAME_OWN_MEANING = {
     "--output": "compile writes a JSON file there, predict a folder of scores",

@@ -20,7 +20,7 @@ def test_the_nodes_other_code_names_have_the_ids_it_names_them_by(tmp_path):
     run_config = config.RunConfig(output_root=str(tmp_path)).resolved()
     ids = {component.id for component in local_runner.build_pipeline(run_config, ["span-1", "span-2"]).components}
     expected = {value for name, value in vars(pipeline_lib.NodeId).items() if not name.startswith("_")}
-    assert len(expected) == 9 and expected <= ids
+    assert len(expected) == 10 and expected <= ids
 
 
 def test_transform_writes_no_analyzer_cache_that_no_run_would_read(tmp_path):
@@ -51,7 +51,7 @@ def test_every_cached_node_that_runs_this_package_is_keyed_by_its_code(tmp_path)
             custom = {pipeline_lib.CODE_VERSION: value.value}
         custom = json.loads(custom) if isinstance(custom, str) else (custom or {})
         keyed[node.id] = properties.get(pipeline_lib.CODE_VERSION) or custom.get(pipeline_lib.CODE_VERSION)
-    ours = ("ImportExampleGen", "ImportSchemaGen", "DataGate", "Transform", "Trainer", "ServingCheck", "Pusher")
+    ours = ("ImportExampleGen", "ImportSchemaGen", "DataGate", "Transform", "Trainer", "ServingCheck", "ShadowCheck", "Pusher")
     assert {node: keyed.get(node) for node in ours} == {node: version for node in ours}
 
 

@@ -33,9 +33,9 @@ import tensorflow as tf
 from google.protobuf.message import DecodeError
 
 from components.model import features
-from pipeline import config
+from components.support import traffic
 
-EXAMPLES, PREDICTION_LOGS, JSON_LINES = FORMATS = config.REQUEST_FORMATS
+EXAMPLES, PREDICTION_LOGS, JSON_LINES = FORMATS = traffic.REQUEST_FORMATS
 # The request input of `serving_default` (components.model.trainer.settings.EXAMPLES_INPUT).
 EXAMPLES_INPUT = "examples"
 GZIP_MAGIC = b"\x1f\x8b"

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 from tensorflow_serving.apis import classification_pb2, predict_pb2, prediction_log_pb2
 
-from pipeline.ops import request_logs
+from components.support import request_logs
 from tests.helpers import curated_schema, write_records
 
 
