@@ -8,8 +8,10 @@ reach through TensorFlow's and Beam's own Cloud Storage clients.
 The jobs run once, in module fixtures (the first two are tests/image/conftest.py's), in
 the order a schedule would run them: a clean copy of data/'s slice; the same data again; a
 new span whose model the serving check refuses; a clean new span, which trains from the
-model that serves and pushes; then a new span with an anomaly. The tests only read what
-happened.
+model that serves and pushes; a new span with an anomaly; that span removed and `serving
+rollback` against the bucket, then a job with nothing new; and, compiled with `--promotion
+approval`, a new span whose candidate awaits a person, `serving approve` against the
+bucket, then a job with nothing new. The tests only read what happened.
 """
 
 from __future__ import annotations
@@ -73,6 +75,65 @@ def anomaly_job(bucket, compiled, pushing_job, webhook):
     # One example in 20 paid in an unknown currency: an anomaly of that span on its own.
     schedule.new_span(bucket, 19, unknown_payment)
     return schedule.run_job(bucket, compiled, webhook)
+
+
+@pytest.fixture(scope="module")
+def rolled_back_job(bucket, compiled, anomaly_job, webhook):
+    """The anomalous span taken out, `serving rollback` against the bucket, then the next
+    scheduled job: no span it was not trained on, the version rolled back from its newest
+    candidate."""
+    for name in bucket.objects("data/span-19"):
+        bucket.delete(bucket.inside(name))
+    bucket.run(["taxi-pipeline", "serving", "rollback", "--serving-dir", bucket.inside(SERVING)],
+               bucket.root / "rollback.log")
+    return schedule.run_job(bucket, compiled, webhook)
+
+
+@pytest.fixture(scope="module")
+def approved_job(bucket, rolled_back_job, webhook):
+    """Compiled with `--promotion approval`: a clean span lands and its job's candidate
+    awaits approval; `serving approve` against the bucket; then a job with nothing new."""
+    approving = schedule.compile_job(bucket, bucket.image.image, webhook[0], "approval.json",
+                                     "--promotion", "approval")
+    schedule.new_span(bucket, 20)
+    waiting = schedule.run_job(bucket, approving, webhook)
+    version = schedule.pushed_version(waiting.job)
+    approved = bucket.run(["taxi-pipeline", "serving", "approve", version, "--note", "reviewed", "--by", "ana",
+                           "--serving-dir", bucket.inside(SERVING)], bucket.root / "approve.log")
+    return waiting, approved, schedule.run_job(bucket, approving, webhook)
+
+
+def _record(bucket) -> dict:
+    return json.loads(bucket.read(bucket.inside(SERVING, MODEL, "record.json")))
+
+
+def _trained_nothing(scheduled) -> None:
+    job = scheduled.job
+    states = report(job)
+    assert job.state == "SUCCEEDED", states
+    (verdict,) = job.tasks["DataGate"].outputs["verdict"]
+    assert verdict["metadata"]["blessed"] == 0 and "nothing new" in verdict["metadata"]["report"], verdict
+    for name in ("Trainer", "Evaluator", "ServingCheck", "Pusher"):
+        assert job.tasks[name].state in ("SKIPPED", "NOT_TRIGGERED"), states
+    assert scheduled.versions_after == scheduled.versions_before
+
+
+def test_after_a_rollback_against_the_bucket_a_job_with_nothing_new_trains_nothing(rolled_back_job, pushing_job,
+                                                                                  bucket):
+    _trained_nothing(rolled_back_job)
+    record = _record(bucket)
+    assert record["pinned"] and record["serving"] < int(schedule.pushed_version(pushing_job.job)), record
+
+
+def test_a_candidate_awaits_approval_serves_once_approved_and_the_next_job_trains_nothing(approved_job, bucket):
+    waiting, approved, after = approved_job
+    version = schedule.pushed_version(waiting.job)
+    assert version in waiting.versions_after
+    assert waiting.job.tasks["Pusher"].outputs["pushed_model"][0]["metadata"]["fate"] == "awaiting approval"
+    assert f"approve: version {version} approved by ana; serving version {version}" in approved
+    _trained_nothing(after)
+    candidate = _record(bucket)["candidates"][-1]
+    assert (candidate["version"], candidate["fate"], candidate["by"]) == (int(version), "approved", "ana")
 
 
 def test_a_clean_copy_of_the_data_pushes_a_model(first_job, bucket, webhook):
