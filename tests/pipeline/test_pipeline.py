@@ -51,7 +51,8 @@ def test_every_cached_node_that_runs_this_package_is_keyed_by_its_code(tmp_path)
             custom = {pipeline_lib.CODE_VERSION: value.value}
         custom = json.loads(custom) if isinstance(custom, str) else (custom or {})
         keyed[node.id] = properties.get(pipeline_lib.CODE_VERSION) or custom.get(pipeline_lib.CODE_VERSION)
-    ours = ("ImportExampleGen", "ImportSchemaGen", "DataGate", "Transform", "Trainer", "ServingCheck", "ShadowCheck", "Pusher")
+    ours = ("ImportExampleGen", "ImportSchemaGen", "DataGate", "Transform", "Trainer", "ServingCheck", "ShadowCheck",
+            "Pusher")
     assert {node: keyed.get(node) for node in ours} == {node: version for node in ours}
 
 

@@ -15,7 +15,8 @@ IMAGE = "europe-west4-docker.pkg.dev/project/repo/taxi-pipeline:1.0"
 TASKS = {
     "ImportExampleGen", "StatisticsGen", "InferredSchemaGen", "ImportSchemaGen", "ExampleValidator", "DataGate",
     "Transform", "Trainer", "LatestBlessedModelResolver-model-resolver",
-    "LatestBlessedModelResolver-model-blessing-resolver", "Evaluator", "ServingCheck", "ShadowCheck", "Pusher", "SpanWindow",
+    "LatestBlessedModelResolver-model-blessing-resolver", "Evaluator", "ServingCheck", "ShadowCheck", "Pusher",
+    "SpanWindow",
 }
 
 
