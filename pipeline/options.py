@@ -173,8 +173,11 @@ def _mysql_address(text: str) -> config.MySqlAddress:
         raise argparse.ArgumentTypeError(str(err)) from err
 
 
-def add_metadata_options(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--output-root", default=config.OUTPUT_ROOT, help="pipeline root, MLMD and logs")
+def add_metadata_options(command: argparse.ArgumentParser, optional: str = "") -> None:
+    """`--output-root` and `--metadata-mysql`; `optional`: neither has a default, and this
+    says what giving one does."""
+    command.add_argument("--output-root", default=None if optional else config.OUTPUT_ROOT,
+                         help=optional or "pipeline root, MLMD and logs")
     command.add_argument("--metadata-mysql", type=_mysql_address, default=None, metavar="HOST:PORT/DB",
                          help=f"keep MLMD in this MySQL/MariaDB database instead of the output root's SQLite file "
                               f"(account from {config.MYSQL_USER_ENV} and {config.MYSQL_PASSWORD_ENV})")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 from pipeline import config, options
@@ -103,6 +104,8 @@ def add_serving(commands: argparse._SubParsersAction) -> None:
     serving.add_argument("version", nargs="?", type=int, default=None, help="a version folder's number")
     serving.add_argument("--note", default="", help="approve, reject: why (required to reject)")
     serving.add_argument("--by", default="", help="approve, reject: who decides (default: this OS user)")
+    options.add_metadata_options(serving, "approve, reject: also record the decision on the version's push in "
+                                          "this output root's metadata store (or --metadata-mysql's)")
     options.add_serving_location(serving)
     serving.set_defaults(handler=serving_versions, quiet=True)
 
@@ -112,8 +115,17 @@ def serving_versions(args: argparse.Namespace, ending: Ending) -> int:
     from pipeline.ops import serving
 
     if args.action in ("approve", "reject"):
+        metadata = None
+        if args.output_root or args.metadata_mysql:  # checked before the decision is made
+            has_store = options.require_output_root(args)
+            if not has_store:
+                raise ValueError(f"--output-root {args.output_root} holds no {config.METADATA_FILE}: name the output "
+                                 "root the run that pushed the version wrote to")
+            metadata = config.MetadataConfig(
+                os.path.join(os.path.abspath(args.output_root or config.OUTPUT_ROOT), config.METADATA_FILE),
+                args.metadata_mysql)
         print(serving.decide(args.serving_dir, args.model_name, args.version,
-                             serving.Verdict(args.action == "approve", args.note, args.by)))
+                             serving.Verdict(args.action == "approve", args.note, args.by), metadata))
     else:
         print(serving.command(args.serving_dir, args.model_name, args.action, args.version))
     return ExitCode.OK

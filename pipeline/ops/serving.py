@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from components.custom import model_card, pusher
 from components.support import registry, serving_config
+from pipeline.config import MetadataConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,9 +68,11 @@ def _fate(candidate: registry.Candidate) -> str:
     return said + (f": {candidate.reason}" if candidate.reason else "")
 
 
-def decide(serving_dir: str, model_name: str, version: Optional[int], verdict: Verdict) -> str:
+def decide(serving_dir: str, model_name: str, version: Optional[int], verdict: Verdict,
+           metadata: Optional[MetadataConfig] = None) -> str:
     """Approves (it serves) or rejects a version awaiting approval, under the model's push
-    lock; records who, when and the note in the record and the version's model card."""
+    lock; records who, when and the note in the record and the version's model card, and
+    on the version's PushedModel artifact in `metadata` when given."""
     action = "approve" if verdict.approve else "reject"
     if version is None:
         raise ValueError(f"serving {action} needs the VERSION awaiting approval")
@@ -98,8 +101,29 @@ def decide(serving_dir: str, model_name: str, version: Optional[int], verdict: V
             else:
                 serving_config.follow(serving_dir, model_name)
         now = serving_config.state(serving_dir, model_name)
-    return (f"{action}: version {version} {done.value} by {candidate.by}; serving version {now.serving}\n"
+    stored = f"\n{record_in_store(metadata, model_dir, version, candidate)}" if metadata is not None else ""
+    return (f"{action}: version {version} {done.value} by {candidate.by}; serving version {now.serving}{stored}\n"
             + describe(now, model_dir))
+
+
+# The properties a person's decision sets on the version's PushedModel artifact.
+DECISION_PROPERTIES = ("decision", "decided_by", "decided_at", "decision_note")
+
+
+def record_in_store(metadata: MetadataConfig, model_dir: str, version: int, candidate: registry.Candidate) -> str:
+    """The decision on `version`'s PushedModel artifact in MLMD, beside its lineage; says
+    where it went, or why it did not."""
+    from pipeline.inspect import lineage, run_report
+
+    store = run_report.connect(metadata, writable=True)
+    artifact = lineage.pushed_model(store, model_dir, version)
+    if artifact is None:
+        return (f"note: {metadata} holds no push of version {version}; the record and the model card hold the "
+                "decision")
+    for key, value in zip(DECISION_PROPERTIES, (candidate.fate.value, candidate.by, candidate.at, candidate.reason)):
+        artifact.custom_properties[key].string_value = value
+    store.put_artifacts([artifact])
+    return f"recorded on its push in {metadata} (PushedModel artifact {artifact.id})"
 
 
 def _note_in_card(version_dir: str, candidate: registry.Candidate) -> None:

@@ -47,3 +47,27 @@ def test_approving_serves_it_and_an_unknown_version_names_what_awaits(tmp_path):
     # Again (an approval cut short before it served is finished so): nothing changes.
     serving.decide(serving_dir, MODEL, 300, serving.Verdict(True, by="ana"))
     assert registry.read(f"{serving_dir}/{MODEL}").serving == 300
+
+
+def test_a_decision_given_the_store_is_recorded_on_the_versions_push(tmp_path):
+    from ml_metadata.proto import metadata_store_pb2 as mlmd
+
+    from components.custom import pusher
+    from pipeline import config
+    from pipeline.inspect import lineage, run_report
+
+    serving_dir = _folder(tmp_path)
+    metadata = config.MetadataConfig(str(tmp_path / "metadata.sqlite"))
+    store = run_report.connect(metadata, writable=True)
+    kind = store.put_artifact_type(mlmd.ArtifactType(name=lineage.PUSHED_MODEL_TYPE))
+    for version in (200, 300):  # pushed from a serving folder since moved: found by model name and version
+        artifact = mlmd.Artifact(type_id=kind, uri=str(tmp_path / f"push-{version}"))
+        artifact.custom_properties[pusher.VERSION_PROPERTY].string_value = str(version)
+        artifact.custom_properties[pusher.DESTINATION_PROPERTY].string_value = f"/elsewhere/{MODEL}/{version}"
+        store.put_artifacts([artifact])
+    said = serving.decide(serving_dir, MODEL, 300, serving.Verdict(True, note="reviewed", by="ana"), metadata)
+    assert f"recorded on its push in {metadata} (PushedModel artifact " in said
+    decided = {run_report.string_property(a, pusher.VERSION_PROPERTY): a for a in store.get_artifacts()}
+    assert [run_report.string_property(decided["300"], key) for key in serving.DECISION_PROPERTIES] == [
+        "approved", "ana", registry.read(f"{serving_dir}/{MODEL}").of_version(300).at, "reviewed"]
+    assert not run_report.string_property(decided["200"], "decision")
