@@ -162,8 +162,10 @@ def state(serving_dir: str, model_name: str) -> ServingState:
     on_disk = versions(model_dir)
     pinned = _pinned(model_dir)
     if entry is None:
-        # No config yet: TF Serving's default policy, the newest version.
-        return ServingState(model_name, on_disk, on_disk[-1:], {}, pinned)
+        # No config yet: TF Serving's default policy, the newest version; none of those
+        # the record bars (a first candidate awaiting approval is written without one).
+        return ServingState(model_name, on_disk, registry.servable(registry.read(model_dir), on_disk)[-1:], {},
+                            pinned)
     policy = entry.model_version_policy
     if policy.WhichOneof("policy_choice") == "specific":
         loaded = sorted(policy.specific.versions)

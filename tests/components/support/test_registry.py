@@ -103,3 +103,11 @@ def test_following_rollback_pin_and_retention_leave_awaiting_and_rejected_versio
     assert 400 in serving_config.protected_versions(str(serving_dir), MODEL)
     serving_config.pin(str(serving_dir), MODEL, 100)
     assert (registry.read(model_dir).serving, registry.read(model_dir).pinned) == (100, True)
+
+
+def test_a_first_candidate_awaiting_approval_is_not_what_serves(tmp_path):
+    serving_dir = tmp_path / "serving"
+    (serving_dir / MODEL / "100").mkdir(parents=True)
+    registry.write(str(serving_dir / MODEL), _record(Candidate("a", [1], Fate.AWAITING_APPROVAL, version=100)))
+    assert serving_config.after_push(str(serving_dir), MODEL).serving is None
+    assert not (serving_dir / serving_config.CONFIG_FILE).exists()
