@@ -229,7 +229,11 @@ def now() -> str:
 
 def servable(record: Record, versions: Sequence[int]) -> List[int]:
     """Of `versions`, those TF Serving may load: every one but those the record says await
-    approval, were rejected, or were superseded while they waited (a version the record
-    does not know, pushed before it existed, may be loaded)."""
+    approval, were rejected, or were superseded while they waited. A version the record
+    does not know may be loaded if it is older than the newest it knows (pushed before the
+    record existed); a newer one is a push cut short before it was recorded, whose re-run
+    records it (its fate may be to await approval)."""
     barred = {c.version for c in record.candidates if c.version is not None and c.fate.pushed and not c.fate.servable}
-    return [version for version in versions if version not in barred]
+    newest = max((c.version for c in record.candidates if c.version is not None), default=None)
+    return [version for version in versions
+            if version not in barred and (newest is None or version <= newest)]

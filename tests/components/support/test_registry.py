@@ -52,11 +52,13 @@ def test_a_candidate_that_passes_every_check_supersedes_the_one_awaiting_approva
     assert [c.version for c in record.awaiting] == [300]
 
 
-def test_versions_awaiting_or_rejected_never_serve_and_unknown_ones_may():
+def test_versions_awaiting_or_rejected_never_serve_and_only_older_unknown_ones_may():
     record = _record(Candidate("a", [1], Fate.SERVED, version=100),
                      Candidate("b", [2], Fate.REJECTED, version=200),
                      Candidate("c", [3], Fate.AWAITING_APPROVAL, version=300))
-    assert registry.servable(record, [50, 100, 200, 300]) == [50, 100]
+    # 50: pushed before the record existed; 400: a push cut short before it was recorded.
+    assert registry.servable(record, [50, 100, 200, 300, 400]) == [50, 100]
+    assert registry.servable(registry.Record(), [50, 400]) == [50, 400]
 
 
 def test_the_record_round_trips_and_a_foreign_file_is_named(tmp_path):
