@@ -21,7 +21,7 @@ import json
 import pytest
 
 from components.model.trainer.settings import TRAINING_SUMMARY_FILE
-from tests.helpers import unknown_payment
+from tests.helpers import span_like, unknown_payment, write_records
 from tests.image import schedule
 from tests.image.schedule import SERVING, WINDOW
 from tests.image.vertex import MODEL, report
@@ -91,10 +91,14 @@ def rolled_back_job(bucket, compiled, anomaly_job, webhook):
 
 @pytest.fixture(scope="module")
 def approved_job(bucket, rolled_back_job, webhook):
-    """Compiled with `--promotion approval`: a clean span lands and its job's candidate
-    awaits approval; `serving approve` against the bucket; then a job with nothing new."""
+    """Compiled with `--promotion approval` and logged traffic in the bucket for the shadow
+    check: a clean span lands and its job's candidate passes every check and awaits
+    approval; `serving approve` against the bucket; then a job with nothing new."""
+    traffic = bucket.root / "traffic" / "requests.gz"
+    write_records(traffic, span_like(bucket.root / "data" / "span-16", 1, lambda example: None))
+    bucket.write(bucket.inside("traffic", traffic.name), traffic.read_bytes())
     approving = schedule.compile_job(bucket, bucket.image.image, webhook[0], "approval.json",
-                                     "--promotion", "approval")
+                                     "--promotion", "approval", "--shadow-requests", bucket.inside("traffic", "*.gz"))
     schedule.new_span(bucket, 20)
     waiting = schedule.run_job(bucket, approving, webhook)
     version = schedule.pushed_version(waiting.job)
@@ -130,6 +134,10 @@ def test_a_candidate_awaits_approval_serves_once_approved_and_the_next_job_train
     version = schedule.pushed_version(waiting.job)
     assert version in waiting.versions_after
     assert waiting.job.tasks["Pusher"].outputs["pushed_model"][0]["metadata"]["fate"] == "awaiting approval"
+    # The shadow check read the bucket's traffic and scored it with both models.
+    (shadowed,) = waiting.job.tasks["ShadowCheck"].outputs["blessing"]
+    assert shadowed["metadata"]["shadow_check"].startswith("passed: flip rate "), shadowed
+    assert json.loads(shadowed["metadata"]["shadow_measures"])["requests"] > 0
     assert f"approve: version {version} approved by ana; serving version {version}" in approved
     _trained_nothing(after)
     candidate = _record(bucket)["candidates"][-1]
