@@ -17,10 +17,18 @@ from tests.helpers import RUN_TIMEOUT_SECONDS, cli_command, last_line
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
+def _catches_sigterm(pid) -> bool:
+    """Whether the process `pid` has a handler of its own for SIGTERM (Linux's
+    /proc/PID/status, SigCgt): the command's signal handlers are installed."""
+    with open(f"/proc/{pid}/status") as handle:
+        caught = next(line for line in handle if line.startswith("SigCgt:")).split()[1]
+    return bool(int(caught, 16) & (1 << (signal.SIGTERM - 1)))
+
+
 def _interrupted(args, signum, after_line=None, after_seconds=0.0):
     """Runs `taxi-pipeline *args` in a process group of its own and sends `signum` to the
     group `after_seconds` after the progress line of component `after_line` (or after the
-    start); returns the completed process."""
+    command's handlers are installed); returns the completed process."""
     # A terminal's foreground job: SIGINT as Python's default, whatever this suite inherited
     # (a shell ignores it in the jobs it starts in the background, and exec keeps that).
     process = subprocess.Popen(cli_command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -33,6 +41,8 @@ def _interrupted(args, signum, after_line=None, after_seconds=0.0):
                 seen.append(line)
                 if f"] {after_line} " in line:
                     break
+        while process.poll() is None and not _catches_sigterm(process.pid):
+            time.sleep(0.01)
         time.sleep(after_seconds)
         os.killpg(process.pid, signum)
         out, err = process.communicate(timeout=RUN_TIMEOUT_SECONDS)
@@ -94,7 +104,7 @@ def test_a_retrain_interrupted_midway_says_so_and_releases_the_output_root(copy_
     assert (ws.out / "run.lock").read_text() == ""  # released: the lock file names no holder
 
 
-def test_predict_and_monitor_interrupted_end_in_one_line_and_leave_nothing_half_done(
+def test_gc_predict_and_monitor_interrupted_end_in_one_line_and_leave_nothing_half_done(
         copy_of_finished_run, taxi_pipeline, tmp_path):
     ws = copy_of_finished_run
     # Enough to score that the signal lands while it scores (each span file ten times).
@@ -112,6 +122,12 @@ def test_predict_and_monitor_interrupted_end_in_one_line_and_leave_nothing_half_
     monitor = _interrupted(["monitor", "--requests", str(ws.data / "span-16" / "*"), "--serving-dir",
                             str(ws.serving), "--output-root", str(ws.out)], signal.SIGTERM, after_seconds=4)
     _ended_in_one_line(monitor, 143, "monitor was interrupted by SIGTERM: ")
+
+    # As soon as it handles signals: it is then importing what it needs, and the signal is
+    # taken once that import is over.
+    gc = _interrupted(["gc", "--keep-runs", "1", "--output-root", str(ws.out), "--serving-dir", str(ws.serving)],
+                      signal.SIGINT)
+    _ended_in_one_line(gc, 130, "gc was interrupted by Ctrl-C (SIGINT): what it removed stays removed")
 
     unchanged = taxi_pipeline("run", *ws.locations())
     assert unchanged.returncode == 0 and "Nothing changed since the last run" in unchanged.stdout
