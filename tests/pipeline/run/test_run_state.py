@@ -1,0 +1,50 @@
+"""What a run would repeat, decided from the model's record before anything is imported
+(the runs themselves: tests/test_decisions.py)."""
+
+import pytest
+
+from components.support import registry
+from components.support.registry import Candidate, Fate
+from pipeline.outcome import ExitCode, Outcome, RunReport
+from pipeline.run import run_state
+
+
+def _model_dir(tmp_path, *candidates, serving=None, pinned=False):
+    model_dir = tmp_path / "serving" / "big_tip"
+    model_dir.mkdir(parents=True)
+    record = registry.Record()
+    for candidate in candidates:
+        record.add(candidate)
+    record.serving, record.pinned = serving, pinned
+    registry.write(str(model_dir), record)
+    return str(model_dir)
+
+
+@pytest.mark.parametrize("fate, outcome, code", [
+    (Fate.NOT_BLESSED, Outcome.NOT_BLESSED, ExitCode.NOT_BLESSED),
+    (Fate.SERVING_CHECK_FAILED, Outcome.SERVING_CHECK_FAILED, ExitCode.SERVING_CHECK_FAILED),
+    (Fate.SHADOW_REFUSED, Outcome.SHADOW_REFUSED, ExitCode.SHADOW_REFUSED),
+    (Fate.REJECTED, Outcome.REJECTED, ExitCode.REJECTED),
+    (Fate.AWAITING_APPROVAL, Outcome.AWAITING_APPROVAL, ExitCode.OK),
+])
+def test_a_run_of_the_newest_candidates_inputs_ends_with_its_fates_outcome(tmp_path, fate, outcome, code):
+    version = 300 if fate.pushed else None
+    model_dir = _model_dir(tmp_path, Candidate("a", [1], Fate.SERVED, version=100),
+                           Candidate("b", [2], fate, version=version, run="run-2"), serving=100)
+    report = run_state.decided_before(None, "fingerprint", "b", model_dir)
+    assert (report.outcome, report.exit_code, report.run_id) == (outcome, code, "run-2")
+    assert report.note.startswith("Nothing to train: ") and report.note.endswith("(`--force` trains anyway).")
+    # What it names: the version awaiting approval, else the one that serves.
+    assert report.pushed_version_dir == f"{model_dir}/{300 if fate is Fate.AWAITING_APPROVAL else 100}"
+    assert run_state.decided_before(None, "fingerprint", "c", model_dir) is None
+
+
+def test_the_last_run_decides_only_for_a_refused_data_or_a_folder_without_a_record(tmp_path):
+    rejected = RunReport(outcome=Outcome.DATA_REJECTED, fingerprint="f", run_id="run-9")
+    model_dir = _model_dir(tmp_path, Candidate("a", [1], Fate.SERVED, version=100), serving=100)
+    assert run_state.decided_before(rejected, "f", "other", model_dir).outcome is Outcome.DATA_REJECTED
+    pushed = RunReport(outcome=Outcome.PUSHED, fingerprint="f", run_id="run-9")
+    assert run_state.decided_before(pushed, "f", "other", model_dir) is None  # the record says: new inputs
+    empty = tmp_path / "empty" / "big_tip"
+    empty.mkdir(parents=True)
+    assert run_state.decided_before(pushed, "f", "other", str(empty)) is None  # no whole version to serve
