@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 RESOLVER = "LatestBlessedModelResolver"
 NODES = {
     "SpanWindow", "ImportExampleGen", "StatisticsGen", "InferredSchemaGen", "ImportSchemaGen", "ExampleValidator",
-    "DataGate", "Transform", "Trainer", RESOLVER, "Evaluator", "ServingCheck", "Pusher",
+    "DataGate", "Transform", "Trainer", RESOLVER, "Evaluator", "ServingCheck", "ShadowCheck", "Pusher",
 }
 
 

@@ -77,11 +77,11 @@ def test_a_run_interrupted_in_the_trainer_then_in_the_push_resumes_and_pushes_on
 
     # Sent as the Pusher starts (it takes a tenth of a second): it lands in the Pusher, or
     # just before it.
-    push = _interrupted(["run", *locations], signal.SIGTERM, "ServingCheck")
+    push = _interrupted(["run", *locations], signal.SIGTERM, "ShadowCheck")
     line = _ended_in_one_line(push, 143, "run was interrupted by SIGTERM ")
     assert "Trainer" in line
     assert ("while Pusher ran (" in line and "never in part" in line) or (
-        "after ServingCheck (" in line and "nothing was pushed" in line), line
+        "after ShadowCheck (" in line and "nothing was pushed" in line), line
     # The version is whole or absent: nothing numbered holds part of one.
     for version in ws.versions():
         assert (ws.model_dir / version / "saved_model.pb").exists()

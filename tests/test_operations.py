@@ -127,7 +127,8 @@ def test_history_and_lineage_name_the_run_the_data_and_the_evaluation(copy_of_fi
     for span in (12, 16):
         assert any(line.strip().startswith(f"span-{span}/") for line in out.splitlines())
     for made_by in ("trained by the Trainer, execution", "made by Transform, execution",
-                    "Evaluation: blessed by the Evaluator, execution", "Serving check: 100 warmup request(s) answered"):
+                    "Evaluation: blessed by the Evaluator, execution", "Serving check: 100 warmup request(s) answered",
+                    "Shadow check: passed, not checked: no --shadow-requests given"):
         assert made_by in out
     assert f"auc {record['eval_metrics']['auc']:.4f}" in out
     assert f"of run {record['run_id']}" in out

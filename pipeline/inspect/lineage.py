@@ -21,7 +21,7 @@ from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 from tfx.types import standard_component_specs
 
-from components.custom import ingest, serving_check
+from components.custom import ingest, serving_check, shadow_check
 from components.custom import pusher as staged_pusher
 from pipeline.config import MetadataConfig
 from pipeline.inspect import monitor_records, run_report
@@ -163,6 +163,11 @@ def lineage(metadata: MetadataConfig, model_dir: str, version: int) -> str:
         for split, files in sorted(sources.items()):
             lines += [f"  files of input split {split}:"] + [f"    {path}" for path in files]
     check = store.producer(blessing.id) if blessing is not None else None
+    shadow = run_report.string_property(blessing, shadow_check.REASON_PROPERTY) if check is not None else ""
+    if shadow:  # the Pusher's blessing came through the shadow check, then the serving check's
+        lines.append(f"Shadow check: {shadow} ({store.describe(check)})")
+        blessing = run_report.inputs(store.store, check.id).get(standard_component_specs.MODEL_BLESSING_KEY)
+        check = store.producer(blessing.id) if blessing is not None else None
     if check is not None:
         lines.append(f"Serving check: {run_report.string_property(blessing, serving_check.REASON_PROPERTY)}"
                      f" ({store.describe(check)})")
