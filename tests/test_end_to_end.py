@@ -16,7 +16,8 @@ from tests.helpers import Workspace
 
 NODES = {
     "SpanWindow", "ImportExampleGen", "StatisticsGen", "InferredSchemaGen", "ImportSchemaGen", "ExampleValidator",
-    "DataGate", "Transform", "Trainer", "LatestBlessedModelResolver", "Evaluator", "ServingCheck", "ShadowCheck", "Pusher",
+    "DataGate", "Transform", "Trainer", "LatestBlessedModelResolver", "Evaluator", "ServingCheck", "ShadowCheck",
+    "Pusher",
 }
 COMPLETE = metadata_store_pb2.Execution.COMPLETE
 
