@@ -137,11 +137,13 @@ def monitor_failed_payload(error: str) -> Dict[str, Any]:
 
 
 def final_status_payload(final_status: str, pushed: Optional[int] = None, serving: Optional[int] = None,
-                         determined: bool = True, newest_span: Optional[int] = None) -> Dict[str, Any]:
+                         determined: bool = True, newest_span: Optional[int] = None,
+                         awaiting: bool = False) -> Dict[str, Any]:
     """The alert for Vertex's final status (`PipelineTaskFinalStatus` as JSON), with the
-    version this job pushed (`pushed`) and the one serving (`serving`); `determined`
-    False when whether the job pushed could not be told; `newest_span` the newest span of
-    the data root when the serving model was trained on it already (nothing new)."""
+    version this job pushed (`pushed`; `awaiting`: it awaits approval) and the one serving
+    (`serving`); `determined` False when whether the job pushed could not be told;
+    `newest_span` the newest span of the data root when the serving model was trained on
+    it already (nothing new)."""
     try:
         status = json.loads(final_status)
     except ValueError:
@@ -155,6 +157,9 @@ def final_status_payload(final_status: str, pushed: Optional[int] = None, servin
     serving_text = f"version {serving} serving" if serving else "no model serving"
     if not determined:
         text += f"; whether it pushed is unknown ({serving_text})"
+    elif pushed is not None and awaiting:
+        text += (f"; model version {pushed} awaits approval (`taxi-pipeline serving approve {pushed}`); "
+                 f"{f'version {serving} keeps serving' if serving else serving_text}")
     elif pushed is not None:
         text += f"; pushed model version {pushed}"
         if serving != pushed:
@@ -167,4 +172,5 @@ def final_status_payload(final_status: str, pushed: Optional[int] = None, servin
     return {"text": text, "outcome": state.lower(),
             "exit_code": int(ExitCode.OK if state == "SUCCEEDED" else ExitCode.ERROR),
             "pipeline_job": job, "error": error, "version": pushed if determined else None,
-            "serving_version": serving, "nothing_new": pushed is None and newest_span is not None}
+            "awaiting_approval": awaiting, "serving_version": serving,
+            "nothing_new": pushed is None and newest_span is not None}

@@ -219,29 +219,51 @@ def publish(model_path: str, base_directory: str, keep_versions: int,
     """Under the push lock: pushes the model unless it already is the newest version,
     records `candidate` (its fate `SERVED`, or `AWAITING_APPROVAL`, which copies the
     version without serving it) with that version, prunes, and rewrites `models.config`.
+    The record is written before the version becomes whole, so that no version is ever
+    whole and unknown to it (`registry.servable`). A version the record already knew keeps
+    its fate (a person may have rejected it since), and `candidate.fate` says it.
     Returns the version that served before, the model's version, the versions removed,
     and what serves after."""
     serving_dir, model_name = os.path.split(base_directory.rstrip("/"))
+
+    def record(number: int) -> None:
+        if candidate is not None:
+            _record_pushed(base_directory, candidate, number, confirm)
+
+    def staged_and_recorded(folder: str, number: int) -> None:
+        if staged is not None:
+            staged(folder, number)
+        record(number)
+
     with push_lock(base_directory) as confirm:
         before = serving_config.state(serving_dir, model_name).serving
         version = already_pushed(model_path, base_directory)
         if version is None:
-            version = push(model_path, base_directory, staged=staged, confirm=confirm)
+            version = push(model_path, base_directory, staged=staged_and_recorded, confirm=confirm)
             logging.info("pushed %s to %s/%d", model_path, base_directory, version)
         else:
             logging.info("model %s is already version %d in %s; not pushed again", model_path, version,
                          base_directory)
-        if candidate is not None:
-            candidate.version = version
-            record = registry.read(base_directory)
-            if record.of_version(version) is None:  # a re-run of a push that finished records it once
-                record.add(candidate)
-                confirm()
-                registry.write(base_directory, record)
+            record(version)
         removed = prune(base_directory, keep_versions, confirm)
         confirm()
         after = serving_config.after_push(serving_dir, model_name)
     return before, version, removed, after
+
+
+def _record_pushed(base_directory: str, candidate: registry.Candidate, version: int,
+                   confirm: Callable[[], None]) -> None:
+    """`candidate` as version `version` in the record, unless the record knows that
+    version already: then `candidate` takes its fate. Call it under the push lock."""
+    record = registry.read(base_directory)
+    known = record.of_version(version)
+    candidate.version = version
+    if known is not None:
+        candidate.fate = known.fate
+        return
+    record.add(candidate)
+    confirm()
+    registry.write(base_directory, record)
 
 
 def record_refusal(base_directory: str, candidate: registry.Candidate) -> None:
@@ -300,9 +322,12 @@ class StagedPusherSpec(ComponentSpec):
     }
 
 
-def _mark_served(served: types.Artifact, blessing: types.Artifact, model: types.Artifact, pushed: bool) -> None:
-    served.set_int_custom_property(evaluator_constants.ARTIFACT_PROPERTY_BLESSED_KEY, int(pushed))
-    if pushed:
+def _mark_served(served: types.Artifact, blessing: types.Artifact, model: types.Artifact, serves: bool,
+                 copied: bool) -> None:
+    """`blessed` is whether the model serves; a model `copied` into the serving folder (it
+    may await approval) is named, so that `serving approve` can make it the baseline."""
+    served.set_int_custom_property(evaluator_constants.ARTIFACT_PROPERTY_BLESSED_KEY, int(serves))
+    if copied:
         model_id = evaluator_constants.ARTIFACT_PROPERTY_CURRENT_MODEL_ID_KEY
         if blessing.has_custom_property(model_id):
             # As the blessing holds it: an MLMD id locally, but on Vertex the model's
@@ -364,7 +389,7 @@ class Executor(tfx_pusher_executor.Executor):
         candidate = self._candidate(exec_properties)
         if not self.CheckBlessing(input_dict):
             model_push.set_int_custom_property(PUSHED_PROPERTY, 0)
-            _mark_served(served, blessing, model, pushed=False)
+            _mark_served(served, blessing, model, serves=False, copied=False)
             candidate.fate = registry.Fate(blessing.get_string_custom_property(serving_check.FATE_PROPERTY)
                                            or registry.Fate.NOT_BLESSED.value)
             candidate.reason = blessing.get_string_custom_property(serving_check.REASON_PROPERTY)
@@ -395,8 +420,8 @@ class Executor(tfx_pusher_executor.Executor):
             model_push.set_string_custom_property(REPLACED_PROPERTY, str(before))
         model_push.set_string_custom_property(SERVING_PROPERTY, str(after.serving))
         model_push.set_string_custom_property(FATE_PROPERTY, candidate.fate.value)
-        # A version awaiting approval is not the baseline nor the next warm start.
-        _mark_served(served, blessing, model, pushed=candidate.fate is registry.Fate.SERVED)
+        # A version awaiting approval (or rejected) is not the baseline nor the next warm start.
+        _mark_served(served, blessing, model, serves=candidate.fate.servable, copied=True)
 
     def _candidate(self, exec_properties: Dict[str, Any]) -> registry.Candidate:
         """This run's candidate, its fate `SERVED` until a check or the promotion says otherwise."""

@@ -6,10 +6,10 @@ serving threshold, the score shift) is not pushed.
 Its output is the `ModelBlessing` the Pusher reads: the serving check's, passed on as it
 is when that refused the candidate; else blessed unless the shadow check refused it, with
 what it measured (`MEASURES_PROPERTY`, with both models' score histograms, which the run
-page draws side by side) and why. Without logged traffic, or before any model serves, it
-passes and says so. Traffic it cannot judge (too many malformed records, a feature of
-another type than the model reads) refuses the push: a switch nobody could check is not
-made.
+page draws side by side) and why. Without `--shadow-requests`, or before any model
+serves, it passes and says so. Traffic it cannot judge (a glob that matches no file, as
+when request logging stopped; too many malformed records; a feature of another type than
+the model reads) refuses the push: a switch nobody could check is not made.
 """
 
 # No `from __future__ import annotations`: TFX reads this component's type hints.

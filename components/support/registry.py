@@ -28,11 +28,12 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
+import functools
 import hashlib
 import json
 import os
 from importlib import metadata as package_metadata
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from components.support import spans, whole_files
 
@@ -171,8 +172,14 @@ def decide(record: Record, inputs: str) -> Optional[Decision]:
     return None
 
 
+@functools.cache
+def _versions() -> Tuple[Tuple[str, str], ...]:
+    return tuple((name, package_metadata.version(name)) for name in RUNTIME_DISTRIBUTIONS)
+
+
 def runtime_versions() -> Dict[str, str]:
-    return {name: package_metadata.version(name) for name in RUNTIME_DISTRIBUTIONS}
+    """The versions of `RUNTIME_DISTRIBUTIONS` in this process (read once)."""
+    return dict(_versions())
 
 
 def inputs_digest(static: str, runtime: Dict[str, str], files: str) -> str:
@@ -230,10 +237,11 @@ def now() -> str:
 def servable(record: Record, versions: Sequence[int]) -> List[int]:
     """Of `versions`, those TF Serving may load: every one but those the record says await
     approval, were rejected, or were superseded while they waited. A version the record
-    does not know may be loaded if it is older than the newest it knows (pushed before the
-    record existed); a newer one is a push cut short before it was recorded, whose re-run
-    records it (its fate may be to await approval)."""
+    does not know may be loaded only if it is older than the first it knows (pushed before
+    the record existed): the Pusher records a version before it becomes whole, so a newer
+    unknown one was put there by something else, and nothing vouches for it."""
     barred = {c.version for c in record.candidates if c.version is not None and c.fate.pushed and not c.fate.servable}
-    newest = max((c.version for c in record.candidates if c.version is not None), default=None)
+    known = {c.version for c in record.candidates if c.version is not None}
+    first = min(known, default=None)
     return [version for version in versions
-            if version not in barred and (newest is None or version <= newest)]
+            if version not in barred and (version in known or first is None or version < first)]

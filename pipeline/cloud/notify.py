@@ -15,7 +15,7 @@ import tensorflow as tf
 from tfx import v1 as tfx
 
 from components.custom import window
-from components.support import serving_config, spans
+from components.support import registry, serving_config, spans
 from pipeline.alerts import final_status_payload, send
 from pipeline.cloud import secrets
 
@@ -72,7 +72,15 @@ def notify_final_status(final_status: str, url_from: str, model_dir: str, job_cr
         return False
     pushed, serving, determined = pushed_since(model_dir, job_created)
     newest = newest_span_already_served(data_root, model_dir, serving) if determined and pushed is None else None
-    return send(url, final_status_payload(final_status, pushed, serving, determined, newest))
+    return send(url, final_status_payload(final_status, pushed, serving, determined, newest, awaits(model_dir, pushed)))
+
+
+def awaits(model_dir: str, version: Optional[int]) -> bool:
+    """Whether the model's record says `version` awaits approval."""
+    if version is None:
+        return False
+    candidate = registry.read(model_dir).of_version(version)
+    return candidate is not None and candidate.fate is registry.Fate.AWAITING_APPROVAL
 
 
 @tfx.orchestration.experimental.exit_handler

@@ -18,7 +18,7 @@ from typing import Dict, List, Optional
 
 import tensorflow as tf
 
-from components.custom import model_card, pusher
+from components.custom import model_card, pusher, serving_check
 from components.support import registry, serving_config
 from pipeline.config import MetadataConfig
 
@@ -122,8 +122,18 @@ def record_in_store(metadata: MetadataConfig, model_dir: str, version: int, cand
                 "decision")
     for key, value in zip(DECISION_PROPERTIES, (candidate.fate.value, candidate.by, candidate.at, candidate.reason)):
         artifact.custom_properties[key].string_value = value
-    store.put_artifacts([artifact])
-    return f"recorded on its push in {metadata} (PushedModel artifact {artifact.id})"
+    changed = [artifact]
+    # Approved, its push's served blessing says it serves: the next run's baseline and
+    # warm start (the pipeline's resolver reads these blessings).
+    producers = [e.execution_id for e in store.get_events_by_artifact_ids([artifact.id])
+                 if e.type in run_report.OUTPUT_EVENTS]
+    served = run_report.outputs(store, producers[0]).get(pusher.SERVED_KEY) if producers else None
+    if served is not None and candidate.fate.servable:
+        served.custom_properties[serving_check.BLESSED_PROPERTY].int_value = 1
+        changed.append(served)
+    store.put_artifacts(changed)
+    baseline = "; it is now the next run's baseline and warm start" if len(changed) > 1 else ""
+    return f"recorded on its push in {metadata} (PushedModel artifact {artifact.id}){baseline}"
 
 
 def _note_in_card(version_dir: str, candidate: registry.Candidate) -> None:

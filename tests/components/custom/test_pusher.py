@@ -260,9 +260,46 @@ def test_the_served_blessing_names_the_model_as_the_blessing_does_an_id_or_verte
             blessing.set_int_custom_property("current_model_id", value)
         else:  # what TFX's Vertex entry point leaves on the Evaluator's blessing
             blessing.set_string_custom_property("current_model_id", value)
-        pusher._mark_served(served, blessing, model, pushed=True)
+        pusher._mark_served(served, blessing, model, serves=True, copied=True)
         assert served.get_custom_property("current_model_id") == value
         assert served.get_int_custom_property("blessed") == 1
     refused = pusher.ServedModelBlessing()
-    pusher._mark_served(refused, blessing, model, pushed=False)
+    pusher._mark_served(refused, blessing, model, serves=False, copied=False)
     assert refused.get_int_custom_property("blessed") == 0 and not refused.has_custom_property("current_model_id")
+    # Awaiting approval: named, not blessed (`serving approve` blesses it).
+    waiting = pusher.ServedModelBlessing()
+    pusher._mark_served(waiting, blessing, model, serves=False, copied=True)
+    assert waiting.get_int_custom_property("blessed") == 0 and waiting.has_custom_property("current_model_id")
+
+
+def _candidate(fate="served"):
+    from components.support import registry
+
+    return registry.Candidate("inputs", [1, 2], registry.Fate(fate), run="run-1")
+
+
+def test_a_version_is_recorded_before_it_is_whole_and_keeps_the_fate_a_person_gave_it(tmp_path, monkeypatch):
+    from components.support import registry
+
+    base = tmp_path / "serving" / "big_tip"
+    model = _model(tmp_path, "a", b"fa")
+    whole_when_recorded = []
+    write = registry.write
+
+    def recording(model_dir, record):
+        whole_when_recorded.extend(os.path.exists(os.path.join(model_dir, str(c.version))) for c in record.candidates)
+        write(model_dir, record)
+
+    monkeypatch.setattr(registry, "write", recording)
+    waiting = _candidate("awaiting approval")
+    _, version, _, after = pusher.publish(model, str(base), keep_versions=3, candidate=waiting)
+    assert whole_when_recorded == [False]  # staged, not yet renamed into place
+    assert registry.read(str(base)).of_version(version).fate is registry.Fate.AWAITING_APPROVAL
+    assert after.serving is None  # the only version awaits: nothing serves
+    record = registry.read(str(base))
+    record.of_version(version).fate = registry.Fate.REJECTED
+    registry.write(str(base), record)
+    again = _candidate("served")  # the same model pushed again, in auto mode
+    _, same, _, after = pusher.publish(model, str(base), keep_versions=3, candidate=again)
+    assert same == version and again.fate is registry.Fate.REJECTED and after.serving is None
+    assert len(registry.read(str(base)).candidates) == 1

@@ -36,6 +36,24 @@ def test_a_pin_is_what_keeps_serving(tmp_path):
     assert text.endswith("pushed model version 1700000500 (version 1700000000 serving: a pin or rollback holds it)")
 
 
+def test_a_version_awaiting_approval_is_said_to_await_it(tmp_path):
+    from components.support import registry
+
+    model_dir = tmp_path / "big_tip"
+    for version in (1700000000, 1700000500):
+        (model_dir / str(version)).mkdir(parents=True)
+    record = registry.Record()
+    record.add(registry.Candidate("a", [1], registry.Fate.SERVED, version=1700000000))
+    record.add(registry.Candidate("b", [2], registry.Fate.AWAITING_APPROVAL, version=1700000500))
+    registry.write(str(model_dir), record)
+    serving_config.follow(str(tmp_path), "big_tip")
+    pushed, serving, _ = notify.pushed_since(str(model_dir), _rfc3339(1700000400))
+    assert (pushed, serving, notify.awaits(str(model_dir), pushed)) == (1700000500, 1700000000, True)
+    payload = alerts.final_status_payload(STATUS, pushed, serving, awaiting=True)
+    assert payload["text"].endswith("; model version 1700000500 awaits approval (`taxi-pipeline serving approve "
+                                    "1700000500`); version 1700000000 keeps serving") and payload["awaiting_approval"]
+
+
 def test_no_model_folder_and_an_unreadable_time_are_said_as_such(tmp_path):
     assert notify.pushed_since(str(tmp_path / "missing"), _rfc3339(1)) == (None, None, True)
     (tmp_path / "m" / "5").mkdir(parents=True)
