@@ -104,7 +104,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _metadata_of(args: argparse.Namespace) -> Optional[config.MetadataConfig]:
     """The metadata store a command uses, to name it in a failure; None for the commands
     that use none."""
-    if not hasattr(args, "output_root"):
+    if getattr(args, "output_root", None) is None:  # none, or an optional one not given
         return None
     path = os.path.join(os.path.abspath(args.output_root), config.METADATA_FILE)
     return config.MetadataConfig(path, getattr(args, "metadata_mysql", None))

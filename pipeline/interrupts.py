@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from typing import List, Optional
 
@@ -28,8 +29,14 @@ class Terminated(BaseException):
 # An exception raised while the main thread is inside the import machinery can leave a
 # module lock held (CPython reports it as "Exception ignored in ... _get_module_lock") and
 # the process then hangs on the next import of that module: a Ctrl-C in the seconds
-# TensorFlow takes to import would never end the command.
+# TensorFlow takes to import would never end the command. A signal that lands there is
+# kept (`_pending`) and raised at the next safe point: where the next import starts
+# (`_AtNextImport`, an ordinary exception out of an import statement), or, when no other
+# import comes, once this one is over (the signal is sent again until then). A command
+# that imports one module after another, as `gc` does for most of its life, would
+# otherwise find no moment outside an import.
 _REDELIVER_SECONDS = 0.05
+_pending: Optional[int] = None
 
 
 def _importing(frame) -> bool:
@@ -40,17 +47,44 @@ def _importing(frame) -> bool:
     return False
 
 
+def _interrupt(signum: int) -> BaseException:
+    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
 def _raise(signum, frame) -> None:
-    if _importing(frame):  # sent again until the import is over
-        threading.Timer(_REDELIVER_SECONDS, os.kill, (os.getpid(), signum)).start()
+    global _pending
+    if _importing(frame):
+        _pending = signum
+        threading.Timer(_REDELIVER_SECONDS, _send_again, (signum,)).start()
         return
-    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+    _pending = None
+    raise _interrupt(signum)
+
+
+def _send_again(signum: int) -> None:
+    """The signal again, unless the next import raised it meanwhile."""
+    if _pending == signum:
+        os.kill(os.getpid(), signum)
+
+
+class _AtNextImport:
+    """First on `sys.meta_path`: raises a signal kept during an import as the next import
+    starts, before any module lock of it is taken."""
+
+    def find_spec(self, name, path=None, target=None):
+        global _pending
+        if _pending is not None:
+            signum, _pending = _pending, None
+            raise _interrupt(signum)
+        return None
 
 
 def raise_on_signals() -> None:
     """From now on SIGINT raises KeyboardInterrupt and SIGTERM `Terminated` in the main
-    thread, never inside an import. A SIGINT the process was started ignoring (a shell's
-    background job, nohup) stays ignored."""
+    thread, never inside the import machinery. A SIGINT the process was started ignoring
+    (a shell's background job, nohup) stays ignored."""
+    if not any(isinstance(finder, _AtNextImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _AtNextImport())
     for signum in (signal.SIGINT, signal.SIGTERM):
         if signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, _raise)

@@ -2,6 +2,7 @@
 run began, and the data is pushed exactly once, with the decision an uninterrupted run
 makes, and MLMD says what happened."""
 
+import json
 import shutil
 import signal
 import subprocess
@@ -58,13 +59,16 @@ def test_a_run_killed_after_every_node_in_turn_ends_as_one_uninterrupted_run(
     assert set(killed_after) == NODES - {RESOLVER}, killed_after
     assert killed_after[-1] == "Pusher"
     assert status == 0, out
-    assert "finished but was not recorded" in out  # the run killed after its Pusher stands
-
-    assert len(ws.versions()) == 1
-    record, reference = last_run(ws.out), last_run(finished_run.workspace.out)
-    assert record["outcome"] == reference["outcome"] == "pushed"
-    assert record["pushed_version_dir"] == str(ws.model_dir / ws.versions()[0])
-    assert record["eval_metrics"]["auc"] == pytest.approx(reference["eval_metrics"]["auc"], abs=1e-3)
+    # The run killed after its Pusher stands: its candidate is in the model's record, and
+    # the re-run trains nothing.
+    (version,) = ws.versions()
+    assert f"Nothing to train: version {version} serves, trained on these very inputs" in out, out
+    (candidate,) = json.loads((ws.model_dir / "record.json").read_text())["candidates"]
+    assert (candidate["fate"], candidate["version"]) == ("served", int(version))
+    card = json.loads((ws.model_dir / version / "assets.extra" / "model_card.json").read_text())
+    reference = last_run(finished_run.workspace.out)
+    assert card["evaluation"]["overall"]["candidate"]["auc"] == pytest.approx(reference["eval_metrics"]["auc"],
+                                                                              abs=1e-3)
     states = executions(ws.metadata)
     complete, cached = metadata_store_pb2.Execution.COMPLETE, metadata_store_pb2.Execution.CACHED
     canceled = metadata_store_pb2.Execution.CANCELED

@@ -29,12 +29,13 @@ def test_sigterm_raises_in_the_main_thread_as_ctrl_c_does_and_a_second_signal_is
         signal.signal(signal.SIGINT, before[1])
 
 
-class _SlowImport:
-    """A module whose import takes a while, for the signal to land inside the import."""
+class _SlowImports:
+    """Modules `_slow_*` whose import takes a while, for the signal to land inside the
+    import; `_slow_then_more` imports `_slow_more` once the signal was sent."""
 
     def find_spec(self, name, path=None, target=None):
         import importlib.util
-        if name != "_slow_module_for_interrupts":
+        if not name.startswith("_slow_"):
             return None
         return importlib.util.spec_from_loader(name, self)
 
@@ -42,25 +43,42 @@ class _SlowImport:
         return None
 
     def exec_module(self, module):
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.3)
+        if module.__name__ != "_slow_more":
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.3)
         module.imported = True
+        if module.__name__ == "_slow_then_more":
+            import _slow_more  # noqa: F401
 
 
-def test_a_signal_inside_an_import_waits_for_the_import_to_finish():
-    before = signal.getsignal(signal.SIGINT)
-    sys.meta_path.insert(0, _SlowImport())
-    try:
-        interrupts.raise_on_signals()
-        with pytest.raises(KeyboardInterrupt):
-            import _slow_module_for_interrupts  # noqa: F401
-            assert sys.modules["_slow_module_for_interrupts"].imported  # whole, then interrupted
-            time.sleep(5)
-        assert sys.modules["_slow_module_for_interrupts"].imported
-    finally:
-        sys.meta_path.pop(0)
-        sys.modules.pop("_slow_module_for_interrupts", None)
-        signal.signal(signal.SIGINT, before)
+@pytest.fixture
+def slow_imports():
+    before, finders = signal.getsignal(signal.SIGINT), list(sys.meta_path)
+    sys.meta_path.insert(0, _SlowImports())
+    interrupts.raise_on_signals()
+    yield
+    sys.meta_path[:] = finders
+    for name in [name for name in sys.modules if name.startswith("_slow_")]:
+        del sys.modules[name]
+    signal.signal(signal.SIGINT, before)
+
+
+def test_a_signal_inside_an_import_is_raised_once_the_import_is_over(slow_imports):
+    with pytest.raises(KeyboardInterrupt):
+        import _slow_alone  # noqa: F401
+        assert sys.modules["_slow_alone"].imported  # whole, then interrupted
+        time.sleep(5)
+    assert sys.modules["_slow_alone"].imported
+
+
+def test_a_signal_inside_an_import_is_raised_as_the_next_import_starts_and_imports_still_work(slow_imports):
+    with pytest.raises(KeyboardInterrupt):
+        import _slow_then_more  # noqa: F401
+    # Raised out of the import statement, as any error in a module: the module is not
+    # left half made, and no module lock is left held.
+    assert "_slow_then_more" not in sys.modules and "_slow_more" not in sys.modules
+    import _slow_more  # noqa: F401,F811
+    assert sys.modules["_slow_more"].imported
 
 
 @pytest.mark.parametrize("running, finished, said", [
