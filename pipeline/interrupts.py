@@ -37,6 +37,13 @@ class Terminated(BaseException):
 # otherwise find no moment outside an import.
 _REDELIVER_SECONDS = 0.05
 _pending: Optional[int] = None
+# The signal sent again and not yet handled. The timer checks `_pending` and sends under
+# `_lock`, and the import that raises the kept signal clears `_pending` under it, so a
+# signal sent again after that is never sent; one sent just before arrives with
+# `_pending` already cleared and is dropped, instead of interrupting a second time.
+# Only one is ever in flight: each one handled inside an import starts the next timer.
+_lock = threading.Lock()
+_sent_again = False
 
 
 def _importing(frame) -> bool:
@@ -52,10 +59,16 @@ def _interrupt(signum: int) -> BaseException:
 
 
 def _raise(signum, frame) -> None:
-    global _pending
+    # No lock here: the handler runs in the main thread, which may hold `_lock` already.
+    global _pending, _sent_again
+    again, _sent_again = _sent_again, False
+    if again and _pending is None:
+        return
     if _importing(frame):
         _pending = signum
-        threading.Timer(_REDELIVER_SECONDS, _send_again, (signum,)).start()
+        timer = threading.Timer(_REDELIVER_SECONDS, _send_again, (signum,))
+        timer.daemon = True
+        timer.start()
         return
     _pending = None
     raise _interrupt(signum)
@@ -63,8 +76,11 @@ def _raise(signum, frame) -> None:
 
 def _send_again(signum: int) -> None:
     """The signal again, unless the next import raised it meanwhile."""
-    if _pending == signum:
-        os.kill(os.getpid(), signum)
+    global _sent_again
+    with _lock:
+        if _pending == signum:
+            _sent_again = True
+            os.kill(os.getpid(), signum)
 
 
 class _AtNextImport:
@@ -73,8 +89,9 @@ class _AtNextImport:
 
     def find_spec(self, name, path=None, target=None):
         global _pending
-        if _pending is not None:
+        with _lock:
             signum, _pending = _pending, None
+        if signum is not None:
             raise _interrupt(signum)
         return None
 
@@ -83,8 +100,10 @@ def raise_on_signals() -> None:
     """From now on SIGINT raises KeyboardInterrupt and SIGTERM `Terminated` in the main
     thread, never inside the import machinery. A SIGINT the process was started ignoring
     (a shell's background job, nohup) stays ignored."""
-    if not any(isinstance(finder, _AtNextImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _AtNextImport())
+    # First, even when called again after other finders were added: a finder before it
+    # that answers the next import would let that import start with the signal kept.
+    sys.meta_path[:] = [_AtNextImport()] + [finder for finder in sys.meta_path
+                                             if not isinstance(finder, _AtNextImport)]
     for signum in (signal.SIGINT, signal.SIGTERM):
         if signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, _raise)
