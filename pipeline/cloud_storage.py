@@ -16,7 +16,8 @@ Beam's gcsio) has bounds of its own: 60 s a request, 120 s of retries.
 from __future__ import annotations
 
 import os
-from typing import Dict, MutableMapping
+import threading
+from typing import Dict, Mapping, MutableMapping
 
 BOUNDS: Dict[str, str] = {
     # TCP connect and TLS handshake.
@@ -33,3 +34,48 @@ def bound(environ: MutableMapping[str, str] = os.environ) -> None:
     """`BOUNDS` into `environ`, but for a variable already set there."""
     for name, value in BOUNDS.items():
         environ.setdefault(name, value)
+
+
+# How long a command waits, before its work, for Cloud Storage to answer at all: a bucket
+# that does not answer is named in seconds, not after `BOUNDS` end its first operation.
+PROBE_SECONDS = 15.0
+# The host TensorFlow's client sends a bucket's requests to.
+HOST = "storage.googleapis.com"
+PROXY_VARIABLES = ("https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
+
+
+def _answers(bucket: str, found: list) -> None:
+    import http.client
+    import ssl
+
+    connection = http.client.HTTPSConnection(HOST, 443, timeout=PROBE_SECONDS)
+    try:
+        connection.request("HEAD", f"/{bucket}")
+        found.append(connection.getresponse().status)
+    except ssl.SSLError as err:  # something answered; the command's first call says what is wrong
+        found.append(type(err).__name__)
+    except OSError as err:
+        found.append(err)
+    finally:
+        connection.close()
+
+
+def require_answer(path: str, option: str, environ: Mapping[str, str] = os.environ) -> None:
+    """Raises ValueError, naming `option` and `path`, when Cloud Storage does not answer a
+    request about `path`'s bucket within `PROBE_SECONDS` (any answer will do: a missing
+    bucket or a refused credential is the command's first call's to name). Through a proxy
+    (`https_proxy` and the like, which TensorFlow's client follows) nothing is probed."""
+    if any(environ.get(name) for name in PROXY_VARIABLES):
+        return
+    bucket = path[len("gs://"):].split("/", 1)[0]
+    found: list = []
+    probe = threading.Thread(target=_answers, args=(bucket, found), daemon=True)
+    probe.start()
+    probe.join(PROBE_SECONDS)
+    if found and not isinstance(found[0], OSError):
+        return
+    why = f"({found[0]})" if found else f"within {PROBE_SECONDS:.0f} s"
+    raise ValueError(
+        f"{option} {path}: Cloud Storage ({HOST}) did not answer {why}: check the network route to it (proxy, "
+        "firewall, DNS) and Cloud Storage's status, then run again"
+    )

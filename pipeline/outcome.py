@@ -78,6 +78,10 @@ class RunReport:
     window_size: Optional[int] = None
     # The Trainer's warm-start decision and its reason, when it trained.
     warm_start: str = ""
+    # The version the candidate was warm-started from and evaluated against, as the serving
+    # baseline copied it (`components.custom.baseline`: a version, or "none"); "" when
+    # that node did not run.
+    baseline: str = ""
     # Why nothing was run, when nothing was.
     note: str = ""
     # The orchestrator's run id (MLMD's pipeline_run context).

@@ -15,14 +15,12 @@ from tfx.components.schema_gen.component import SchemaGen
 from tfx.components.statistics_gen.component import StatisticsGen
 from tfx.components.trainer.component import Trainer
 from tfx.components.transform.component import Transform
-from tfx.dsl.components.common.resolver import Resolver
 from tfx.dsl.experimental.conditionals.conditional import Cond
-from tfx.dsl.input_resolution.strategies.latest_blessed_model_strategy import LatestBlessedModelStrategy
 from tfx.orchestration import pipeline as tfx_pipeline
 from tfx.proto import example_gen_pb2, trainer_pb2, transform_pb2
-from tfx.types import Channel, standard_artifacts
 
-from components.custom import gate, ingest, serving_check, shadow_check, window
+from components.custom import baseline, gate, ingest, serving_check, shadow_check, window
+from components.custom import evaluator as evaluator_lib
 from components.custom import pusher as staged_pusher
 from components.model import SCHEMA_FILE, features
 from components.model.trainer import export
@@ -41,14 +39,13 @@ TRAIN_SPLIT, EVAL_SPLIT = "train", "eval"
 
 class NodeId:
     """Ids of the nodes other code names: the run report (`pipeline.inspect.run_report`)
-    reads their outputs; the compiled fixes (`pipeline.cloud.compiled_fixes`) find the
-    baseline's resolver tasks by its id."""
+    reads their outputs."""
 
     EXAMPLE_GEN = "ImportExampleGen"
     STATISTICS_GEN = "StatisticsGen"
     EXAMPLE_VALIDATOR = "ExampleValidator"
     DATA_GATE = "DataGate"
-    BASELINE = "LatestBlessedModelResolver"
+    BASELINE = baseline.NODE_ID
     TRAINER = "Trainer"
     EVALUATOR = "Evaluator"
     SERVING_CHECK = "ServingCheck"
@@ -226,7 +223,8 @@ class Training:
         return [self.transform, self.baseline, self.trainer, self.evaluator]
 
 
-def _training(data: DataChecks, settings: Settings, code_version: str) -> Training:
+def _training(data: DataChecks, settings: Settings, code_version: str, serving_model_dir: str,
+              serving: str) -> Training:
     """Transform → Trainer (warm-started from the serving model) → Evaluator against it."""
     examples, schema = data.example_gen.outputs["examples"], data.schema.outputs["schema"]
     splits = window_splits(settings.window_size)
@@ -251,19 +249,18 @@ def _training(data: DataChecks, settings: Settings, code_version: str) -> Traini
         ),
         custom_config={CODE_VERSION: code_version},
     )
-    # The baseline is the model that last reached serving (the Pusher's served
-    # blessings), not merely the last one the Evaluator blessed: see components.custom.pusher.
-    baseline = Resolver(
-        strategy_class=LatestBlessedModelStrategy,
-        model=Channel(type=standard_artifacts.Model),
-        model_blessing=Channel(type=staged_pusher.ServedModelBlessing),
+    # The version that serves, pinned or following: what the local run planned with, or
+    # in a compiled pipeline what SpanWindow read on this job (see components.custom.baseline).
+    serving_baseline = baseline.ServingBaseline(
+        model_dir=serving_model_dir,
+        serving=serving or data.span_window.outputs[window.SERVING_KEY].future()[0].value,
     ).with_id(NodeId.BASELINE)
     trainer = Trainer(
         run_fn=RUN_FN,
         examples=examples,
         transform_graph=transform.outputs["transform_graph"],
         schema=schema,
-        base_model=baseline.outputs["model"] if settings.warm_start else None,
+        base_model=serving_baseline.outputs[baseline.MODEL_KEY] if settings.warm_start else None,
         train_args=trainer_pb2.TrainArgs(splits=list(splits.train)),
         eval_args=trainer_pb2.EvalArgs(splits=[splits.eval]),
         custom_config={
@@ -275,13 +272,15 @@ def _training(data: DataChecks, settings: Settings, code_version: str) -> Traini
     evaluator = Evaluator(
         examples=examples,
         model=trainer.outputs["model"],
-        baseline_model=baseline.outputs["model"],
+        baseline_model=serving_baseline.outputs[baseline.MODEL_KEY],
         example_splits=[splits.eval],
         eval_config=_eval_config(settings.evaluation),
         # TFMA's extractors, reading only the example columns the eval config names.
         module_path=EVAL_EXTRACTORS_MODULE,
     ).with_id(NodeId.EVALUATOR)
-    return Training(transform, baseline, trainer, evaluator)
+    # TFX's, leaving out a baseline that holds no model (nothing served yet).
+    evaluator.executor_spec = evaluator_lib.executor()
+    return Training(transform, serving_baseline, trainer, evaluator)
 
 
 def _pushing(data: DataChecks, training: Training, serving_model_dir: str, settings: Settings,
@@ -339,6 +338,7 @@ def create_pipeline(
     static_inputs: str = "",
     span_listing: str = "",
     inputs: str = "",
+    serving: str = "",
     metadata_connection_config: Optional[Any] = None,
     enable_cache: bool = True,
 ) -> tfx_pipeline.Pipeline:
@@ -365,13 +365,16 @@ def create_pipeline(
         runner then turns that node's cache off).
       inputs: The candidate's inputs as a local run planned them
         (`components.support.registry.inputs_digest`); "" in a compiled pipeline.
+      serving: The version that served when a local run was planned
+        (`components.custom.baseline.serving_now`), the baseline's; "" in a compiled
+        pipeline, whose SpanWindow reads it on each job.
       metadata_connection_config: MLMD connection; None lets the orchestrator choose.
       enable_cache: Reuse outputs of executions whose inputs did not change.
     """
     data = _data_checks(data_root, schema_path, schema_digest, settings.window_size, span_listing,
                         settings.evaluation, serving_model_dir, code_version, inputs, static_inputs)
     with Cond(data.is_valid()):
-        training = _training(data, settings, code_version)
+        training = _training(data, settings, code_version, serving_model_dir, serving)
         pushing = _pushing(data, training, serving_model_dir, settings, code_version)
     if settings.parallel_beam_args:
         training.evaluator.with_beam_pipeline_args(list(settings.parallel_beam_args))

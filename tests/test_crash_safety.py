@@ -12,10 +12,9 @@ from ml_metadata.proto import metadata_store_pb2
 
 pytestmark = pytest.mark.slow
 
-RESOLVER = "LatestBlessedModelResolver"
 NODES = {
     "SpanWindow", "ImportExampleGen", "StatisticsGen", "InferredSchemaGen", "ImportSchemaGen", "ExampleValidator",
-    "DataGate", "Transform", "Trainer", RESOLVER, "Evaluator", "ServingCheck", "ShadowCheck", "Pusher",
+    "DataGate", "Transform", "ServingBaseline", "Trainer", "Evaluator", "ServingCheck", "ShadowCheck", "Pusher",
 }
 
 
@@ -30,7 +29,7 @@ def _run_until_a_node_finishes(argv, timeout, already_killed_after, only=None):
             seen.append(line)
             if line.startswith("["):
                 node, how = line.split("]", 1)[1].split()[0], line.split()[-1]
-                if how != "cached" and node not in already_killed_after and node != RESOLVER and only in (None, node):
+                if how != "cached" and node not in already_killed_after and only in (None, node):
                     process.send_signal(signal.SIGKILL)  # the next node is about to start
                     killed_after = node
                     break
@@ -56,7 +55,7 @@ def test_a_run_killed_after_every_node_in_turn_ends_as_one_uninterrupted_run(
         killed_after.append(node)
         assert len(ws.versions()) == (1 if "Pusher" in killed_after else 0), (killed_after, out)
         assert set(ws.serving_entries()) <= set(ws.versions()) | {".push.lock", "record.json"}  # no partial version
-    assert set(killed_after) == NODES - {RESOLVER}, killed_after
+    assert set(killed_after) == NODES, killed_after
     assert killed_after[-1] == "Pusher"
     assert status == 0, out
     # The run killed after its Pusher stands: its candidate is in the model's record, and
@@ -72,7 +71,7 @@ def test_a_run_killed_after_every_node_in_turn_ends_as_one_uninterrupted_run(
     states = executions(ws.metadata)
     complete, cached = metadata_store_pb2.Execution.COMPLETE, metadata_store_pb2.Execution.CACHED
     canceled = metadata_store_pb2.Execution.CANCELED
-    for node in NODES - {RESOLVER}:
+    for node in NODES:
         assert states[node].count(complete) == 1, (node, states[node])
         assert set(states[node]) <= {complete, cached, canceled}, (node, states[node])
 

@@ -16,8 +16,7 @@ from tests.helpers import Workspace
 
 NODES = {
     "SpanWindow", "ImportExampleGen", "StatisticsGen", "InferredSchemaGen", "ImportSchemaGen", "ExampleValidator",
-    "DataGate", "Transform", "Trainer", "LatestBlessedModelResolver", "Evaluator", "ServingCheck", "ShadowCheck",
-    "Pusher",
+    "DataGate", "Transform", "ServingBaseline", "Trainer", "Evaluator", "ServingCheck", "ShadowCheck", "Pusher",
 }
 COMPLETE = metadata_store_pb2.Execution.COMPLETE
 
@@ -37,6 +36,8 @@ def test_first_run_executes_every_node_once_and_pushes_one_version(finished_run,
     assert {node["node_id"] for node in record["nodes"]} == NODES
     assert record["eval_metrics"]["auc"] > 0.8
     assert record["stack"] == compat.describe()
+    assert record["baseline"] == "none"  # nothing served: trained from scratch, judged by the absolute thresholds
+    assert "Baseline (warm start and comparison): none, no version served" in finished_run.result.stdout
     # The serving check ran in the probe process the run started ahead, which was handed
     # the model when the Trainer finished, and it ended.
     log = open(finished_run.result.stdout.splitlines()[-2][len("Full log: "):]).read()

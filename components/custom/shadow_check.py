@@ -69,7 +69,7 @@ def ShadowCheck(  # a component is named like a class
     if not requests:
         said("passed, not checked: no --shadow-requests given")
         return
-    serving = serving_config.state(*os.path.split(model_dir.rstrip("/"))).serving if model_dir else None
+    serving = serving_config.serving_version(model_dir) if model_dir else None
     if serving is None:
         said("passed, not checked: no model serves yet")
         return

@@ -33,7 +33,7 @@ from tfx.dsl.component.experimental.decorators import component
 from tfx.proto import example_gen_pb2
 from tfx.types import standard_artifacts
 
-from components.custom import model_card
+from components.custom import baseline, model_card
 from components.support import registry, serving_config, spans
 
 NODE_ID = "SpanWindow"
@@ -46,6 +46,9 @@ SPANS_KEY = "spans_used"
 FRESH_KEY = "fresh"
 # The candidate's inputs (`registry.inputs_digest`), which the Pusher records.
 INPUTS_KEY = "inputs_used"
+# The version that serves (`baseline.serving_now`): in a compiled pipeline the serving
+# baseline's cache key, read on every job.
+SERVING_KEY = "serving_version"
 # The parameter a compiled pipeline sets to the pipeline job's id (see `SpanWindow`).
 JOB_PARAMETER = "job"
 ALL_SPANS_SPLIT = "all"
@@ -83,6 +86,7 @@ def SpanWindow(  # a component is named like a class
     spans_used: OutputArtifact[standard_artifacts.String],
     fresh: OutputArtifact[standard_artifacts.Integer],
     inputs_used: OutputArtifact[standard_artifacts.String],
+    serving_version: OutputArtifact[standard_artifacts.String],
     job: Parameter[str] = "",
     model_dir: Parameter[str] = "",
     inputs: Parameter[str] = "",
@@ -100,7 +104,8 @@ def SpanWindow(  # a component is named like a class
     this container's libraries and the window's files (`registry.inputs_digest`).
     `model_dir`, given, is the model's folder in the serving folder: `fresh` is 0 when its
     record says a candidate of these inputs serves or was the newest (`registry.decide`),
-    so the gate stops a job that has nothing new to train on.
+    so the gate stops a job that has nothing new to train on, and `serving_version` is
+    the version that serves there (`baseline.NOTHING_SERVES` without `model_dir`).
     """
     if job.startswith("{{$"):
         raise ValueError(
@@ -132,6 +137,7 @@ def SpanWindow(  # a component is named like a class
     if decision is not None:
         logging.info("nothing new to train: %s", decision.says)
     fresh.value = 0 if decision is not None else 1
+    serving_version.value = baseline.serving_now(model_dir) if model_dir else baseline.NOTHING_SERVES
 
 
 def trained_on(model_dir: str) -> List[int]:
@@ -141,6 +147,6 @@ def trained_on(model_dir: str) -> List[int]:
     newest = registry.read(model_dir).newest
     if newest is not None:
         return sorted(newest.spans)
-    serving = serving_config.state(*os.path.split(model_dir.rstrip("/"))).serving
+    serving = serving_config.serving_version(model_dir)
     card = model_card.read(os.path.join(model_dir, str(serving))) if serving is not None else None
     return sorted((card or {}).get("training_data", {}).get("spans", []))

@@ -37,6 +37,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from components.support import spans, whole_files
 
+# A serving version passed as text (a parameter) when no version serves.
+NOTHING_SERVES = "none"
 RECORD_FILE = "record.json"
 # Distributions whose version changes what a run computes: a candidate's inputs.
 RUNTIME_DISTRIBUTIONS = (

@@ -177,6 +177,12 @@ def state(serving_dir: str, model_name: str) -> ServingState:
     return ServingState(model_name, on_disk, loaded, dict(entry.version_labels), pinned)
 
 
+def serving_version(model_dir: str) -> Optional[int]:
+    """The version that serves the model in `model_dir` (`<serving folder>/<model name>`),
+    pinned or following; None when none does."""
+    return state(*os.path.split(model_dir.rstrip("/"))).serving
+
+
 def _entry_for(serving_dir: str, model_name: str, loaded: List[int], labels: Dict[str, int]):
     entry = model_server_config_pb2.ModelConfig(
         name=model_name,

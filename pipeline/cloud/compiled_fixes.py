@@ -8,23 +8,15 @@ so a TFX upgrade that changes either fails loudly instead of silently.
 
 from __future__ import annotations
 
-import re
-from typing import Any, Dict, Type
+from typing import Any, Dict
 
-from tfx.orchestration.kubeflow.v2 import compiler_utils
-from tfx.types import standard_artifacts
-from tfx.types.artifact import Artifact
-
-from components.custom import pusher, window
+from components.custom import window
 from pipeline import cloud_storage
-from pipeline.pipeline import NodeId
 
 # KFP's placeholder for the pipeline job's id, resolved by the backend when a task runs.
 PIPELINE_JOB_ID = "{{$.pipeline_job_uuid}}"
 # With an exit handler, TFX compiles the pipeline's tasks into a sub-DAG of this name.
 TFX_DAG = "tfx-dag"
-# The suffix of the task TFX compiles for the baseline resolver's blessing query.
-BLESSING_RESOLVER_SUFFIX = "-model-blessing-resolver"
 
 
 def dag_tasks(job: Dict[str, Any]) -> Dict[str, Any]:
@@ -33,38 +25,6 @@ def dag_tasks(job: Dict[str, Any]) -> Dict[str, Any]:
     spec = job["pipelineSpec"]
     sub_dag = spec.get("components", {}).get(TFX_DAG, {}).get("dag")
     return (sub_dag or spec["root"]["dag"])["tasks"]
-
-
-def artifact_title(artifact_type: Type[Artifact]) -> str:
-    """The schema title an artifact of this type is recorded with: its instance schema's
-    (`get_artifact_title` names `tfx.Artifact` for any type that is not TFX's own)."""
-    schema = compiler_utils.get_artifact_schema(artifact_type)
-    match = re.search(r"^title:\s*(\S+)\s*$", schema, re.M)
-    if not match:
-        raise ValueError(f"no title in the instance schema of {artifact_type.__name__}: {schema!r}")
-    return match.group(1)
-
-
-def baseline_is_the_served_model(job: Dict[str, Any]) -> Dict[str, Any]:
-    """The baseline resolver's blessing query asks for the Pusher's `ServedModelBlessing`.
-
-    The pipeline's baseline is the model that last reached serving (the resolver's
-    `model_blessing` channel is the Pusher's served blessings), but TFX 1.16-1.21 compile
-    the blessing query of `LatestBlessedModelStrategy` with `tfx.ModelBlessing` whatever
-    the channel's type: on Vertex the baseline, and the warm start, would be the last model
-    the Evaluator blessed, even one the serving check then refused.
-    """
-    evaluated = compiler_utils.get_artifact_title(standard_artifacts.ModelBlessing)
-    served = artifact_title(pusher.ServedModelBlessing)
-    executors = job["pipelineSpec"]["deploymentSpec"]["executors"]
-    for name, task in dag_tasks(job).items():
-        if not name.startswith(NodeId.BASELINE) or not name.endswith(BLESSING_RESOLVER_SUFFIX):
-            continue
-        component = job["pipelineSpec"]["components"][task["componentRef"]["name"]]
-        queries = executors[component["executorLabel"]]["resolver"]["outputArtifactQueries"]
-        for query in queries.values():
-            query["filter"] = query["filter"].replace(f'schema_title="{evaluated}"', f'schema_title="{served}"')
-    return job
 
 
 def cloud_storage_bounded_in_job(job: Dict[str, Any]) -> Dict[str, Any]:

@@ -43,7 +43,6 @@ def compile_pipeline(kfp_config: config.KubeflowConfig, output_path: str) -> Dic
         compiled_fixes.span_window_uncached_in_job,
         compiled_fixes.span_window_keyed_by_job,
         compiled_fixes.producer_tasks_named_as_compiled,
-        compiled_fixes.baseline_is_the_served_model,
         compiled_fixes.cloud_storage_bounded_in_job,
     ):
         job = fix(job)

@@ -18,7 +18,7 @@ from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 from tfx.types import standard_component_specs
 
-from components.custom import gate, serving_check, shadow_check, window
+from components.custom import baseline, gate, serving_check, shadow_check, window
 from components.custom import pusher as staged_pusher
 from components.model.trainer.settings import TRAINING_SUMMARY_FILE
 from components.support import registry, spans
@@ -254,6 +254,9 @@ def report_of(records: RunRecords, run_id: str) -> RunReport:
         report.outcome = Outcome.DATA_REJECTED
         report.anomalies = found
         return report
+    serving_baseline = output(NodeId.BASELINE, baseline.MODEL_KEY)
+    if serving_baseline is not None:
+        report.baseline = string_property(serving_baseline, baseline.SERVING_PROPERTY)
     model_run = output(NodeId.TRAINER, standard_component_specs.MODEL_RUN_KEY)
     if live(model_run):
         report.warm_start = warm_start(model_run.uri)

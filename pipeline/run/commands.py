@@ -12,7 +12,7 @@ import time
 from typing import Sequence
 
 from components import compat
-from components.support import spans
+from components.support import registry, spans
 from pipeline import config, failures, options
 from pipeline.beam import options as beam_options
 from pipeline.outcome import Ending, ExitCode, Outcome, RunReport
@@ -275,6 +275,10 @@ def summary(report: RunReport, log_path: str) -> str:
         more = len(report.ignored) - 3
         shown = ", ".join(report.ignored[:3]) + (f" and {more} more" if more > 0 else "")
         lines.append(f"Ignored (not span data, read by nothing; listed in the log): {shown}")
+    if report.baseline:
+        lines.append("Baseline (warm start and comparison): " + (
+            "none, no version served when the run started" if report.baseline == registry.NOTHING_SERVES
+            else f"version {report.baseline}, which served when the run started"))
     if report.warm_start:
         lines.append(f"Warm start: {report.warm_start}")
     if report.anomalies:

@@ -23,7 +23,7 @@ from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 from tfx.orchestration.portable import runtime_parameter_utils
 
 from components import compat
-from components.custom import pusher, serving_check
+from components.custom import baseline, pusher, serving_check
 from components.support import beam_place
 from pipeline import config, outcome
 from pipeline import pipeline as pipeline_lib
@@ -42,6 +42,7 @@ def build_pipeline(
 ) -> tfx_pipeline.Pipeline:
     return pipeline_lib.create_pipeline(
         **run_config.pipeline_args(span_listing, inputs),
+        serving=baseline.serving_now(run_config.model_serving_dir),
         metadata_connection_config=run_report.connection_config(run_config.metadata),
         enable_cache=enable_cache,
     )

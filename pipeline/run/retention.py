@@ -5,8 +5,6 @@ What is kept (`Keep`), as whole runs (every artifact their executions read or wr
 - the newest `keep_runs` runs, and the runs `last_run.json` records;
 - every run that pushed a version still in the serving folder (pinned, labelled, loaded
   or within `--keep-versions`: whatever is on disk there);
-- the run that made the model the next run warm-starts from and compares against (the
-  newest blessed model that reached serving: what `LatestBlessedModelResolver` returns);
 - and behind every kept artifact, what made it: the producing execution's inputs, and
   theirs, except a warm-start or baseline model's own history (only that model is kept),
   so `lineage VERSION` and `report RUN` keep working for what is kept.
@@ -38,10 +36,9 @@ from typing import Dict, Iterable, List, Optional, Set, Tuple
 import tensorflow as tf
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
-from tfx.components.evaluator import constants as evaluator_constants
 from tfx.types import standard_component_specs
 
-from components.custom import pusher, serving_check
+from components.custom import pusher
 from pipeline import config
 from pipeline.inspect import report_page, run_report
 from pipeline.pipeline import NodeId
@@ -54,7 +51,6 @@ REMOVED_PROPERTY = run_report.REMOVED_PROPERTY
 # TFX's scratch folder of each execution, under its node's folder.
 SCRATCH = (".system", "executor_execution")
 NEWEST = "among the newest runs"
-MODEL_ID = evaluator_constants.ARTIFACT_PROPERTY_CURRENT_MODEL_ID_KEY
 # When `gc` marked an artifact MARKED_FOR_DELETION (seconds since the epoch, a double:
 # MySQL's MLMD holds 32-bit integers).
 MARKED_PROPERTY = "gc_marked_at"
@@ -149,8 +145,8 @@ class _Graph:
 
 
 def _reference(event: metadata_store_pb2.Event) -> bool:
-    """An input event of a warm-start or baseline model, or a resolver's output (what the
-    LatestBlessedModelResolver found: that same model and its blessing)."""
+    """An input event of a warm-start or baseline model, or a resolver's output (runs made
+    before the baseline was read from the serving folder resolved it from the store)."""
     if event.type in (metadata_store_pb2.Event.INTERNAL_INPUT, metadata_store_pb2.Event.INTERNAL_OUTPUT):
         return True
     return (event.type in run_report.INPUT_EVENTS and bool(event.path.steps)
@@ -176,21 +172,6 @@ def _served_runs(graph: _Graph, model_dir: str) -> Dict[str, str]:
     return found
 
 
-def _next_run_model(graph: _Graph) -> Optional[str]:
-    """The run whose model the next run warm-starts from and evaluates against: the newest
-    LIVE served blessing that says blessed, as LatestBlessedModelStrategy picks it."""
-    served_type = graph.types.get(pusher.ServedModelBlessing.TYPE_NAME)
-    served = [run_report.int_property(a, MODEL_ID) for a in graph.artifacts.values()
-              if a.type_id == served_type and a.state == Artifact.LIVE
-              and run_report.int_property(a, serving_check.BLESSED_PROPERTY) == 1]
-    served = [model_id for model_id in served if model_id is not None]
-    if not served:
-        return None
-    model_id = max(served)
-    producers = graph.producers.get(model_id, ())
-    return graph.run_of.get(min(producers)) if producers else None
-
-
 def plan(
     store: metadata_store.MetadataStore, pipeline_name: str, pipeline_root: str, model_dir: str,
     keep_runs: int, recorded: Iterable[str] = (), shared: bool = False,
@@ -213,9 +194,6 @@ def plan(
             kept.setdefault(run_id, "recorded in last_run.json")
     for run_id, why in _served_runs(graph, model_dir).items():
         kept.setdefault(run_id, why)
-    next_model = _next_run_model(graph)
-    if next_model is not None:
-        kept.setdefault(next_model, "made the next run's warm start and baseline")
     seeds = [graph.run_artifacts(run_id) for run_id in kept]
     keep = graph.behind(a for made, _ in seeds for a in made) | {a for _, references in seeds for a in references}
     doomed = [a for a in graph.artifacts.values()

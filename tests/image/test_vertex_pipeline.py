@@ -176,11 +176,6 @@ def test_a_job_with_no_new_span_trains_nothing_pushes_nothing_and_says_nothing_n
     schedule.nothing_new(unchanged_job, first_job, bucket)
 
 
-def _model_uri(job) -> str:
-    (model,) = job.tasks["Trainer"].outputs["model"]
-    return model["uri"]
-
-
 def _warm_start(job, bucket) -> dict:
     """What the Trainer wrote of its warm start, read from gs:// (its training summary)."""
     (model_run,) = job.tasks["Trainer"].outputs["model_run"]
@@ -196,8 +191,8 @@ def test_a_model_the_serving_check_refuses_is_not_pushed_and_never_becomes_the_b
         assert job.tasks[name].state == "SUCCEEDED", states
     # Trained on the new span, warm-started from the serving model, blessed by the
     # Evaluator against it, refused by the serving check: nothing pushed.
-    (baseline,) = job.tasks["LatestBlessedModelResolver-model-resolver"].outputs["model"]
-    assert baseline["uri"] == _model_uri(first_job)
+    (baseline,) = job.tasks["ServingBaseline"].outputs["model"]
+    assert baseline["metadata"]["serving_version"] == schedule.pushed_version(first_job), baseline
     assert _warm_start(job, bucket)["used"] is True
     (evaluated,) = job.tasks["Evaluator"].outputs["blessing"]
     assert evaluated["metadata"]["blessed"] == 1, evaluated
@@ -207,8 +202,10 @@ def test_a_model_the_serving_check_refuses_is_not_pushed_and_never_becomes_the_b
     assert refused_job.versions_after == refused_job.versions_before
     # The next job's Evaluator compares with the model that still serves, not the refused one.
     later = pushing_job.job
+    (later_baseline,) = later.tasks["ServingBaseline"].outputs["model"]
+    assert later_baseline["metadata"]["serving_version"] == schedule.pushed_version(first_job), report(later)
     (compared,) = later.tasks["Evaluator"].outputs["blessing"]
-    assert compared["metadata"]["baseline_model"] == _model_uri(first_job) != _model_uri(job), report(later)
+    assert compared["metadata"]["baseline_model"] == later_baseline["uri"], report(later)
 
 
 def test_a_clean_new_span_trains_from_the_serving_model_and_pushes(pushing_job, bucket):
@@ -237,12 +234,9 @@ def test_a_new_span_with_an_anomaly_skips_training_and_pushes_nothing(anomaly_jo
     assert verdict["metadata"]["blessed"] == 0, verdict
     # The Cond is false: Transform is skipped, and nothing after it runs.
     assert job.tasks["Transform"].state == "SKIPPED", states
-    for name in ("Trainer", "Evaluator", "ServingCheck", "Pusher"):
+    for name in ("ServingBaseline", "Trainer", "Evaluator", "ServingCheck", "Pusher"):
         assert job.tasks[name].state in ("SKIPPED", "NOT_TRIGGERED"), states
     assert anomaly_job.versions_after == versions_before
-    # The resolver found the model that serves (what a baseline would have been).
-    (model,) = job.tasks["LatestBlessedModelResolver-model-resolver"].outputs["model"]
-    assert model["uri"] == _model_uri(pushing_job.job)
     # The exit handler said so.
     (alert,) = [body for body in anomaly_job.alerts if job.job_id in body["text"]]
     assert alert["outcome"] == "succeeded" and alert["version"] is None

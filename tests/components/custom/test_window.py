@@ -52,11 +52,11 @@ def test_a_run_stops_naming_both_listings_when_span_folders_changed_since_planni
     def run(listing, job=""):
         input_config, spans_used = standard_artifacts.String(), standard_artifacts.String()
         input_config.uri, spans_used.uri = str(tmp_path / "input_config"), str(tmp_path / "spans_used")
-        fresh, inputs = standard_artifacts.Integer(), standard_artifacts.String()
-        fresh.uri, inputs.uri = str(tmp_path / "fresh"), str(tmp_path / "inputs")
+        fresh, inputs, serving = standard_artifacts.Integer(), standard_artifacts.String(), standard_artifacts.String()
+        fresh.uri, inputs.uri, serving.uri = str(tmp_path / "fresh"), str(tmp_path / "inputs"), str(tmp_path / "s")
         window.SpanWindow.EXECUTOR_SPEC.executor_class._FUNCTION(
             data_root=str(tmp_path), window_size=2, listing=listing, input_config=input_config,
-            spans_used=spans_used, fresh=fresh, inputs_used=inputs, job=job,
+            spans_used=spans_used, fresh=fresh, inputs_used=inputs, serving_version=serving, job=job,
         )
         return spans_used.value
 
@@ -84,7 +84,8 @@ def test_a_window_whose_inputs_the_record_knows_is_not_fresh(tmp_path):
     model_dir.mkdir(parents=True)
 
     def run(window_size):
-        outputs = {name: standard_artifacts.String() for name in ("input_config", "spans_used", "inputs_used")}
+        outputs = {name: standard_artifacts.String()
+                   for name in ("input_config", "spans_used", "inputs_used", "serving_version")}
         flag = standard_artifacts.Integer()
         (tmp_path / "out").mkdir(exist_ok=True)
         for name, artifact in [*outputs.items(), ("fresh", flag)]:
@@ -92,10 +93,13 @@ def test_a_window_whose_inputs_the_record_knows_is_not_fresh(tmp_path):
         window.SpanWindow.EXECUTOR_SPEC.executor_class._FUNCTION(
             data_root=str(data), window_size=window_size, listing="", fresh=flag, model_dir=str(model_dir),
             static_inputs="code-and-settings", **outputs)
+        served[0] = outputs["serving_version"].value
         return flag.value, outputs["inputs_used"].value
 
+    served = [None]
     fresh, inputs = run(2)
     assert fresh == 1  # nothing recorded yet
+    assert served == ["none"]  # and nothing serves: the baseline's cache key
     record = registry.Record()
     record.add(registry.Candidate(inputs=inputs, spans=[2, 3], fate=registry.Fate.SERVED, version=100))
     record.serving = 100

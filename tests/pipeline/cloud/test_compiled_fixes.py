@@ -6,7 +6,6 @@ import json
 import pytest
 from google.protobuf import json_format
 
-from components.custom import pusher
 from pipeline import cloud_storage, config
 from pipeline.cloud import compiled_fixes, kubeflow_runner
 
@@ -44,27 +43,6 @@ def test_runtime_parameters_are_compiled_from_a_missing_task_and_the_fix_names_t
     producer = (fixed["pipelineSpec"]["root"]["dag"]["tasks"]["ImportExampleGen"]["inputs"]["parameters"]
                 ["input_config"]["taskOutputParameter"]["producerTask"])
     assert producer == "SpanWindow"
-
-
-
-
-def test_the_baseline_query_names_the_evaluators_blessing_and_the_fix_the_served_one(compiled_job):
-    def blessing_filter(job):
-        spec = job["pipelineSpec"]
-        task = spec["root"]["dag"]["tasks"]["LatestBlessedModelResolver-model-blessing-resolver"]
-        label = spec["components"][task["componentRef"]["name"]]["executorLabel"]
-        (query,) = spec["deploymentSpec"]["executors"][label]["resolver"]["outputArtifactQueries"].values()
-        return query["filter"]
-
-    assert blessing_filter(compiled_job).startswith('schema_title="tfx.ModelBlessing" AND state=LIVE')
-    fixed = blessing_filter(compiled_fixes.baseline_is_the_served_model(_job()))
-    served = compiled_fixes.artifact_title(pusher.ServedModelBlessing)
-    assert served == pusher.ServedModelBlessing.TYPE_NAME
-    assert fixed == f'schema_title="{served}" AND state=LIVE AND metadata.blessed.number_value=1', fixed
-    # The artifacts the Pusher records are of that title: the query can find them.
-    (served_output,) = [definition for key, definition in compiled_job["pipelineSpec"]["components"]["Pusher"]
-                        ["outputDefinitions"]["artifacts"].items() if key == pusher.SERVED_KEY]
-    assert f"title: {served}" in served_output["artifactType"]["instanceSchema"]
 
 
 def test_the_job_id_keys_the_span_window_and_is_declared_as_its_input(compiled_job):

@@ -9,14 +9,12 @@ from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
 from components.support import spans
-from pipeline import cli
+from pipeline import cli, config
 
 IMAGE = "europe-west4-docker.pkg.dev/project/repo/taxi-pipeline:1.0"
 TASKS = {
     "ImportExampleGen", "StatisticsGen", "InferredSchemaGen", "ImportSchemaGen", "ExampleValidator", "DataGate",
-    "Transform", "Trainer", "LatestBlessedModelResolver-model-resolver",
-    "LatestBlessedModelResolver-model-blessing-resolver", "Evaluator", "ServingCheck", "ShadowCheck", "Pusher",
-    "SpanWindow",
+    "Transform", "ServingBaseline", "Trainer", "Evaluator", "ServingCheck", "ShadowCheck", "Pusher", "SpanWindow",
 }
 
 
@@ -40,6 +38,23 @@ def test_every_node_is_a_task_running_the_pipeline_image(compiled):
     containers = [executors[name]["container"] for name in executors if "container" in executors[name]]
     assert len(containers) >= 10
     assert {container["image"] for container in containers} == {IMAGE}
+
+
+def test_the_baseline_is_a_container_task_keyed_by_the_version_the_window_read_and_no_task_resolves(compiled):
+    """No resolver task (Kubeflow Pipelines' own backend refuses them); the baseline's
+    cache key is the serving version SpanWindow read on the job, by value."""
+    text, spec = compiled
+    executors = spec.deployment_spec["executors"]
+    assert not [name for name in executors if "resolver" in executors[name]]
+    assert "resolver" not in text.lower().replace("producertask", "")
+    serving = spec.root.dag.tasks["ServingBaseline"].inputs.parameters["serving"].task_output_parameter
+    assert (serving.producer_task, serving.output_parameter_key) == ("SpanWindow", "serving_version")
+    model_dir = spec.root.dag.tasks["ServingBaseline"].inputs.parameters["model_dir"]
+    assert model_dir.runtime_value.constant_value.string_value == f"gs://bucket/serving/{config.MODEL_NAME}"
+    for task, key in (("Trainer", "base_model"), ("Evaluator", "baseline_model")):
+        (channel,) = spec.root.dag.tasks[task].inputs.artifacts[key].task_output_artifact,
+        assert (channel.producer_task, channel.output_artifact_key) == ("ServingBaseline", "model")
+    assert "components.custom.evaluator.Executor" in text
 
 
 def test_user_code_is_referred_to_through_the_installed_package(compiled):
