@@ -39,8 +39,8 @@ def bound(environ: MutableMapping[str, str] = os.environ) -> None:
 # How long a command waits, before its work, for Cloud Storage to answer at all: a bucket
 # that does not answer is named in seconds, not after `BOUNDS` end its first operation.
 PROBE_SECONDS = 15.0
-# The host TensorFlow's client sends a bucket's requests to.
-HOST = "storage.googleapis.com"
+# Where TensorFlow's client sends a bucket's requests.
+HOST, PORT = "storage.googleapis.com", 443
 PROXY_VARIABLES = ("https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
 
 
@@ -48,7 +48,7 @@ def _answers(bucket: str, found: list) -> None:
     import http.client
     import ssl
 
-    connection = http.client.HTTPSConnection(HOST, 443, timeout=PROBE_SECONDS)
+    connection = http.client.HTTPSConnection(HOST, PORT, timeout=PROBE_SECONDS)
     try:
         connection.request("HEAD", f"/{bucket}")
         found.append(connection.getresponse().status)

@@ -12,7 +12,7 @@ from typing import Dict, List
 from components import setting
 from components.model.trainer.settings import ExportConfig
 from components.support import spans
-from pipeline import config
+from pipeline import cloud_storage, config
 from pipeline.beam import options as beam_options
 
 # The characters that make a path a glob pattern.
@@ -305,8 +305,10 @@ def require_writable_folder(path: str, option: str) -> None:
     TensorFlow loads) with the words the write would fail with at its end: a file where
     the folder is wanted, a parent that is a file, or no right to write where the folder
     is or would be made. ValueError naming the option, the path and what to do.
-    Remote folders are checked by their first write."""
+    A remote folder's bucket must answer within seconds (`cloud_storage.require_answer`);
+    what it holds is checked by the first write."""
     if spans.is_remote(path):
+        cloud_storage.require_answer(path, option)
         return
     path = os.path.abspath(path)
     if os.path.exists(path) and not os.path.isdir(path):
