@@ -299,8 +299,8 @@ def _pushing(data: DataChecks, training: Training, serving_model_dir: str, setti
     shadowed = shadow_check.ShadowCheck(
         model=model,
         model_blessing=checked.outputs[serving_check.BLESSING_KEY],
+        baseline=training.baseline.outputs[baseline.MODEL_KEY],
         requests=shadow.shadow_requests,
-        model_dir=serving_model_dir,
         sample_size=shadow.shadow_sample_size,
         max_flip_rate=shadow.max_flip_rate,
         max_score_shift=shadow.max_score_shift,

@@ -116,7 +116,7 @@ def test_a_candidate_the_evaluator_blesses_but_whose_scores_move_on_logged_traff
     assert refused.returncode == 8, refused.stdout + refused.stderr
     line = next(line for line in refused.stdout.splitlines() if "shadow check REFUSED it" in line)
     assert "flip rate " in line or "score shift " in line, line
-    assert " over its threshold " in line and "newest requests, against version " in line
+    assert " over its threshold " in line and f"newest requests, against version {versions[-1]}" in line
     page = next(line for line in refused.stdout.splitlines() if line.startswith("Report: "))[len("Report: "):]
     text = open(page).read()
     assert 'id="shadow-check"' in text and "both models' scores of the logged requests" in text

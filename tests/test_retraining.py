@@ -24,7 +24,7 @@ def test_retrain_trains_on_the_window_then_warm_starts_on_the_next_span(workspac
     assert first.returncode == 0, first.stdout + first.stderr
     record = last_run(ws.out)
     assert (record["spans"], record["window_size"]) == ([11, 12, 13], 3)
-    assert record["warm_start"] == "no: no blessed model yet"
+    assert record["warm_start"] == "no: no model serves yet"
     assert "Spans: trained on 11, 12; evaluated on 13" in first.stdout
     assert_ignored_in_log(first, leftovers)
 

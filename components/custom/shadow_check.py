@@ -1,5 +1,6 @@
 """The shadow check, between the serving check and the Pusher: the candidate and the model
-that serves score the same newest logged requests (`--shadow-requests`), and a candidate
+that serves (the serving baseline, which the Evaluator compared against: its cache key is
+that version) score the same newest logged requests (`--shadow-requests`), and a candidate
 whose scores move past a threshold (`components.support.shadow`: the flip rate at the
 serving threshold, the score shift) is not pushed.
 
@@ -15,14 +16,14 @@ the model reads) refuses the push: a switch nobody could check is not made.
 # No `from __future__ import annotations`: TFX reads this component's type hints.
 import json
 import logging
-import os
 
 from tfx.dsl.component.experimental.annotations import InputArtifact, OutputArtifact, Parameter
 from tfx.dsl.component.experimental.decorators import component
 from tfx.types import standard_artifacts
 
+from components.custom import baseline as serving_baseline
 from components.custom import serving_check
-from components.support import registry, serving_config, shadow
+from components.support import registry, shadow
 
 BLESSING_KEY = "blessing"
 # What was measured (`shadow.Measures.to_json`), and the check's finding in one line.
@@ -40,9 +41,9 @@ def _pass_on(given, blessing) -> None:
 def ShadowCheck(  # a component is named like a class
     model: InputArtifact[standard_artifacts.Model],
     model_blessing: InputArtifact[standard_artifacts.ModelBlessing],
+    baseline: InputArtifact[standard_artifacts.Model],
     blessing: OutputArtifact[standard_artifacts.ModelBlessing],
     requests: Parameter[str] = "",
-    model_dir: Parameter[str] = "",
     sample_size: Parameter[int] = 2000,
     max_flip_rate: Parameter[float] = 0.05,
     max_score_shift: Parameter[float] = 0.3,
@@ -50,7 +51,8 @@ def ShadowCheck(  # a component is named like a class
     code_version: Parameter[str] = "",  # read by the cache key alone: an edit to the check re-runs it
 ) -> None:
     """Refuses a candidate whose scores on the newest logged requests move past a
-    threshold from the serving model's (see the module doc)."""
+    threshold from those of the model that serves, `baseline` (`components.custom.baseline`:
+    the version the Evaluator compared against; see the module doc)."""
     from tfx.utils import path_utils
 
     from components.model.trainer.export import DECISION_THRESHOLD
@@ -69,16 +71,16 @@ def ShadowCheck(  # a component is named like a class
     if not requests:
         said("passed, not checked: no --shadow-requests given")
         return
-    serving = serving_config.serving_version(model_dir) if model_dir else None
-    if serving is None:
+    if not serving_baseline.holds_a_model(baseline):
         said("passed, not checked: no model serves yet")
         return
+    serving = int(baseline.get_string_custom_property(serving_baseline.SERVING_PROPERTY))
     found = shadow.sample(requests, sample_size, max_malformed)
     if found.problem:
         said(f"the traffic was not judged: {found.problem} ({requests})", refused=True)
         return
     measures = shadow.measure(shadow.score(path_utils.serving_model_path(model.uri), found.examples),
-                              shadow.score(os.path.join(model_dir, str(serving)), found.examples),
+                              shadow.score(path_utils.serving_model_path(baseline.uri), found.examples),
                               DECISION_THRESHOLD)
     blessing.set_string_custom_property(MEASURES_PROPERTY, json.dumps({**measures.to_json(), "serving": serving}))
     against = f"the {measures.requests} newest requests, against version {serving}"

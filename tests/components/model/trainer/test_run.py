@@ -37,7 +37,9 @@ def _summary(fn_args) -> dict:
 
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory, examples_file, transform_output_dir):
-    fn_args = _fn_args(tmp_path_factory.mktemp("first"), examples_file, transform_output_dir)
+    root = tmp_path_factory.mktemp("first")
+    # As the pipeline gives it before any version serves: the serving baseline, holding no model.
+    fn_args = _fn_args(root, examples_file, transform_output_dir, base_model=str(root / "baseline" / "Format-Serving"))
     run.run_fn(fn_args)
     return fn_args
 
@@ -49,7 +51,7 @@ def test_summary_records_one_trace_per_function_and_the_cut_batch_size(first_run
     # 40 rows, at least 10 steps an epoch: batches of the 32-example floor.
     assert summary["config"]["batch_size"] == 32
     assert summary["steps"] == 2 * 2
-    assert summary["warm_start"] == {"used": False, "reason": "no blessed model yet", "remapped_tokens": 0}
+    assert summary["warm_start"] == {"used": False, "reason": "no model serves yet", "remapped_tokens": 0}
     assert 0.0 <= summary["eval_auc"] <= 1.0
 
 
