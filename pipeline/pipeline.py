@@ -345,10 +345,8 @@ def create_pipeline(
     """The full DAG, from ImportExampleGen to Pusher.
 
     Args:
-      settings: What the pipeline does (`pipeline.config.Settings`: the Trainer's, the
-        export's and the blessing's settings, the versions kept, the serving check's
-        budget, the rolling window, the warm start, the Beam options), each declared once
-        with its default and its help.
+      settings: What the pipeline does (`pipeline.config.Settings`), each setting
+        declared once with its default and its help.
       pipeline_root: Where component outputs are written (local path or gs://).
       data_root: Folder of `span-<N>/` folders of GZIP TFRecords of tf.Example.
       schema_path: Folder holding the curated `schema.pbtxt` imported as the contract.
@@ -365,9 +363,8 @@ def create_pipeline(
         runner then turns that node's cache off).
       inputs: The candidate's inputs as a local run planned them
         (`components.support.registry.inputs_digest`); "" in a compiled pipeline.
-      serving: The version that served when a local run was planned
-        (`components.custom.baseline.serving_now`), the baseline's; "" in a compiled
-        pipeline, whose SpanWindow reads it on each job.
+      serving: The version serving when a local run was planned, the baseline's
+        (`components.custom.baseline`); "" in a compiled pipeline (SpanWindow reads it).
       metadata_connection_config: MLMD connection; None lets the orchestrator choose.
       enable_cache: Reuse outputs of executions whose inputs did not change.
     """

@@ -64,13 +64,16 @@ def test_retention_bounds_the_runs_kept_and_leaves_no_folder_of_a_removed_run(so
                           "WHERE t.name = 'pipeline_run'").fetchone()[0]
         removed = db.execute("SELECT COUNT(*) FROM ContextProperty WHERE name = 'gc_removed'").fetchone()[0]
     served = len(weeks[-1]["versions"])
-    # Kept: the newest runs, those behind the served versions, and the warm start's.
-    assert len(models) <= KEEP_RUNS + served + 1
-    assert removed >= runs - (KEEP_RUNS + served + 1) > 0
-    # The Trainer's output folders are those of the models kept, nothing of removed or
-    # killed executions.
-    folders = {str(path) for path in (work / "out" / "pipeline_root" / "Trainer" / "model").iterdir()}
-    assert folders == {uri for (uri,) in models}
+    by_node = {node: {uri for (uri,) in models if f"/pipeline_root/{node}/" in uri}
+               for node in ("Trainer", "ServingBaseline")}
+    assert by_node["Trainer"] | by_node["ServingBaseline"] == {uri for (uri,) in models}
+    # Kept: the newest runs and those behind the served versions.
+    assert len(by_node["Trainer"]) <= KEEP_RUNS + served
+    assert removed >= runs - (KEEP_RUNS + served) > 0
+    # The output folders of the Trainer and of the serving baseline (the copy of the version
+    # that served) are those of the models kept, nothing of removed or killed executions.
+    for node, kept in by_node.items():
+        assert {str(path) for path in (work / "out" / "pipeline_root" / node / "model").iterdir()} == kept, node
 
 
 # What no execution may do: read an artifact after `gc` marked it (to delete it).

@@ -179,8 +179,15 @@ def state(serving_dir: str, model_name: str) -> ServingState:
 
 def serving_version(model_dir: str) -> Optional[int]:
     """The version that serves the model in `model_dir` (`<serving folder>/<model name>`),
-    pinned or following; None when none does."""
-    return state(*os.path.split(model_dir.rstrip("/"))).serving
+    pinned or following, as `models.config` names it, else as the record last noted it;
+    None when neither names one. Not TF Serving's default for a folder with no config (the
+    newest version): a push cut short after its copy and before `models.config` names no
+    version that serves, so the run that completes it sees what the cut run saw."""
+    serving_dir, model_name = os.path.split(model_dir.rstrip("/"))
+    if _model_entry(read_config(serving_dir), model_name) is not None:
+        return state(serving_dir, model_name).serving
+    noted = registry.read(model_dir).serving
+    return noted if noted is not None and noted in versions(model_dir) else None
 
 
 def _entry_for(serving_dir: str, model_name: str, loaded: List[int], labels: Dict[str, int]):
