@@ -59,6 +59,11 @@ def _post(request: urllib.request.Request, timeout: float, problem: List[Optiona
     except urllib.error.HTTPError as err:
         problem[0] = f"the webhook answered HTTP {err.code}"
     except (urllib.error.URLError, OSError) as err:
+        if isinstance(err, TimeoutError) or isinstance(getattr(err, "reason", None), TimeoutError):
+            # The socket's own timeout, which may end the request a moment before `post`
+            # stops waiting: the same silence, said the same way.
+            problem[0] = f"the webhook did not answer within {timeout:g} s"
+            return
         problem[0] = f"the webhook could not be reached: {getattr(err, 'reason', err)}"
     except (http.client.HTTPException, ValueError) as err:  # their messages may quote the URL: the class only
         problem[0] = f"the webhook could not be reached ({type(err).__name__})"

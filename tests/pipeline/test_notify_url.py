@@ -3,6 +3,8 @@ instead of the command line, and logs name only its scheme and host."""
 
 import argparse
 import logging
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -107,3 +109,14 @@ def test_a_bad_url_is_refused_where_it_is_read_naming_its_source_not_its_content
     with pytest.raises(ValueError, match=f"in {config.NOTIFY_URL_ENV} is not") as raised:
         options.notify_url(_args())
     assert not isinstance(raised.value, options.UsageError) and "s3cr3t" not in str(raised.value)
+
+
+@pytest.mark.parametrize("timed_out", [TimeoutError("timed out"), urllib.error.URLError(TimeoutError("timed out"))])
+def test_the_sockets_own_timeout_is_said_as_the_silence_it_is(monkeypatch, timed_out):
+    """urllib's timeout may end the request a moment before `post` stops waiting: the same
+    words either way, whichever comes first."""
+    def silent(request, timeout):
+        raise timed_out
+
+    monkeypatch.setattr(urllib.request, "urlopen", silent)
+    assert alerts.post(SECRET, {"text": "x"}, timeout=2) == "the webhook did not answer within 2 s"
