@@ -64,6 +64,9 @@ KEEP_VERSIONS_KEY = "keep_versions"
 INPUTS_KEY = "inputs"
 SPANS_KEY = "spans"
 PROMOTION_KEY = "promotion"
+# The run that made the candidate, as the record names it: set in a compiled pipeline to
+# the pipeline job's name (`pipeline.cloud.compiled_fixes`); a local run's is its run id.
+RUN_KEY = "run"
 # The PushedModel's fate in the record (`registry.Fate`), which the run report reads.
 FATE_PROPERTY = "fate"
 SERVED_KEY = "served_blessing"
@@ -303,6 +306,7 @@ class StagedPusherSpec(ComponentSpec):
         INPUTS_KEY: ExecutionParameter(type=str, optional=True),
         SPANS_KEY: ExecutionParameter(type=str, optional=True),
         PROMOTION_KEY: ExecutionParameter(type=str, optional=True),
+        RUN_KEY: ExecutionParameter(type=str, optional=True),
     }
     INPUTS = {
         standard_component_specs.MODEL_KEY: ChannelParameter(type=standard_artifacts.Model),
@@ -429,7 +433,7 @@ class Executor(tfx_pusher_executor.Executor):
             inputs=exec_properties.get(INPUTS_KEY) or "",
             spans=spans.parse_numbers(exec_properties.get(SPANS_KEY) or ""),
             fate=registry.Fate.SERVED,
-            run=str(getattr(self._context, "pipeline_run_id", "") or ""),
+            run=exec_properties.get(RUN_KEY) or str(getattr(self._context, "pipeline_run_id", "") or ""),
             at=registry.now(),
         )
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from components.custom import window
+from components.custom import pusher, window
 from pipeline import cloud_storage
+from pipeline.pipeline import NodeId
 
-# KFP's placeholder for the pipeline job's id, resolved by the backend when a task runs.
+# KFP's placeholders for the pipeline job's id and name, resolved by the backend when a task runs.
 PIPELINE_JOB_ID = "{{$.pipeline_job_uuid}}"
+PIPELINE_JOB_NAME = "{{$.pipeline_job_name}}"
 # With an exit handler, TFX compiles the pipeline's tasks into a sub-DAG of this name.
 TFX_DAG = "tfx-dag"
 
@@ -56,6 +58,20 @@ def span_window_uncached_in_job(job: Dict[str, Any]) -> Dict[str, Any]:
     return job
 
 
+def _job_constant(job: Dict[str, Any], task_name: str, parameter: str, placeholder: str) -> Dict[str, Any]:
+    """Task `task_name` takes `placeholder` (resolved per job) as its string `parameter`."""
+    spec = job["pipelineSpec"]
+    tasks = dag_tasks(job)
+    if task_name in tasks:
+        # The spec's schema (2.0.0) form of a constant; the backend resolves the placeholder.
+        parameters = tasks[task_name].setdefault("inputs", {}).setdefault("parameters", {})
+        parameters[parameter] = {"runtimeValue": {"constantValue": {"stringValue": placeholder}}}
+        component = spec["components"][tasks[task_name]["componentRef"]["name"]]
+        definitions = component.setdefault("inputDefinitions", {}).setdefault("parameters", {})
+        definitions[parameter] = {"type": "STRING"}
+    return job
+
+
 def span_window_keyed_by_job(job: Dict[str, Any]) -> Dict[str, Any]:
     """The SpanWindow task takes the pipeline job's id as its `job` parameter.
 
@@ -64,16 +80,15 @@ def span_window_keyed_by_job(job: Dict[str, Any]) -> Dict[str, Any]:
     would again be the first run's forever. With the job's id among its inputs, no two
     jobs' SpanWindow tasks have the same cache key, whatever caching is asked for.
     """
-    spec = job["pipelineSpec"]
-    tasks = dag_tasks(job)
-    if window.NODE_ID in tasks:
-        # The spec's schema (2.0.0) form of a constant; the backend resolves the placeholder.
-        parameters = tasks[window.NODE_ID].setdefault("inputs", {}).setdefault("parameters", {})
-        parameters[window.JOB_PARAMETER] = {"runtimeValue": {"constantValue": {"stringValue": PIPELINE_JOB_ID}}}
-        component = spec["components"][tasks[window.NODE_ID]["componentRef"]["name"]]
-        definitions = component.setdefault("inputDefinitions", {}).setdefault("parameters", {})
-        definitions[window.JOB_PARAMETER] = {"type": "STRING"}
-    return job
+    return _job_constant(job, window.NODE_ID, window.JOB_PARAMETER, PIPELINE_JOB_ID)
+
+
+def pusher_names_its_job(job: Dict[str, Any]) -> Dict[str, Any]:
+    """The Pusher task takes the pipeline job's name as its `run` parameter, which the
+    model's record names each candidate by (TFX's Vertex entry point gives the executor no
+    run id). A push is then never a cache hit: one that would be is made again, and finds
+    its version already whole (the Pusher's fingerprint) and its fate recorded."""
+    return _job_constant(job, NodeId.PUSHER, pusher.RUN_KEY, PIPELINE_JOB_NAME)
 
 
 def producer_tasks_named_as_compiled(job: Dict[str, Any]) -> Dict[str, Any]:

@@ -42,6 +42,7 @@ def compile_pipeline(kfp_config: config.KubeflowConfig, output_path: str) -> Dic
     for fix in (
         compiled_fixes.span_window_uncached_in_job,
         compiled_fixes.span_window_keyed_by_job,
+        compiled_fixes.pusher_names_its_job,
         compiled_fixes.producer_tasks_named_as_compiled,
         compiled_fixes.cloud_storage_bounded_in_job,
     ):

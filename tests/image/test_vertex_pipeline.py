@@ -146,6 +146,7 @@ def test_a_candidate_awaits_approval_serves_once_approved_and_the_next_job_train
     _trained_nothing(after)
     candidate = _record(bucket)["candidates"][-1]
     assert (candidate["version"], candidate["fate"], candidate["by"]) == (int(version), "approved", "ana")
+    assert candidate["run"] == waiting.job.job_id  # the job that made it, as the record names it
 
 
 def test_a_clean_copy_of_the_data_pushes_a_model(first_job, bucket, webhook):

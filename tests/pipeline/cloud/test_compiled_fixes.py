@@ -53,6 +53,14 @@ def test_the_job_id_keys_the_span_window_and_is_declared_as_its_input(compiled_j
     assert fixed["components"]["SpanWindow"]["inputDefinitions"]["parameters"]["job"] == {"type": "STRING"}
 
 
+def test_tfx_gives_the_pusher_no_run_and_the_fix_names_the_job(compiled_job):
+    assert "run" not in compiled_job["pipelineSpec"]["root"]["dag"]["tasks"]["Pusher"]["inputs"]["parameters"]
+    fixed = compiled_fixes.pusher_names_its_job(_job())["pipelineSpec"]
+    run = fixed["root"]["dag"]["tasks"]["Pusher"]["inputs"]["parameters"]["run"]
+    assert run == {"runtimeValue": {"constantValue": {"stringValue": compiled_fixes.PIPELINE_JOB_NAME}}}
+    assert fixed["components"]["Pusher"]["inputDefinitions"]["parameters"]["run"] == {"type": "STRING"}
+
+
 def _cache_key(spec, task_name, job_id):
     """What Vertex AI keys a task's cache on, as far as the JSON decides it: the component
     and the task's input values, the job id placeholder resolved for this job; None when
