@@ -147,6 +147,6 @@ def trained_on(model_dir: str) -> List[int]:
     newest = registry.read(model_dir).newest
     if newest is not None:
         return sorted(newest.spans)
-    serving = serving_config.serving_version(model_dir)
+    serving = serving_config.state(*os.path.split(model_dir.rstrip("/"))).serving
     card = model_card.read(os.path.join(model_dir, str(serving))) if serving is not None else None
     return sorted((card or {}).get("training_data", {}).get("spans", []))
