@@ -45,20 +45,19 @@ def test_runtime_parameters_are_compiled_from_a_missing_task_and_the_fix_names_t
     assert producer == "SpanWindow"
 
 
-def test_the_job_id_keys_the_span_window_and_is_declared_as_its_input(compiled_job):
-    assert "job" not in compiled_job["pipelineSpec"]["root"]["dag"]["tasks"]["SpanWindow"]["inputs"]["parameters"]
-    fixed = compiled_fixes.span_window_keyed_by_job(_job())["pipelineSpec"]
-    job_input = fixed["root"]["dag"]["tasks"]["SpanWindow"]["inputs"]["parameters"]["job"]
-    assert job_input == {"runtimeValue": {"constantValue": {"stringValue": compiled_fixes.PIPELINE_JOB_ID}}}
-    assert fixed["components"]["SpanWindow"]["inputDefinitions"]["parameters"]["job"] == {"type": "STRING"}
-
-
-def test_tfx_gives_the_pusher_no_run_and_the_fix_names_the_job(compiled_job):
-    assert "run" not in compiled_job["pipelineSpec"]["root"]["dag"]["tasks"]["Pusher"]["inputs"]["parameters"]
-    fixed = compiled_fixes.pusher_names_its_job(_job())["pipelineSpec"]
-    run = fixed["root"]["dag"]["tasks"]["Pusher"]["inputs"]["parameters"]["run"]
-    assert run == {"runtimeValue": {"constantValue": {"stringValue": compiled_fixes.PIPELINE_JOB_NAME}}}
-    assert fixed["components"]["Pusher"]["inputDefinitions"]["parameters"]["run"] == {"type": "STRING"}
+@pytest.mark.parametrize("fix, task, parameter, placeholder", [
+    # The job's id keys the window: no two jobs share its cache.
+    (compiled_fixes.span_window_keyed_by_job, "SpanWindow", "job", compiled_fixes.PIPELINE_JOB_ID),
+    # The job's name names the run that made each candidate in the record.
+    (compiled_fixes.pusher_names_its_job, "Pusher", "run", compiled_fixes.PIPELINE_JOB_NAME),
+])
+def test_tfx_compiles_no_job_parameter_and_the_fix_declares_it_as_the_jobs_placeholder(
+        compiled_job, fix, task, parameter, placeholder):
+    assert parameter not in compiled_job["pipelineSpec"]["root"]["dag"]["tasks"][task]["inputs"]["parameters"]
+    fixed = fix(_job())["pipelineSpec"]
+    given = fixed["root"]["dag"]["tasks"][task]["inputs"]["parameters"][parameter]
+    assert given == {"runtimeValue": {"constantValue": {"stringValue": placeholder}}}
+    assert fixed["components"][task]["inputDefinitions"]["parameters"][parameter] == {"type": "STRING"}
 
 
 def _cache_key(spec, task_name, job_id):
