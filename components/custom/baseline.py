@@ -35,20 +35,19 @@ from components.support import registry, serving_config
 
 NODE_ID = "ServingBaseline"
 MODEL_KEY = "model"
-# The version copied, or NOTHING_SERVES.
+# The version copied, or `registry.NOTHING_SERVES`.
 SERVING_PROPERTY = "serving_version"
-NOTHING_SERVES = registry.NOTHING_SERVES
 
 
 def serving_now(model_dir: str) -> str:
     """The `serving` parameter for the model in `model_dir`, as it is now."""
     version = serving_config.serving_version(model_dir)
-    return NOTHING_SERVES if version is None else str(version)
+    return registry.NOTHING_SERVES if version is None else str(version)
 
 
 def holds_a_model(model) -> bool:
     """Whether a baseline artifact holds a model (something served when it was made)."""
-    return model.get_string_custom_property(SERVING_PROPERTY) not in ("", NOTHING_SERVES)
+    return model.get_string_custom_property(SERVING_PROPERTY) not in ("", registry.NOTHING_SERVES)
 
 
 @component
@@ -59,7 +58,7 @@ def ServingBaseline(  # a component is named like a class
 ) -> None:
     """Copies version `serving` of the model in `model_dir` into `model` (see the module doc)."""
     model.set_string_custom_property(SERVING_PROPERTY, serving)
-    if serving == NOTHING_SERVES:
+    if serving == registry.NOTHING_SERVES:
         logging.info("no baseline: no version of %s serves", model_dir)
         return
     if not serving.isdigit():

@@ -105,7 +105,7 @@ def SpanWindow(  # a component is named like a class
     `model_dir`, given, is the model's folder in the serving folder: `fresh` is 0 when its
     record says a candidate of these inputs serves or was the newest (`registry.decide`),
     so the gate stops a job that has nothing new to train on, and `serving_version` is
-    the version that serves there (`baseline.NOTHING_SERVES` without `model_dir`).
+    the version that serves there (`registry.NOTHING_SERVES` without `model_dir`).
     """
     if job.startswith("{{$"):
         raise ValueError(
@@ -137,7 +137,7 @@ def SpanWindow(  # a component is named like a class
     if decision is not None:
         logging.info("nothing new to train: %s", decision.says)
     fresh.value = 0 if decision is not None else 1
-    serving_version.value = baseline.serving_now(model_dir) if model_dir else baseline.NOTHING_SERVES
+    serving_version.value = baseline.serving_now(model_dir) if model_dir else registry.NOTHING_SERVES
 
 
 def trained_on(model_dir: str) -> List[int]:

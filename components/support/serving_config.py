@@ -157,8 +157,12 @@ def _pinned(model_dir: str) -> Optional[int]:
 
 
 def state(serving_dir: str, model_name: str) -> ServingState:
+    return _state(serving_dir, model_name, _model_entry(read_config(serving_dir), model_name))
+
+
+def _state(serving_dir: str, model_name: str, entry) -> ServingState:
+    """`state`, given the model's `models.config` entry (None: none)."""
     model_dir = os.path.join(serving_dir, model_name)
-    entry = _model_entry(read_config(serving_dir), model_name)
     on_disk = versions(model_dir)
     pinned = _pinned(model_dir)
     if entry is None:
@@ -184,8 +188,9 @@ def serving_version(model_dir: str) -> Optional[int]:
     newest version): a push cut short after its copy and before `models.config` names no
     version that serves, so the run that completes it sees what the cut run saw."""
     serving_dir, model_name = os.path.split(model_dir.rstrip("/"))
-    if _model_entry(read_config(serving_dir), model_name) is not None:
-        return state(serving_dir, model_name).serving
+    entry = _model_entry(read_config(serving_dir), model_name)
+    if entry is not None:
+        return _state(serving_dir, model_name, entry).serving
     noted = registry.read(model_dir).serving
     return noted if noted is not None and noted in versions(model_dir) else None
 

@@ -214,7 +214,7 @@ def _train_and_export(
         # The serving baseline holds no model before any version serves.
         started = (
             warm_start.warm_start(keras_model, fn_args.base_model, tf_transform_output)
-            if fn_args.base_model and tf.io.gfile.exists(os.path.join(fn_args.base_model, "saved_model.pb"))
+            if fn_args.base_model and tf.saved_model.contains_saved_model(fn_args.base_model)
             else warm_start.WarmStart(False, "no model serves yet")
         )
     logging.info("warm start: %s: %s", "yes" if started.used else "no, training from scratch", started.reason)
