@@ -55,6 +55,9 @@ class _SlowImports:
 @pytest.fixture
 def slow_imports():
     before, finders = signal.getsignal(signal.SIGINT), list(sys.meta_path)
+    # A shell starts a background job with SIGINT ignored, which raise_on_signals keeps:
+    # the tests need it handled whoever started pytest.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.meta_path.insert(0, _SlowImports())
     interrupts.raise_on_signals()
     yield
