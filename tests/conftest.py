@@ -29,8 +29,8 @@ from tests.helpers import REPO_ROOT, RUN_TIMEOUT_SECONDS, SLICE_SPANS, Workspace
 # marked `after_module` runs after the rest of its module.
 LONGEST_MODULES = ("tests/test_soak.py", "tests/test_crash_safety.py", "tests/test_operator.py",
                    "tests/test_operations.py", "tests/test_beam_portable.py",
-                   # `make image-tests`: the whole schedule, five jobs one after the other
-                   "tests/image/test_vertex_pipeline.py")
+                   # `make image-tests`: each image's schedule, its jobs one after the other
+                   "tests/image/test_vertex_pipeline.py", "tests/image/test_vertex_other_stack.py")
 
 
 def pytest_configure(config: pytest.Config) -> None:

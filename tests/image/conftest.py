@@ -114,8 +114,10 @@ def bucket(tmp_path_factory, pipeline_image, emulator, metadata_server, copy_spa
     return Bucket(root, image, emulator)
 
 
-# The schedule's first two jobs (tests/image/schedule.py), in the image of the module that
-# asks for them: a clean copy of data/'s slice, then the same data again.
+# The schedule's jobs (tests/image/schedule.py), in the image of the module that asks for
+# them: a clean copy of data/'s slice, the same data again, then (after `before_approval`)
+# a candidate approved and (after `before_rollback`) a rollback, each followed by a job
+# with nothing new. A module names what comes before those two by overriding the fixtures.
 @pytest.fixture(scope="module")
 def compiled(bucket, webhook, pipeline_image) -> Path:
     return schedule.compile_job(bucket, pipeline_image, webhook[0], "pipeline.json")
@@ -130,3 +132,25 @@ def first_job(bucket, compiled) -> vertex.JobResult:
 def unchanged_job(bucket, compiled, first_job, webhook):
     """The next scheduled job, with no new span."""
     return schedule.run_job(bucket, compiled, webhook)
+
+
+@pytest.fixture(scope="module")
+def before_approval(unchanged_job):
+    """What the module runs before the approval's job."""
+    return unchanged_job
+
+
+@pytest.fixture(scope="module")
+def approved_job(bucket, before_approval, webhook) -> schedule.ApprovedJob:
+    return schedule.approve_a_candidate(bucket, webhook)
+
+
+@pytest.fixture(scope="module")
+def before_rollback(approved_job):
+    """What the module runs before the rollback."""
+    return approved_job
+
+
+@pytest.fixture(scope="module")
+def rolled_back_job(bucket, compiled, before_rollback, webhook):
+    return schedule.roll_back(bucket, compiled, webhook)

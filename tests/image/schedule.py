@@ -1,8 +1,9 @@
-"""The schedule's first two jobs, shared by the image tests of each stack
-(test_vertex_pipeline.py runs the whole schedule in the first image,
-test_vertex_other_stack.py the first two jobs in the other stack's): how a job runs, and
-what its first two jobs must show. The jobs themselves are tests/image/conftest.py's
-fixtures."""
+"""The schedule's jobs both images run (tests/image/conftest.py's fixtures): a clean copy
+of data/'s slice, the same data again, a candidate that awaits approval and is approved,
+then `serving rollback`, each followed by a job with nothing new. How a job runs, and
+what those jobs must show. test_vertex_pipeline.py adds, in the first image, the jobs
+whose decisions are the gate's and the serving check's (a refused model, a span with an
+anomaly)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any, Dict, List
 
 import pytest
 
+from components.model.trainer.settings import TRAINING_SUMMARY_FILE
 from tests.helpers import SLICE_SPANS, span_like, write_records
 from tests.image import vertex
 from tests.image.vertex import BUCKET_NAME, MODEL, report
@@ -77,11 +79,62 @@ def pushed_version(job: vertex.JobResult) -> str:
     return str(pushed["metadata"]["pushed_version"])
 
 
-def new_span(bucket, span: int, change=None) -> None:
-    """A span like span 16 lands in the bucket (`change` edits its examples)."""
+def new_span(bucket, change=None) -> int:
+    """The next span, like span 16, lands in the bucket (`change` edits its examples); its number."""
+    span = max(int(name.split("/")[1].removeprefix("span-")) for name in bucket.objects("data")) + 1
     path = bucket.root / f"span-{span}" / "trips.tfrecord.gz"
     write_records(path, span_like(bucket.root / "data" / "span-16", 20, change or (lambda example: None)))
     bucket.write(bucket.inside("data", f"span-{span}", path.name), path.read_bytes())
+    return span
+
+
+def remove_span(bucket, span: int) -> None:
+    for name in bucket.objects(f"data/span-{span}"):
+        bucket.delete(bucket.inside(name))
+
+
+def record(bucket) -> Dict[str, Any]:
+    """The model's record in the serving folder."""
+    return json.loads(bucket.read(bucket.inside(SERVING, MODEL, "record.json")))
+
+
+@dataclasses.dataclass(frozen=True)
+class ApprovedJob:
+    """A new span's job under `--promotion approval` (`waiting`), what `serving approve`
+    said, and the next job, with nothing new (`after`)."""
+
+    span: int
+    waiting: ScheduledJob
+    approved: str
+    after: ScheduledJob
+
+
+def approve_a_candidate(bucket, webhook) -> ApprovedJob:
+    """Compiled with `--promotion approval` and logged traffic in the bucket for the shadow
+    check: a clean span lands and its job's candidate passes every check and awaits
+    approval; `serving approve` against the bucket; then a job with nothing new."""
+    traffic = bucket.root / "traffic" / "requests.gz"
+    write_records(traffic, span_like(bucket.root / "data" / "span-16", 1, lambda example: None))
+    bucket.write(bucket.inside("traffic", traffic.name), traffic.read_bytes())
+    # A candidate of a newer window flips some of these 200 requests against the model that
+    # serves, at times past the default threshold; the thresholds are raised so that it
+    # awaits whatever its flips (the shadow check's refusal: tests/test_decisions.py).
+    approving = compile_job(bucket, bucket.image.image, webhook[0], "approval.json",
+                            "--promotion", "approval", "--shadow-requests", bucket.inside("traffic", "*.gz"),
+                            "--max-flip-rate", "1", "--max-score-shift", "1")
+    span = new_span(bucket)
+    waiting = run_job(bucket, approving, webhook)
+    approved = bucket.run(["taxi-pipeline", "serving", "approve", pushed_version(waiting.job), "--note", "reviewed",
+                           "--by", "ana", "--serving-dir", bucket.inside(SERVING)], bucket.root / "approve.log")
+    return ApprovedJob(span, waiting, approved, run_job(bucket, approving, webhook))
+
+
+def roll_back(bucket, compiled: Path, webhook):
+    """`serving rollback` against the bucket, then the next scheduled job, with no span it
+    was not trained on; the job, and the record as it left it."""
+    bucket.run(["taxi-pipeline", "serving", "rollback", "--serving-dir", bucket.inside(SERVING)],
+               bucket.root / "rollback.log")
+    return run_job(bucket, compiled, webhook), record(bucket)
 
 
 def first_job_pushed(first_job, bucket, webhook) -> None:
@@ -179,6 +232,69 @@ def all_traffic_local(first_job, bucket) -> None:
     # scripts/loopback-only).
     assert answers["interfaces"] == ["lo"], f"not confined to loopback (run `make image-tests`): {answers}"
     assert answers["dial"] == f"OSError: {errno.ENETUNREACH}", answers
+
+
+def trained_nothing(scheduled: ScheduledJob) -> None:
+    """The gate found nothing new: nothing after it ran, and the serving folder is as it was."""
+    job = scheduled.job
+    states = report(job)
+    assert job.state == "SUCCEEDED", states
+    (verdict,) = job.tasks["DataGate"].outputs["verdict"]
+    assert verdict["metadata"]["blessed"] == 0 and "nothing new" in verdict["metadata"]["report"], verdict
+    for name in ("Trainer", "Evaluator", "ServingCheck", "Pusher"):
+        assert job.tasks[name].state in ("SKIPPED", "NOT_TRIGGERED"), states
+    assert scheduled.versions_after == scheduled.versions_before
+
+
+def warm_start(job: vertex.JobResult, bucket) -> Dict[str, Any]:
+    """What the Trainer wrote of its warm start, read from gs:// (its training summary)."""
+    (model_run,) = job.tasks["Trainer"].outputs["model_run"]
+    return json.loads(bucket.read(f"{model_run['uri']}/{TRAINING_SUMMARY_FILE}"))["warm_start"]
+
+
+def awaited_then_approved(approved_job: ApprovedJob, serving_before: str, bucket) -> None:
+    """The new span's candidate trained from the version that served (`serving_before`),
+    passed every check, the shadow check on the bucket's traffic too, and was copied into
+    the serving folder awaiting approval, which the alert said; `serving approve` made it
+    serve, and the next job trained nothing."""
+    waiting = approved_job.waiting
+    job = waiting.job
+    states = report(job)
+    assert job.state == "SUCCEEDED", states
+    for name in ("DataGate", "Transform", "Trainer", "Evaluator", "ServingCheck", "ShadowCheck", "Pusher"):
+        assert job.tasks[name].state == "SUCCEEDED", states
+    (window,) = job.tasks["ImportExampleGen"].outputs["examples"]
+    assert window["metadata"]["input_fingerprint"].count("split:") == WINDOW
+    (baseline,) = job.tasks["ServingBaseline"].outputs["model"]
+    assert baseline["metadata"]["serving_version"] == serving_before, baseline
+    (compared,) = job.tasks["Evaluator"].outputs["blessing"]
+    assert compared["metadata"]["baseline_model"] == baseline["uri"], compared
+    assert warm_start(job, bucket)["used"] is True
+    version = pushed_version(job)
+    assert waiting.versions_after == sorted([*waiting.versions_before, version])
+    assert job.tasks["Pusher"].outputs["pushed_model"][0]["metadata"]["fate"] == "awaiting approval"
+    card = json.loads(bucket.read(bucket.inside(SERVING, MODEL, version, "assets.extra", "model_card.json")))
+    assert sorted(card["training_data"]["spans"])[-1] == approved_job.span, card["training_data"]
+    (alert,) = [body for body in waiting.alerts if job.job_id in body["text"]]
+    assert alert["outcome"] == "succeeded" and alert["version"] == int(version), alert
+    assert f"model version {version} awaits approval" in alert["text"], alert
+    # The shadow check read the bucket's traffic and scored it with both models.
+    (shadowed,) = job.tasks["ShadowCheck"].outputs["blessing"]
+    assert shadowed["metadata"]["shadow_check"].startswith("passed: flip rate "), shadowed
+    assert json.loads(shadowed["metadata"]["shadow_measures"])["requests"] > 0
+    assert f"approve: version {version} approved by ana; serving version {version}" in approved_job.approved
+    trained_nothing(approved_job.after)
+    candidate = record(bucket)["candidates"][-1]
+    assert (candidate["version"], candidate["fate"], candidate["by"]) == (int(version), "approved", "ana")
+    assert candidate["run"] == job.job_id  # the job that made it, as the record names it
+
+
+def rolled_back(rolled_back_job, approved_job: ApprovedJob) -> None:
+    """After `serving rollback`, the job with nothing new trained nothing, and the record
+    pins the version before the approved one."""
+    scheduled, pinned = rolled_back_job
+    trained_nothing(scheduled)
+    assert pinned["pinned"] and pinned["serving"] < int(pushed_version(approved_job.waiting.job)), pinned
 
 
 # What a task's container can name and reach: the addresses of Google's names, its

@@ -1,10 +1,12 @@
-"""The schedule's first two jobs again, in the other stack's image (TAXI_OTHER_STACK_IMAGE;
-`make test-image` builds tfx-1.16's): on that stack's TensorFlow, Beam and Cloud Storage
-clients, the compiled pipeline pushes a model on `gs://`, every object it wrote came
-through the emulator, and the next job with no new span hits the cache and pushes
-nothing. The whole schedule runs in the first image (test_vertex_pipeline.py); its later
-jobs test what does not depend on the stack (the gate's and the Cond's decisions, the
-resolver's query) and run there only.
+"""The schedule's jobs both images run (tests/image/schedule.py), in the other stack's
+image (TAXI_OTHER_STACK_IMAGE; `make test-image` builds tfx-1.16's): on that stack's
+TensorFlow, Beam and Cloud Storage clients, the compiled pipeline pushes a model on
+`gs://`, every object it wrote came through the emulator, the next job with no new span
+hits the cache and pushes nothing, a candidate awaits approval until `serving approve`
+against the bucket, and after `serving rollback` a job with nothing new trains nothing:
+the record of what serves is read and written on `gs://` by this stack's file systems.
+The jobs whose decisions are the gate's and the serving check's (a refused model, a span
+with an anomaly) run in the first image only (test_vertex_pipeline.py).
 """
 
 from __future__ import annotations
@@ -32,6 +34,15 @@ def test_a_clean_copy_of_the_data_pushes_a_model(first_job, bucket, webhook):
 def test_a_job_with_no_new_span_trains_nothing_pushes_nothing_and_says_nothing_new(unchanged_job, first_job,
                                                                                    bucket):
     schedule.nothing_new(unchanged_job, first_job, bucket)
+
+
+def test_a_candidate_awaits_approval_serves_once_approved_and_the_next_job_trains_nothing(approved_job, first_job,
+                                                                                       bucket):
+    schedule.awaited_then_approved(approved_job, schedule.pushed_version(first_job), bucket)
+
+
+def test_after_a_rollback_against_the_bucket_a_job_with_nothing_new_trains_nothing(rolled_back_job, approved_job):
+    schedule.rolled_back(rolled_back_job, approved_job)
 
 
 def test_every_object_the_job_wrote_came_through_the_emulator_from_this_machine(first_job, bucket):

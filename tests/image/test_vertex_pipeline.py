@@ -5,13 +5,13 @@ says what the harness stands in for). The pipeline root, the data root and the s
 folder are `gs://` URIs on a Cloud Storage emulator (tests/image/gcs.py), which the tasks
 reach through TensorFlow's and Beam's own Cloud Storage clients.
 
-The jobs run once, in module fixtures (the first two are tests/image/conftest.py's), in
-the order a schedule would run them: a clean copy of data/'s slice; the same data again; a
-new span whose model the serving check refuses; a clean new span, which trains from the
-model that serves and pushes; a new span with an anomaly; that span removed and `serving
-rollback` against the bucket, then a job with nothing new; and, compiled with `--promotion
-approval`, a new span whose candidate awaits a person, `serving approve` against the
-bucket, then a job with nothing new. The tests only read what happened.
+The jobs run once, in module fixtures (those both images run are tests/image/conftest.py's),
+in the order a schedule would run them: a clean copy of data/'s slice; the same data
+again; a new span whose model the serving check refuses; compiled with `--promotion
+approval`, a clean new span whose candidate trains from the model that serves and awaits
+a person, `serving approve` against the bucket, then a job with nothing new; a new span
+with an anomaly, then taken out; `serving rollback` against the bucket, then a job with
+nothing new. The tests only read what happened.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ import json
 
 import pytest
 
-from components.model.trainer.settings import TRAINING_SUMMARY_FILE
-from tests.helpers import span_like, unknown_payment, write_records
+from tests.helpers import unknown_payment
 from tests.image import schedule
 from tests.image.schedule import SERVING, WINDOW
 from tests.image.vertex import MODEL, report
@@ -58,95 +57,40 @@ def refused_job(bucket, compiled, unchanged_job, webhook):
     blesses: the same pipeline compiled with a latency budget no model meets."""
     refusing = schedule.compile_job(bucket, bucket.image.image, webhook[0], "refusing.json",
                                     "--latency-budget-ms", "0.0001")
-    schedule.new_span(bucket, 17)
+    schedule.new_span(bucket)
     return schedule.run_job(bucket, refusing, webhook)
 
 
 @pytest.fixture(scope="module")
-def pushing_job(bucket, compiled, refused_job, webhook):
-    """The next scheduled job, after a clean span landed."""
-    schedule.new_span(bucket, 18)
-    return schedule.run_job(bucket, compiled, webhook)
+def before_approval(refused_job):
+    return refused_job
 
 
 @pytest.fixture(scope="module")
-def anomaly_job(bucket, compiled, pushing_job, webhook):
-    """The next scheduled job, after a span with an anomaly landed."""
+def anomaly_job(bucket, compiled, approved_job, webhook):
+    """The next scheduled job, after a span with an anomaly landed; the span is taken out
+    again after it."""
     # One example in 20 paid in an unknown currency: an anomaly of that span on its own.
-    schedule.new_span(bucket, 19, unknown_payment)
-    return schedule.run_job(bucket, compiled, webhook)
+    span = schedule.new_span(bucket, unknown_payment)
+    scheduled = schedule.run_job(bucket, compiled, webhook)
+    schedule.remove_span(bucket, span)
+    return scheduled
 
 
 @pytest.fixture(scope="module")
-def rolled_back_job(bucket, compiled, anomaly_job, webhook):
-    """The anomalous span taken out, `serving rollback` against the bucket, then the next
-    scheduled job: no span it was not trained on, the version rolled back from its newest
-    candidate."""
-    for name in bucket.objects("data/span-19"):
-        bucket.delete(bucket.inside(name))
-    bucket.run(["taxi-pipeline", "serving", "rollback", "--serving-dir", bucket.inside(SERVING)],
-               bucket.root / "rollback.log")
-    # The record as this job left it: the approval job after it moves the pin.
-    return schedule.run_job(bucket, compiled, webhook), _record(bucket)
+def before_rollback(anomaly_job):
+    return anomaly_job
 
 
-@pytest.fixture(scope="module")
-def approved_job(bucket, rolled_back_job, webhook):
-    """Compiled with `--promotion approval` and logged traffic in the bucket for the shadow
-    check: a clean span lands and its job's candidate passes every check and awaits
-    approval; `serving approve` against the bucket; then a job with nothing new."""
-    traffic = bucket.root / "traffic" / "requests.gz"
-    write_records(traffic, span_like(bucket.root / "data" / "span-16", 1, lambda example: None))
-    bucket.write(bucket.inside("traffic", traffic.name), traffic.read_bytes())
-    # Against the version rolled back to, trained on an older window, a candidate of the new
-    # window flips about a fifth of these 200 requests: past the default threshold (the
-    # check refuses it, as it should), so the thresholds are raised here to let it await.
-    approving = schedule.compile_job(bucket, bucket.image.image, webhook[0], "approval.json",
-                                     "--promotion", "approval", "--shadow-requests", bucket.inside("traffic", "*.gz"),
-                                     "--max-flip-rate", "1", "--max-score-shift", "1")
-    schedule.new_span(bucket, 20)
-    waiting = schedule.run_job(bucket, approving, webhook)
-    version = schedule.pushed_version(waiting.job)
-    approved = bucket.run(["taxi-pipeline", "serving", "approve", version, "--note", "reviewed", "--by", "ana",
-                           "--serving-dir", bucket.inside(SERVING)], bucket.root / "approve.log")
-    return waiting, approved, schedule.run_job(bucket, approving, webhook)
+def test_after_a_rollback_against_the_bucket_a_job_with_nothing_new_trains_nothing(rolled_back_job, approved_job):
+    schedule.rolled_back(rolled_back_job, approved_job)
 
 
-def _record(bucket) -> dict:
-    return json.loads(bucket.read(bucket.inside(SERVING, MODEL, "record.json")))
-
-
-def _trained_nothing(scheduled) -> None:
-    job = scheduled.job
-    states = report(job)
-    assert job.state == "SUCCEEDED", states
-    (verdict,) = job.tasks["DataGate"].outputs["verdict"]
-    assert verdict["metadata"]["blessed"] == 0 and "nothing new" in verdict["metadata"]["report"], verdict
-    for name in ("Trainer", "Evaluator", "ServingCheck", "Pusher"):
-        assert job.tasks[name].state in ("SKIPPED", "NOT_TRIGGERED"), states
-    assert scheduled.versions_after == scheduled.versions_before
-
-
-def test_after_a_rollback_against_the_bucket_a_job_with_nothing_new_trains_nothing(rolled_back_job, pushing_job):
-    scheduled, record = rolled_back_job
-    _trained_nothing(scheduled)
-    assert record["pinned"] and record["serving"] < int(schedule.pushed_version(pushing_job.job)), record
-
-
-def test_a_candidate_awaits_approval_serves_once_approved_and_the_next_job_trains_nothing(approved_job, bucket):
-    waiting, approved, after = approved_job
-    version = schedule.pushed_version(waiting.job)
-    assert version in waiting.versions_after
-    assert waiting.job.tasks["Pusher"].outputs["pushed_model"][0]["metadata"]["fate"] == "awaiting approval"
-    # The shadow check read the bucket's traffic and scored it with both models.
-    (shadowed,) = waiting.job.tasks["ShadowCheck"].outputs["blessing"]
-    assert shadowed["metadata"]["shadow_check"].startswith("passed: flip rate "), shadowed
-    assert json.loads(shadowed["metadata"]["shadow_measures"])["requests"] > 0
-    assert f"approve: version {version} approved by ana; serving version {version}" in approved
-    _trained_nothing(after)
-    candidate = _record(bucket)["candidates"][-1]
-    assert (candidate["version"], candidate["fate"], candidate["by"]) == (int(version), "approved", "ana")
-    assert candidate["run"] == waiting.job.job_id  # the job that made it, as the record names it
+def test_a_candidate_awaits_approval_serves_once_approved_and_the_next_job_trains_nothing(approved_job, first_job,
+                                                                                       bucket):
+    """Also the refused model's consequence: the version that served before it is still
+    the baseline and the warm start."""
+    schedule.awaited_then_approved(approved_job, schedule.pushed_version(first_job), bucket)
 
 
 def test_a_clean_copy_of_the_data_pushes_a_model(first_job, bucket, webhook):
@@ -177,13 +121,7 @@ def test_a_job_with_no_new_span_trains_nothing_pushes_nothing_and_says_nothing_n
     schedule.nothing_new(unchanged_job, first_job, bucket)
 
 
-def _warm_start(job, bucket) -> dict:
-    """What the Trainer wrote of its warm start, read from gs:// (its training summary)."""
-    (model_run,) = job.tasks["Trainer"].outputs["model_run"]
-    return json.loads(bucket.read(f"{model_run['uri']}/{TRAINING_SUMMARY_FILE}"))["warm_start"]
-
-
-def test_a_model_the_serving_check_refuses_is_not_pushed_and_never_becomes_the_baseline(refused_job, pushing_job,
+def test_a_model_the_serving_check_refuses_is_not_pushed_and_never_becomes_the_baseline(refused_job, approved_job,
                                                                                          first_job, bucket):
     job = refused_job.job
     states = report(job)
@@ -194,7 +132,7 @@ def test_a_model_the_serving_check_refuses_is_not_pushed_and_never_becomes_the_b
     # Evaluator against it, refused by the serving check: nothing pushed.
     (baseline,) = job.tasks["ServingBaseline"].outputs["model"]
     assert baseline["metadata"]["serving_version"] == schedule.pushed_version(first_job), baseline
-    assert _warm_start(job, bucket)["used"] is True
+    assert schedule.warm_start(job, bucket)["used"] is True
     (evaluated,) = job.tasks["Evaluator"].outputs["blessing"]
     assert evaluated["metadata"]["blessed"] == 1, evaluated
     assert evaluated["metadata"]["baseline_model"] == baseline["uri"], evaluated
@@ -202,31 +140,14 @@ def test_a_model_the_serving_check_refuses_is_not_pushed_and_never_becomes_the_b
     assert checked["metadata"]["blessed"] == 0, checked
     assert refused_job.versions_after == refused_job.versions_before
     # The next job's Evaluator compares with the model that still serves, not the refused one.
-    later = pushing_job.job
+    later = approved_job.waiting.job
     (later_baseline,) = later.tasks["ServingBaseline"].outputs["model"]
     assert later_baseline["metadata"]["serving_version"] == schedule.pushed_version(first_job), report(later)
     (compared,) = later.tasks["Evaluator"].outputs["blessing"]
     assert compared["metadata"]["baseline_model"] == later_baseline["uri"], report(later)
 
 
-def test_a_clean_new_span_trains_from_the_serving_model_and_pushes(pushing_job, bucket):
-    job = pushing_job.job
-    states = report(job)
-    assert job.state == "SUCCEEDED", states
-    for name in ("DataGate", "Transform", "Trainer", "Evaluator", "ServingCheck", "Pusher"):
-        assert job.tasks[name].state == "SUCCEEDED", states
-    (window,) = job.tasks["ImportExampleGen"].outputs["examples"]
-    assert window["metadata"]["input_fingerprint"].count("split:") == WINDOW
-    assert _warm_start(job, bucket)["used"] is True
-    version = schedule.pushed_version(job)
-    assert pushing_job.versions_after == sorted([*pushing_job.versions_before, version])
-    card = json.loads(bucket.read(bucket.inside(SERVING, MODEL, version, "assets.extra", "model_card.json")))
-    assert sorted(card["training_data"]["spans"])[-1] == 18, card["training_data"]
-    (alert,) = [body for body in pushing_job.alerts if job.job_id in body["text"]]
-    assert alert["outcome"] == "succeeded" and alert["version"] == int(version), alert
-
-
-def test_a_new_span_with_an_anomaly_skips_training_and_pushes_nothing(anomaly_job, pushing_job, bucket):
+def test_a_new_span_with_an_anomaly_skips_training_and_pushes_nothing(anomaly_job, bucket):
     job, versions_before = anomaly_job.job, anomaly_job.versions_before
     states = report(job)
     assert job.state == "SUCCEEDED", states

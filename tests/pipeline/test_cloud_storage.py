@@ -35,7 +35,8 @@ sys.exit("the silent Cloud Storage answered")
 TRIES = int(cloud_storage.BOUNDS["GCS_RETRY_CONFIG_MAX_RETRIES"]) + 1
 # The bounds' waits, shortened here to keep the test short: the client reads them all
 # the same way.
-SHORTER = {"GCS_REQUEST_CONNECTION_TIMEOUT_SECS": "3", "GCS_REQUEST_IDLE_TIMEOUT_SECS": "3"}
+SHORTER = {"GCS_REQUEST_CONNECTION_TIMEOUT_SECS": "3", "GCS_REQUEST_IDLE_TIMEOUT_SECS": "3",
+           "GCS_RETRY_CONFIG_MAX_DELAY_TIME_US": "2000000"}
 
 
 def _bound_seconds(bounds) -> float:
