@@ -268,6 +268,12 @@ class RunConfig:
         )
 
 
+# What `compile` writes for: Vertex AI's PipelineJob, or the pipeline spec Kubeflow
+# Pipelines' own backend takes (pipeline.cloud.kubeflow_target).
+VERTEX, KUBEFLOW = "vertex", "kubeflow"
+COMPILE_TARGETS = (VERTEX, KUBEFLOW)
+
+
 @dataclasses.dataclass(frozen=True)
 class KubeflowConfig:
     """The compiled pipeline: every path a remote URI the pipeline's pods can read."""
@@ -281,8 +287,11 @@ class KubeflowConfig:
     # Where the exit handler reads the URL of the webhook it tells how each job ended (a
     # Secret Manager secret or env:NAME, `pipeline.cloud.secrets`); "" for no alert.
     notify_secret: str = ""
+    target: str = VERTEX
 
     def __post_init__(self) -> None:
+        if self.target not in COMPILE_TARGETS:
+            raise ValueError(f"unknown target {self.target!r}; the targets are: {', '.join(COMPILE_TARGETS)}")
         # Vertex AI takes the pipeline root as gs:// only; the tasks may read and write the
         # other locations through its Cloud Storage FUSE mount as well.
         if not spans.is_remote(self.pipeline_root):

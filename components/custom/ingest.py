@@ -42,13 +42,16 @@ from components.support import spans
 SOURCE_FILES_PROPERTY = "source_files"
 
 
+def content_fingerprint(matched: Dict[str, List[str]]) -> str:
+    """The input's fingerprint by the bytes of its files: input split -> the files matched."""
+    return "\n".join(f"split:{split},files:{len(paths)},sha256:{spans.files_digest(paths)}"
+                     for split, paths in matched.items())
+
+
 class _ContentInputProcessor(input_processor.FileBasedInputProcessor):
     def get_input_fingerprint(self, span: int, version) -> str:
-        parts = []
-        for split in self._splits:
-            matched = tf.io.gfile.glob(spans.join(self._input_base_uri, split.pattern))
-            parts.append(f"split:{split.name},files:{len(matched)},sha256:{spans.files_digest(matched)}")
-        return "\n".join(parts)
+        return content_fingerprint({split.name: tf.io.gfile.glob(spans.join(self._input_base_uri, split.pattern))
+                                    for split in self._splits})
 
 
 class _ContentDriver(driver.FileBasedDriver):
@@ -102,13 +105,13 @@ class FileExecutor(import_executor.Executor):
         for name in split_names:
             tf.io.gfile.makedirs(artifact_utils.get_split_uri(outputs, name))
 
-        sources: Dict[str, List[str]] = {}
+        read: Dict[str, List[str]] = {}
 
         def files(pattern: str, split: str) -> List[Tuple[int, str]]:
             matched = sorted(tf.io.gfile.glob(os.path.join(input_base, pattern)))
             if not matched:
                 raise ValueError(f"no input files match {os.path.join(input_base, pattern)}")
-            sources[split] = [os.path.relpath(path, input_base) for path in matched]
+            read[split] = matched
             return list(enumerate(matched))
 
         with self._make_beam_pipeline() as pipeline:
@@ -136,7 +139,17 @@ class FileExecutor(import_executor.Executor):
                         )
                     )
         examples_utils.set_payload_format(examples, payload)
-        examples.set_string_custom_property(SOURCE_FILES_PROPERTY, json.dumps(sources))
+        _record_inputs(examples, input_base, read, exec_properties)
+
+
+def _record_inputs(examples, input_base: str, read: Dict[str, List[str]], exec_properties) -> None:
+    """The files read (input split -> paths), on the Examples artifact: their paths under
+    the input base, and, when no driver ran (Kubeflow Pipelines' backend runs no pre-cache
+    hook), the fingerprint the driver would have recorded."""
+    sources = {split: [os.path.relpath(path, input_base) for path in paths] for split, paths in read.items()}
+    examples.set_string_custom_property(SOURCE_FILES_PROPERTY, json.dumps(sources))
+    if not exec_properties.get(utils.FINGERPRINT_PROPERTY_NAME):
+        examples.set_string_custom_property(utils.FINGERPRINT_PROPERTY_NAME, content_fingerprint(read))
 
 
 class ImportExampleGen(import_component.ImportExampleGen):

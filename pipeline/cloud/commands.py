@@ -8,21 +8,32 @@ from pipeline import config, options
 from pipeline.beam import options as beam_options
 from pipeline.outcome import Ending, ExitCode
 
+# Where `compile` writes, for each target.
+OUTPUTS = {config.VERTEX: "pipeline.json", config.KUBEFLOW: "pipeline.yaml"}
+
 
 def add_compile(commands: argparse._SubParsersAction) -> None:
-    kfp = commands.add_parser("compile", help="write the pipeline JSON for Kubeflow Pipelines v2 / Vertex AI")
+    kfp = commands.add_parser("compile", help="write the pipeline for Vertex AI (a PipelineJob JSON) or Kubeflow "
+                                               "Pipelines (a pipeline spec YAML)")
+    kfp.add_argument("--target", choices=config.COMPILE_TARGETS, default=config.VERTEX,
+                     help="what runs it: vertex (Vertex AI Pipelines: a PipelineJob JSON) or kubeflow (Kubeflow "
+                          "Pipelines 2.x on a cluster: the pipeline spec its upload takes, with the platform spec "
+                          "as a second YAML document when one is needed; docs/beyond-one-machine.md)")
     kfp.add_argument("--image", required=True, help="the pipeline image (see Dockerfile)")
     kfp.add_argument("--pipeline-root", required=True,
                      help="gs:// root for component outputs")
     options.add_data_root(kfp, remote=True)
     options.add_serving_dir(kfp, remote=True)
     options.add_window(kfp, every_span=True)
-    kfp.add_argument("--output", default="pipeline.json", help="where to write the PipelineJob JSON")
+    kfp.add_argument("--output", default=None,
+                     help=f"where to write it (default: {OUTPUTS[config.VERTEX]} for vertex, "
+                          f"{OUTPUTS[config.KUBEFLOW]} for kubeflow)")
     kfp.add_argument("--notify-secret", default="", metavar="NAME",
                      help="where the exit handler reads the URL of the Slack-compatible webhook it tells how each "
                           "job ended, even when a component failed: a Secret Manager secret, "
-                          "projects/PROJECT/secrets/SECRET[/versions/VERSION], or env:VARIABLE of the task's "
-                          "environment; the compiled JSON holds only this name")
+                          "projects/PROJECT/secrets/SECRET[/versions/VERSION]; with --target kubeflow, key KEY of "
+                          "the Kubernetes Secret SECRET in the run's namespace, k8s:SECRET/KEY; or env:VARIABLE of "
+                          "the task's environment. What is compiled holds only this name")
     options.add_notify(kfp, refused=True)
     options.add_settings(kfp)
     options.add_beam_options(kfp, "Beam's in-memory engine inside each component's container")
@@ -44,9 +55,11 @@ def compile_pipeline(args: argparse.Namespace, ending: Ending) -> int:
         serving_dir=args.serving_dir,
         notify_secret=args.notify_secret,
         settings=options.settings(args, beam_options.VERTEX_BEAM_ARGS, window_size=args.window or None),
+        target=args.target,
     )
-    tasks = dag_tasks(kubeflow_runner.compile_pipeline(kfp_config, args.output))
-    print(f"Wrote {args.output}: {len(tasks)} tasks, image {args.image}")
+    output = args.output or OUTPUTS[args.target]
+    tasks = dag_tasks(kubeflow_runner.compile_pipeline(kfp_config, output))
+    print(f"Wrote {output}: {len(tasks)} tasks, image {args.image}, for {args.target}")
     return ExitCode.OK
 
 

@@ -58,17 +58,28 @@ def span_window_uncached_in_job(job: Dict[str, Any]) -> Dict[str, Any]:
     return job
 
 
-def _job_constant(job: Dict[str, Any], task_name: str, parameter: str, placeholder: str) -> Dict[str, Any]:
-    """Task `task_name` takes `placeholder` (resolved per job) as its string `parameter`."""
+def string_parameter(job: Dict[str, Any], task_name: str, parameter: str, given: Dict[str, Any]) -> None:
+    """Declares the string `parameter` of task `task_name` and gives it `given` (a task
+    input spec), in the form of the spec's schema: 2.0.0 (TFX's default, Vertex AI's
+    PipelineJob) types a parameter with `type`, 2.1.0 (Kubeflow Pipelines' backend) with
+    `parameterType`."""
     spec = job["pipelineSpec"]
     tasks = dag_tasks(job)
-    if task_name in tasks:
-        # The spec's schema (2.0.0) form of a constant; the backend resolves the placeholder.
-        parameters = tasks[task_name].setdefault("inputs", {}).setdefault("parameters", {})
-        parameters[parameter] = {"runtimeValue": {"constantValue": {"stringValue": placeholder}}}
-        component = spec["components"][tasks[task_name]["componentRef"]["name"]]
-        definitions = component.setdefault("inputDefinitions", {}).setdefault("parameters", {})
-        definitions[parameter] = {"type": "STRING"}
+    tasks[task_name].setdefault("inputs", {}).setdefault("parameters", {})[parameter] = given
+    component = spec["components"][tasks[task_name]["componentRef"]["name"]]
+    definitions = component.setdefault("inputDefinitions", {}).setdefault("parameters", {})
+    definitions[parameter] = {"parameterType": "STRING"} if schema_2_1(job) else {"type": "STRING"}
+
+
+def schema_2_1(job: Dict[str, Any]) -> bool:
+    return job["pipelineSpec"].get("schemaVersion") == "2.1.0"
+
+
+def _job_constant(job: Dict[str, Any], task_name: str, parameter: str, placeholder: str) -> Dict[str, Any]:
+    """Task `task_name` takes `placeholder` (resolved per job by the backend) as its string `parameter`."""
+    if task_name in dag_tasks(job):
+        constant = {"constant": placeholder} if schema_2_1(job) else {"constantValue": {"stringValue": placeholder}}
+        string_parameter(job, task_name, parameter, {"runtimeValue": constant})
     return job
 
 

@@ -1,4 +1,5 @@
-"""Compiles the same `create_pipeline(...)` for Kubeflow Pipelines v2 / Vertex AI.
+"""Compiles the same `create_pipeline(...)` for Vertex AI (a PipelineJob JSON) or for
+Kubeflow Pipelines' own backend (a pipeline spec: `pipeline.cloud.kubeflow_target`).
 
 The pipeline image (see `Dockerfile`) has this package installed, so user code is
 referred to by module path and the curated schema is read from inside the image.
@@ -14,7 +15,7 @@ from tfx import v1 as tfx
 
 from pipeline import config
 from pipeline import pipeline as pipeline_lib
-from pipeline.cloud import compiled_fixes, notify, secrets
+from pipeline.cloud import compiled_fixes, kubeflow_target, notify, secrets
 
 # The exit handler's task: runs when the pipeline ends, even after a failed component.
 NOTIFY_NODE_ID = "NotifyFinalStatus"
@@ -25,12 +26,19 @@ def build_pipeline(kfp_config: config.KubeflowConfig) -> tfx.dsl.Pipeline:
 
 
 def compile_pipeline(kfp_config: config.KubeflowConfig, output_path: str) -> Dict[str, Any]:
-    """Writes the PipelineJob JSON for Vertex AI / KFP v2 and returns it as a dict."""
+    """Writes what `kfp_config.target` runs (Vertex AI's PipelineJob JSON, or Kubeflow
+    Pipelines' pipeline spec YAML) and returns the job as a dict."""
+    kubeflow = kfp_config.target == config.KUBEFLOW
     runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
-        config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(default_image=kfp_config.image)
+        config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(
+            default_image=kfp_config.image, use_pipeline_spec_2_1=kubeflow)
     )
     if kfp_config.notify_secret:
         secrets.check_reference(kfp_config.notify_secret)
+        if secrets.kubernetes_secret(kfp_config.notify_secret) and not kubeflow:
+            raise ValueError(f"--notify-secret {kfp_config.notify_secret} names a Kubernetes Secret, which only "
+                             "Kubeflow Pipelines on a cluster reads: give --target kubeflow, or for Vertex AI a "
+                             "Secret Manager secret, projects/PROJECT/secrets/SECRET (docs/vertex.md#alerts)")
         # A plain string, not a RuntimeParameter: TFX 1.16-1.21 compile an exit handler
         # outside the pipeline's parameter context and fail on runtime parameters there.
         runner.set_exit_handler(notify.NotifyFinalStatus(
@@ -45,8 +53,13 @@ def compile_pipeline(kfp_config: config.KubeflowConfig, output_path: str) -> Dic
         compiled_fixes.pusher_names_its_job,
         compiled_fixes.producer_tasks_named_as_compiled,
         compiled_fixes.cloud_storage_bounded_in_job,
+        *((kubeflow_target.example_gen_keyed_by_window,) if kubeflow else ()),
     ):
         job = fix(job)
+    if kubeflow:
+        kubeflow_target.write(output_path, kubeflow_target.documents(
+            job, kfp_config.pipeline_root, NOTIFY_NODE_ID, kfp_config.notify_secret))
+        return job
     with open(output_path, "w") as handle:
         json.dump(job, handle, indent=2, sort_keys=True)
     return job

@@ -6,8 +6,13 @@ shown in Vertex AI's console) holds only a reference to it:
   (its latest version unless one is named), read through Secret Manager's REST API with
   the task's own credentials (on Vertex AI, the job's service account, which needs
   `roles/secretmanager.secretAccessor` on the secret);
-- `env:NAME`: a variable of the task's environment, for Kubeflow Pipelines on a cluster
-  that sets it from a Kubernetes secret.
+- `env:NAME`: a variable of the task's environment, set by whatever runs the task;
+- `k8s:SECRET/KEY`: key KEY of the Kubernetes Secret SECRET in the namespace of a
+  Kubeflow Pipelines run. `compile --target kubeflow` asks KFP, in the platform spec
+  beside the pipeline spec, to set the exit handler's `NOTIFY_URL_VARIABLE` from it (as
+  kfp-kubernetes' `use_secret_as_env` writes it), and the task reads that variable. A
+  Secret's name is a DNS subdomain and a key matches `[-._a-zA-Z0-9]+`: neither holds a
+  `/`, so the one `/` splits them.
 
 Nothing here names the URL itself in a message or a log line.
 """
@@ -17,30 +22,42 @@ from __future__ import annotations
 import base64
 import os
 import re
-from typing import Tuple
+from typing import Optional, Tuple
 
 from pipeline import alerts
 
 ENDPOINT = "https://secretmanager.googleapis.com/v1"
 SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 ENV_PREFIX = "env:"
+KUBERNETES_PREFIX = "k8s:"
+# The exit handler's variable that Kubeflow Pipelines sets from a `k8s:` secret.
+NOTIFY_URL_VARIABLE = "TAXI_NOTIFY_URL"
 # Seconds Secret Manager has to connect and to answer.
 TIMEOUT_SECONDS = (5.0, 10.0)
 
 _SECRET = re.compile(r"^projects/[^/\s]+/secrets/[^/\s]+(/versions/[^/\s]+)?$")
 _ENV = re.compile(rf"^{ENV_PREFIX}[A-Za-z_][A-Za-z0-9_]*$")
+_KUBERNETES = re.compile(
+    rf"^{KUBERNETES_PREFIX}(?P<name>[a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?)/(?P<key>[-._a-zA-Z0-9]+)$")
+
+
+def kubernetes_secret(reference: str) -> Optional[Tuple[str, str]]:
+    """(the Secret's name, its key) when `reference` is `k8s:SECRET/KEY`, else None."""
+    found = _KUBERNETES.match(reference)
+    return (found["name"], found["key"]) if found else None
 
 
 def check_reference(reference: str) -> str:
     """`reference` when it is a secret's name or `env:NAME`; ValueError otherwise, without
     quoting it when it looks like a URL (which would be the credential itself)."""
-    if _SECRET.match(reference) or _ENV.match(reference):
+    if _SECRET.match(reference) or _ENV.match(reference) or _KUBERNETES.match(reference):
         return reference
     if "://" in reference:
         raise ValueError("the compiled pipeline never holds the webhook's URL: store it in Secret Manager and give "
                          "the secret's name, projects/PROJECT/secrets/SECRET (docs/vertex.md#alerts)")
-    raise ValueError(f"{reference!r} is neither a Secret Manager secret (projects/PROJECT/secrets/SECRET"
-                     "[/versions/VERSION]) nor env:NAME (docs/vertex.md#alerts)")
+    raise ValueError(f"{reference!r} is none of a Secret Manager secret (projects/PROJECT/secrets/SECRET"
+                     "[/versions/VERSION]), a Kubernetes Secret's key (k8s:SECRET/KEY) or env:NAME "
+                     "(docs/vertex.md#alerts)")
 
 
 def version_name(reference: str) -> str:
@@ -54,7 +71,14 @@ def webhook_url(reference: str) -> Tuple[str, str]:
         check_reference(reference)
     except ValueError as err:
         return "", str(err)
-    if reference.startswith(ENV_PREFIX):
+    kubernetes = kubernetes_secret(reference)
+    if kubernetes:
+        value = os.environ.get(NOTIFY_URL_VARIABLE, "").strip()
+        url, problem = (value, "") if value else (
+            "", f"the task's environment has no {NOTIFY_URL_VARIABLE}, which Kubeflow Pipelines sets from key "
+                f"{kubernetes[1]} of the Kubernetes Secret {kubernetes[0]}: check that the Secret exists in the run's "
+                "namespace and holds that key")
+    elif reference.startswith(ENV_PREFIX):
         name = reference[len(ENV_PREFIX):]
         value = os.environ.get(name, "").strip()
         url, problem = (value, "") if value else ("", f"the task's environment has no {name}")

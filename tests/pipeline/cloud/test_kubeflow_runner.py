@@ -219,7 +219,7 @@ def test_a_notify_secret_that_names_nothing_is_refused(tmp_path, capsys, referen
                        "--data-root", "gs://bucket/data", "--serving-dir", "gs://bucket/serving",
                        "--output", str(tmp_path / "p.json"), "--notify-secret", reference])
     assert status == 1 and not (tmp_path / "p.json").exists()
-    assert "is neither a Secret Manager secret" in capsys.readouterr().err
+    assert "is none of a Secret Manager secret" in capsys.readouterr().err
 
 
 def _beam_args(spec, executor="Transform_executor"):

@@ -83,6 +83,25 @@ def test_env_names_a_variable_of_the_task_s_environment(monkeypatch):
     assert secrets.webhook_url("env:ALERT_WEBHOOK") == ("", "the task's environment has no ALERT_WEBHOOK")
 
 
+def test_a_kubernetes_secret_s_key_is_read_from_the_variable_kfp_sets_from_it(monkeypatch):
+    reference = "k8s:alert-webhook/url"
+    assert secrets.kubernetes_secret(reference) == ("alert-webhook", "url")
+    monkeypatch.setenv(secrets.NOTIFY_URL_VARIABLE, URL)
+    assert secrets.webhook_url(reference) == (URL, "")
+    monkeypatch.delenv(secrets.NOTIFY_URL_VARIABLE)
+    url, why = secrets.webhook_url(reference)
+    assert url == "" and why.startswith(f"the task's environment has no {secrets.NOTIFY_URL_VARIABLE}, which Kubeflow "
+                                        "Pipelines sets from key url of the Kubernetes Secret alert-webhook")
+
+
+@pytest.mark.parametrize("reference", ["k8s:alert-webhook", "k8s:Alert/url", "k8s:alert/url/more", "k8s:-a/url",
+                                       "k8s:alert/"])
+def test_a_kubernetes_reference_kubernetes_would_not_take_is_refused(reference):
+    assert secrets.kubernetes_secret(reference) is None
+    with pytest.raises(ValueError, match="k8s:SECRET/KEY"):
+        secrets.check_reference(reference)
+
+
 @pytest.mark.parametrize("pasted", [" ", "\n", "\u00e9"], ids=["blank", "newline", "non-ascii"])
 def test_a_secret_holding_a_badly_pasted_url_is_a_reason_naming_the_secret_not_the_url(secret_manager, monkeypatch,
                                                                                         pasted):
@@ -90,7 +109,8 @@ def test_a_secret_holding_a_badly_pasted_url_is_a_reason_naming_the_secret_not_t
     broken = URL.replace("s3cr3t", f"s3cr{pasted}3t")
     held[f"{NAME}/versions/latest"] = broken.encode()
     monkeypatch.setenv("ALERT_WEBHOOK", broken)
-    for reference in (NAME, "env:ALERT_WEBHOOK"):
+    monkeypatch.setenv(secrets.NOTIFY_URL_VARIABLE, broken)
+    for reference in (NAME, "env:ALERT_WEBHOOK", "k8s:alert-webhook/url"):
         url, why = secrets.webhook_url(reference)
         assert url == "" and why.startswith(f"{reference} holds no URL an alert can be posted to (it holds a")
         assert "s3cr" not in why and "3t" not in why.split("(", 1)[1]
