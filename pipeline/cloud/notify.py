@@ -1,15 +1,20 @@
-"""The compiled pipeline's alert: `NotifyFinalStatus`, Vertex AI's exit handler, runs
-when the pipeline ends, even when a component failed, and posts Vertex's final status
-with the version the job pushed, or the one still serving (`pipeline.alerts` posts).
+"""The compiled pipeline's alert: `NotifyFinalStatus`, the exit handler, runs when the
+pipeline ends, even when a component failed, and posts the final status with the version
+the job pushed, or the one still serving (`pipeline.alerts` posts). Vertex AI hands the
+final status over as a JSON string; Kubeflow Pipelines' backend as a Struct
+(`backend/src/v2/driver/resolve.go`), which TFX passes on as the protobuf it is.
 The webhook's URL is read when the job ends, from where the compiled JSON points
 (`pipeline.cloud.secrets`): the JSON never holds it.
 """
 
 import datetime
+import json
 import logging
 import os
 import re
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
+
+from google.protobuf import json_format, message
 
 import tensorflow as tf
 from tfx import v1 as tfx
@@ -60,7 +65,16 @@ def newest_span_already_served(data_root: str, model_dir: str, serving: Optional
 JOB_CREATED = "{{$.pipeline_job_create_time_utc}}"
 
 
-def notify_final_status(final_status: str, url_from: str, model_dir: str, job_created: str, data_root: str) -> bool:
+def status_text(final_status: Any) -> str:
+    """The final status as the JSON text Vertex AI gives, whichever form it came in."""
+    if isinstance(final_status, message.Message):
+        return json.dumps(json_format.MessageToDict(final_status))
+    if isinstance(final_status, dict):
+        return json.dumps(final_status)
+    return str(final_status)
+
+
+def notify_final_status(final_status: Any, url_from: str, model_dir: str, job_created: str, data_root: str) -> bool:
     """Posts the job's final status to the webhook whose URL `url_from` names (a Secret
     Manager secret or `env:NAME`), with the version this job pushed to `model_dir`, or the
     one still serving, and whether the data root held anything that model was not trained
@@ -72,7 +86,8 @@ def notify_final_status(final_status: str, url_from: str, model_dir: str, job_cr
         return False
     pushed, serving, determined = pushed_since(model_dir, job_created)
     newest = newest_span_already_served(data_root, model_dir, serving) if determined and pushed is None else None
-    return send(url, final_status_payload(final_status, pushed, serving, determined, newest, awaits(model_dir, pushed)))
+    return send(url, final_status_payload(status_text(final_status), pushed, serving, determined, newest,
+                                          awaits(model_dir, pushed)))
 
 
 def awaits(model_dir: str, version: Optional[int]) -> bool:

@@ -66,10 +66,11 @@ class ScheduledJob:
     alerts: List[Dict[str, Any]]
 
 
-def run_job(bucket, compiled: Path, webhook) -> ScheduledJob:
-    """Runs one job: it, the versions before and after it, and the alerts it posted."""
+def run_job(bucket, compiled: Path, webhook, job_class=vertex.VertexJob, **options) -> ScheduledJob:
+    """Runs one job (as Vertex AI runs it, unless `job_class` says otherwise): it, the
+    versions before and after it, and the alerts it posted."""
     versions, alerts = bucket.versions(), len(webhook[1])
-    job = vertex.VertexJob(str(compiled), bucket.image, bucket, str(bucket.root / "harness")).run()
+    job = job_class(str(compiled), bucket.image, bucket, str(bucket.root / "harness"), **options).run()
     return ScheduledJob(job, versions, bucket.versions(), webhook[1][alerts:])
 
 

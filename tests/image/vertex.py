@@ -262,27 +262,30 @@ def container_env(container: Dict[str, Any]) -> Dict[str, str]:
 
 
 def cache_key(image: str, container: Dict[str, Any], executor_input: Dict[str, Any],
-              output_definitions: Dict[str, Any]) -> str:
+              output_definitions: Dict[str, Any], environment: bool = True) -> str:
     """A task's cache key, as KFP's backend computes it (`backend/src/v2/cacheutils/cache.go`,
     GenerateCacheKey and GenerateFingerPrint; docs/vertex.md quotes them): the SHA-256 of
     the compact, key-sorted JSON of the input artifacts' names, the input parameters' values,
     the output artifacts' specs (name, type and metadata, the URI wiped), the output
     parameters' types, and the container's image and unresolved command and arguments.
-    Vertex AI documents the same inputs, and the container's environment too."""
+    Vertex AI documents the same inputs, and the container's environment too (`environment`;
+    KFP's own backend leaves it out). The artifacts' names here are one-to-one with the
+    metadata store's ids KFP keys by."""
     inputs, outputs = executor_input["inputs"], executor_input["outputs"]
     key: Dict[str, Any] = {
         "inputArtifactNames": {
             name: {"artifactNames": [artifact["name"] for artifact in spec["artifacts"]]}
             for name, spec in inputs["artifacts"].items()},
-        "inputParameterValues": inputs["parameters"],
+        "inputParameterValues": inputs.get("parameterValues", inputs.get("parameters")),
         "outputArtifactsSpec": {
             name: {"name": name, "type": spec["artifacts"][0]["type"], "metadata": spec["artifacts"][0]["metadata"]}
             for name, spec in outputs["artifacts"].items() if spec["artifacts"]},
         "outputParametersSpec": {name: definition.get("parameterType") or definition.get("type", "")
                                  for name, definition in output_definitions.get("parameters", {}).items()},
-        "containerSpec": {"image": image, "cmdArgs": list(container["command"]) + list(container.get("args", [])),
-                          "env": container.get("env", [])},
+        "containerSpec": {"image": image, "cmdArgs": list(container["command"]) + list(container.get("args", []))},
     }
+    if environment:
+        key["containerSpec"]["env"] = container.get("env", [])
     text = json.dumps(key, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -396,16 +399,18 @@ def resolve_filter(query: str, inputs: Dict[str, Any]) -> str:
 class VertexJob:
     """One PipelineJob of a compiled JSON, run here (see the module's docstring)."""
 
+    # The ExecutorInput's field of input parameters (schema 2.0.0's legacy values).
+    PARAMETERS = "parameters"
+    # Whether a container's `lifecycle.preCacheCheck` runs before it.
+    RUNS_HOOKS = True
+    # Whether the container's environment is part of the cache key.
+    KEYED_BY_ENV = True
+
     def __init__(self, job_json: str, image: Image, storage: Storage, state_dir: str, enable_caching: bool = True):
-        with open(job_json) as handle:
-            self.job = json.load(handle)
-        self.spec = self.job["pipelineSpec"]
-        if self.spec.get("schemaVersion") != "2.0.0":
-            raise HarnessError(f"schema {self.spec.get('schemaVersion')} (this harness builds 2.0.0 inputs)")
+        self.spec, self.root = self.load(job_json)
         self.image = image
         self.storage = storage
         self.pipeline = self.spec["pipelineInfo"]["name"]
-        self.root = self.job["runtimeConfig"]["gcsOutputDirectory"].rstrip("/")
         self.state_dir = state_dir
         self.store = ArtifactStore(os.path.join(state_dir, "artifacts.json"))
         self.cache = Cache(os.path.join(state_dir, "cache.json")) if enable_caching else None
@@ -413,6 +418,30 @@ class VertexJob:
         self.created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self.logs = os.path.join(state_dir, self.job_id, "logs")
         os.makedirs(self.logs, exist_ok=True)
+
+    def load(self, path: str) -> Tuple[Dict[str, Any], str]:
+        """The pipeline spec and the pipeline root of the compiled file."""
+        with open(path) as handle:
+            job = json.load(handle)
+        spec = job["pipelineSpec"]
+        if spec.get("schemaVersion") != "2.0.0":
+            raise HarnessError(f"schema {spec.get('schemaVersion')} (this harness builds 2.0.0 inputs)")
+        return spec, job["runtimeConfig"]["gcsOutputDirectory"].rstrip("/")
+
+    def constant_value(self, runtime: Dict[str, Any], kind: str) -> Any:
+        value = dict(runtime["constantValue"])
+        if "stringValue" in value:
+            value["stringValue"] = self.constant(value["stringValue"])
+        return value
+
+    def passed_value(self, value: Any, kind: str) -> Any:
+        return legacy_value(value, kind)
+
+    def final_status_value(self, final_status: Optional[Dict[str, Any]]) -> Any:
+        return {"stringValue": json.dumps(final_status, separators=(",", ":"))}
+
+    def task_env(self, component: Dict[str, Any], container: Dict[str, Any]) -> Dict[str, str]:
+        return container_env(container)
 
     def constant(self, value: str) -> str:
         match = re.fullmatch(r"\{\{\$\.(\w+)\}\}", value)
@@ -481,18 +510,16 @@ class VertexJob:
         definitions = self.component(task).get("inputDefinitions", {})
         parameters: Dict[str, Any] = {}
         for key, spec in task.get("inputs", {}).get("parameters", {}).items():
-            kind = definitions.get("parameters", {}).get(key, {}).get("type", "STRING")
+            definition = definitions.get("parameters", {}).get(key, {})
+            kind = definition.get("parameterType") or definition.get("type", "STRING")
             if "runtimeValue" in spec:
-                value = dict(spec["runtimeValue"]["constantValue"])
-                if "stringValue" in value:
-                    value["stringValue"] = self.constant(value["stringValue"])
-                parameters[key] = value
+                parameters[key] = self.constant_value(spec["runtimeValue"], kind)
             elif "taskOutputParameter" in spec:
                 source = spec["taskOutputParameter"]
-                parameters[key] = legacy_value(results[source["producerTask"]].parameters[source["outputParameterKey"]],
-                                               kind)
+                parameters[key] = self.passed_value(
+                    results[source["producerTask"]].parameters[source["outputParameterKey"]], kind)
             elif "taskFinalStatus" in spec:
-                parameters[key] = {"stringValue": json.dumps(final_status, separators=(",", ":"))}
+                parameters[key] = self.final_status_value(final_status)
             else:
                 raise HarnessError(f"{name}: parameter {key} of a kind the harness does not know: {spec}")
         artifacts: Dict[str, Any] = {}
@@ -501,7 +528,7 @@ class VertexJob:
                 raise HarnessError(f"{name}: artifact input {key} of a kind the harness does not know: {spec}")
             source = spec["taskOutputArtifact"]
             artifacts[key] = {"artifacts": results[source["producerTask"]].outputs.get(source["outputArtifactKey"], [])}
-        return {"parameters": parameters, "artifacts": artifacts}
+        return {self.PARAMETERS: parameters, "artifacts": artifacts}
 
     def run_task(self, name: str, task: Dict[str, Any], results: Dict[str, TaskResult],
                  final_status: Optional[Dict[str, Any]] = None) -> TaskResult:
@@ -543,10 +570,11 @@ class VertexJob:
         }
         output_file = executor_input["outputs"]["outputFile"]
         log = os.path.join(self.logs, f"{name}.log")
-        hook = container.get("lifecycle", {}).get("preCacheCheck")
+        hook = container.get("lifecycle", {}).get("preCacheCheck") if self.RUNS_HOOKS else None
+        env = self.task_env(component, container)
         if hook:
             driver_log = os.path.join(self.logs, f"{name}.driver.log")
-            status = self.image.run(self.argv(hook, executor_input), driver_log, env=container_env(container))
+            status = self.image.run(self.argv(hook, executor_input), driver_log, env=env)
             if status != 0:
                 return self.failed(name, started, driver_log, f"its preCacheCheck driver exited {status}")
             driver_output = self.read_json(output_file)
@@ -559,12 +587,17 @@ class VertexJob:
                 if key in outputs and produced.get("artifacts"):
                     outputs[key]["artifacts"][0]["metadata"].update(produced["artifacts"][0].get("metadata", {}))
             self.storage.delete(output_file)
-        fingerprint = cache_key(self.image.image, container, executor_input, output_definitions) if cached else ""
+        fingerprint = cache_key(self.image.image, container, executor_input, output_definitions,
+                                self.KEYED_BY_ENV) if cached else ""
         hit = self.cache.get(self.pipeline, fingerprint) if fingerprint else None
         if hit is not None:
             return TaskResult(name, "CACHED", time.perf_counter() - started, outputs=hit["outputs"],
                               parameters=hit["parameters"], cache_key=fingerprint)
-        status = self.image.run(self.argv(container, executor_input), log, env=container_env(container))
+        if env is None:
+            with open(log, "w") as handle:
+                handle.write("[harness] the task's container was not created: a Secret it needs is missing\n")
+            return self.failed(name, started, log, "its pod was never started")
+        status = self.image.run(self.argv(container, executor_input), log, env=env)
         if status != 0:
             return self.failed(name, started, log, f"exited {status}")
         produced = self.read_json(output_file) or {}

@@ -94,3 +94,17 @@ def test_nothing_new_is_said_when_the_serving_model_was_trained_on_the_newest_sp
     assert notify.newest_span_already_served(str(data_root), str(model_dir), 1700000500) is None
     assert notify.newest_span_already_served(str(data_root), str(model_dir), None) is None
     assert notify.newest_span_already_served(str(tmp_path / "nowhere"), str(model_dir), 1700000500) is None
+
+
+def test_the_final_status_reads_the_same_as_kubeflow_s_struct_and_vertex_s_text(tmp_path, monkeypatch):
+    from google.protobuf import struct_pb2
+
+    status = struct_pb2.Struct()
+    status.update(json.loads(STATUS))
+    sent = []
+    monkeypatch.setenv("ALERT_WEBHOOK", "https://hooks.example.com/x")
+    monkeypatch.setattr(notify, "send", lambda url, payload: sent.append(payload) or True)
+    for given in (STATUS, status):
+        assert notify.notify_final_status(given, "env:ALERT_WEBHOOK", str(tmp_path / "m"), "", "") is True
+    assert sent[0] == sent[1] and sent[0]["outcome"] == "succeeded"
+    assert sent[0]["text"].startswith("taxi pipeline projects/0/locations/l/pipelineJobs/j ended: SUCCEEDED")
