@@ -14,9 +14,8 @@ import os
 import re
 from typing import Any, Optional, Tuple
 
-from google.protobuf import json_format, message
-
 import tensorflow as tf
+from google.protobuf import json_format, message
 from tfx import v1 as tfx
 
 from components.custom import window
