@@ -58,6 +58,11 @@ def span_window_uncached_in_job(job: Dict[str, Any]) -> Dict[str, Any]:
     return job
 
 
+def component_of(spec: Dict[str, Any], task: Dict[str, Any]) -> Dict[str, Any]:
+    """The component a task of `spec` runs."""
+    return spec["components"][task["componentRef"]["name"]]
+
+
 def string_parameter(job: Dict[str, Any], task_name: str, parameter: str, given: Dict[str, Any]) -> None:
     """Declares the string `parameter` of task `task_name` and gives it `given` (a task
     input spec), in the form of the spec's schema: 2.0.0 (TFX's default, Vertex AI's
@@ -66,7 +71,7 @@ def string_parameter(job: Dict[str, Any], task_name: str, parameter: str, given:
     spec = job["pipelineSpec"]
     tasks = dag_tasks(job)
     tasks[task_name].setdefault("inputs", {}).setdefault("parameters", {})[parameter] = given
-    component = spec["components"][tasks[task_name]["componentRef"]["name"]]
+    component = component_of(spec, tasks[task_name])
     definitions = component.setdefault("inputDefinitions", {}).setdefault("parameters", {})
     definitions[parameter] = {"parameterType": "STRING"} if schema_2_1(job) else {"type": "STRING"}
 

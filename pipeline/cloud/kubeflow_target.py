@@ -13,7 +13,7 @@ it differs from Vertex AI (docs/beyond-one-machine.md names the KFP sources read
 - No resolver task: the backend refuses one ("resolver not implemented yet") before any
   task starts. The baseline comes from ServingBaseline, which reads the serving record.
 - The alert's URL from a Kubernetes Secret (`--notify-secret k8s:SECRET/KEY`): the
-  platform spec asks KFP to set the exit handler's `secrets.NOTIFY_URL_VARIABLE` from it,
+  platform spec asks KFP to set the exit handler's `config.NOTIFY_URL_ENV` from it,
   in the shape kfp-kubernetes' `use_secret_as_env` writes.
 """
 
@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Optional
 import yaml
 
 from components.custom import window
+from pipeline import config
 from pipeline.cloud import compiled_fixes, secrets
 from pipeline.pipeline import NodeId
 
@@ -40,7 +41,7 @@ def example_gen_keyed_by_window(job: Dict[str, Any]) -> Dict[str, Any]:
         return job
     compiled_fixes.string_parameter(job, NodeId.EXAMPLE_GEN, WINDOW_INPUTS_PARAMETER, {
         "taskOutputParameter": {"producerTask": window.NODE_ID, "outputParameterKey": window.INPUTS_KEY}})
-    label = spec["components"][tasks[NodeId.EXAMPLE_GEN]["componentRef"]["name"]]["executorLabel"]
+    label = compiled_fixes.component_of(spec, tasks[NodeId.EXAMPLE_GEN])["executorLabel"]
     spec["deploymentSpec"]["executors"][label]["container"].pop("lifecycle", None)
     return job
 
@@ -55,7 +56,7 @@ def refuse_resolvers(spec: Dict[str, Any]) -> None:
 
 
 def secret_as_env(spec: Dict[str, Any], task: str, reference: str) -> Optional[Dict[str, Any]]:
-    """The platform spec setting task `task`'s `secrets.NOTIFY_URL_VARIABLE` from the
+    """The platform spec setting task `task`'s `config.NOTIFY_URL_ENV` from the
     Kubernetes Secret `reference` names (`k8s:SECRET/KEY`); None for another reference.
     Optional, as a Secret Manager secret the task cannot read: a missing Secret is a line in
     the task's log, and the job's outcome stands."""
@@ -63,11 +64,11 @@ def secret_as_env(spec: Dict[str, Any], task: str, reference: str) -> Optional[D
     if kubernetes is None or task not in spec["root"]["dag"]["tasks"]:
         return None
     name, key = kubernetes
-    label = spec["components"][spec["root"]["dag"]["tasks"][task]["componentRef"]["name"]]["executorLabel"]
+    label = compiled_fixes.component_of(spec, spec["root"]["dag"]["tasks"][task])["executorLabel"]
     return {"platforms": {"kubernetes": {"deploymentSpec": {"executors": {label: {"secretAsEnv": [{
         "secretName": name,
         "secretNameParameter": {"runtimeValue": {"constant": name}},
-        "keyToEnv": [{"secretKey": key, "envVar": secrets.NOTIFY_URL_VARIABLE}],
+        "keyToEnv": [{"secretKey": key, "envVar": config.NOTIFY_URL_ENV}],
         "optional": True,
     }]}}}}}}
 

@@ -9,7 +9,7 @@ shown in Vertex AI's console) holds only a reference to it:
 - `env:NAME`: a variable of the task's environment, set by whatever runs the task;
 - `k8s:SECRET/KEY`: key KEY of the Kubernetes Secret SECRET in the namespace of a
   Kubeflow Pipelines run. `compile --target kubeflow` asks KFP, in the platform spec
-  beside the pipeline spec, to set the exit handler's `NOTIFY_URL_VARIABLE` from it (as
+  beside the pipeline spec, to set the exit handler's `config.NOTIFY_URL_ENV` from it (as
   kfp-kubernetes' `use_secret_as_env` writes it), and the task reads that variable. A
   Secret's name is a DNS subdomain and a key matches `[-._a-zA-Z0-9]+`: neither holds a
   `/`, so the one `/` splits them.
@@ -24,14 +24,12 @@ import os
 import re
 from typing import Optional, Tuple
 
-from pipeline import alerts
+from pipeline import alerts, config
 
 ENDPOINT = "https://secretmanager.googleapis.com/v1"
 SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 ENV_PREFIX = "env:"
 KUBERNETES_PREFIX = "k8s:"
-# The exit handler's variable that Kubeflow Pipelines sets from a `k8s:` secret.
-NOTIFY_URL_VARIABLE = "TAXI_NOTIFY_URL"
 # Seconds Secret Manager has to connect and to answer.
 TIMEOUT_SECONDS = (5.0, 10.0)
 
@@ -73,9 +71,9 @@ def webhook_url(reference: str) -> Tuple[str, str]:
         return "", str(err)
     kubernetes = kubernetes_secret(reference)
     if kubernetes:
-        value = os.environ.get(NOTIFY_URL_VARIABLE, "").strip()
+        value = os.environ.get(config.NOTIFY_URL_ENV, "").strip()
         url, problem = (value, "") if value else (
-            "", f"the task's environment has no {NOTIFY_URL_VARIABLE}, which Kubeflow Pipelines sets from key "
+            "", f"the task's environment has no {config.NOTIFY_URL_ENV}, which Kubeflow Pipelines sets from key "
                 f"{kubernetes[1]} of the Kubernetes Secret {kubernetes[0]}: check that the Secret exists in the run's "
                 "namespace and holds that key")
     elif reference.startswith(ENV_PREFIX):

@@ -10,8 +10,8 @@ import yaml
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from pipeline import cli
-from pipeline.cloud import kubeflow_target, secrets
+from pipeline import cli, config
+from pipeline.cloud import kubeflow_target
 
 IMAGE = "registry.example.com/ml/taxi-pipeline:1.0"
 URL = "https://hooks.example.com/services/T0/B0/s3cr3t-token"
@@ -115,7 +115,7 @@ def test_the_exit_handler_s_url_comes_from_the_kubernetes_secret_and_is_nowhere_
     assert set(executors) == {label}
     (secret,) = executors[label]["secretAsEnv"]
     assert secret["secretNameParameter"] == {"runtimeValue": {"constant": "alert-webhook"}}
-    assert secret["keyToEnv"] == [{"secretKey": "url", "envVar": secrets.NOTIFY_URL_VARIABLE}]
+    assert secret["keyToEnv"] == [{"secretKey": "url", "envVar": config.NOTIFY_URL_ENV}]
     assert "hooks.example.com" not in text
 
 

@@ -11,6 +11,7 @@ import google.auth
 import pytest
 from google.auth.credentials import AnonymousCredentials
 
+from pipeline import config
 from pipeline.cloud import secrets
 
 URL = "https://hooks.example.com/services/T0/B0/s3cr3t-token"
@@ -86,11 +87,11 @@ def test_env_names_a_variable_of_the_task_s_environment(monkeypatch):
 def test_a_kubernetes_secret_s_key_is_read_from_the_variable_kfp_sets_from_it(monkeypatch):
     reference = "k8s:alert-webhook/url"
     assert secrets.kubernetes_secret(reference) == ("alert-webhook", "url")
-    monkeypatch.setenv(secrets.NOTIFY_URL_VARIABLE, URL)
+    monkeypatch.setenv(config.NOTIFY_URL_ENV, URL)
     assert secrets.webhook_url(reference) == (URL, "")
-    monkeypatch.delenv(secrets.NOTIFY_URL_VARIABLE)
+    monkeypatch.delenv(config.NOTIFY_URL_ENV)
     url, why = secrets.webhook_url(reference)
-    assert url == "" and why.startswith(f"the task's environment has no {secrets.NOTIFY_URL_VARIABLE}, which Kubeflow "
+    assert url == "" and why.startswith(f"the task's environment has no {config.NOTIFY_URL_ENV}, which Kubeflow "
                                         "Pipelines sets from key url of the Kubernetes Secret alert-webhook")
 
 
@@ -109,7 +110,7 @@ def test_a_secret_holding_a_badly_pasted_url_is_a_reason_naming_the_secret_not_t
     broken = URL.replace("s3cr3t", f"s3cr{pasted}3t")
     held[f"{NAME}/versions/latest"] = broken.encode()
     monkeypatch.setenv("ALERT_WEBHOOK", broken)
-    monkeypatch.setenv(secrets.NOTIFY_URL_VARIABLE, broken)
+    monkeypatch.setenv(config.NOTIFY_URL_ENV, broken)
     for reference in (NAME, "env:ALERT_WEBHOOK", "k8s:alert-webhook/url"):
         url, why = secrets.webhook_url(reference)
         assert url == "" and why.startswith(f"{reference} holds no URL an alert can be posted to (it holds a")
