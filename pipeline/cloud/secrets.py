@@ -52,7 +52,8 @@ def check_reference(reference: str) -> str:
         return reference
     if "://" in reference:
         raise ValueError("the compiled pipeline never holds the webhook's URL: store it in Secret Manager and give "
-                         "the secret's name, projects/PROJECT/secrets/SECRET (docs/vertex.md#alerts)")
+                         "the secret's name, projects/PROJECT/secrets/SECRET, or on Kubeflow Pipelines in a "
+                         "Kubernetes Secret and give k8s:SECRET/KEY (docs/vertex.md#alerts)")
     raise ValueError(f"{reference!r} is none of a Secret Manager secret (projects/PROJECT/secrets/SECRET"
                      "[/versions/VERSION]), a Kubernetes Secret's key (k8s:SECRET/KEY) or env:NAME "
                      "(docs/vertex.md#alerts)")

@@ -129,3 +129,4 @@ def test_a_kubernetes_secret_is_refused_for_vertex_and_a_url_for_either(tmp_path
                        "--output", str(tmp_path / "p.yaml"), "--notify-secret", URL])
     said = capsys.readouterr()
     assert status == 1 and not (tmp_path / "p.yaml").exists() and "s3cr3t" not in said.out + said.err
+    assert "or on Kubeflow Pipelines in a Kubernetes Secret and give k8s:SECRET/KEY" in said.err
