@@ -30,7 +30,9 @@ import yaml
 
 from tests.image.vertex import HarnessError, Image, Storage, VertexJob, container_env
 
+# backend/src/apiserver/template/v2_template.go (NewV2SpecTemplate).
 SCHEMA_VERSION = "2.1.0"
+# backend/src/v2/compiler/visitor.go (pipelineDFS.dfs): container and importer executors only.
 EXECUTOR_KINDS = {"container", "importer"}
 
 

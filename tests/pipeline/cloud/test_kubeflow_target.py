@@ -1,6 +1,7 @@
 """`compile --target kubeflow`, read as Kubeflow Pipelines' backend reads it. What the
-backend supports is written here from its source (kubeflow/pipelines at 7b70c7b9, the
-files named in docs/beyond-one-machine.md), not taken from the package under test."""
+backend supports is written in the tests from its source (kubeflow/pipelines at 7b70c7b9,
+the files named in docs/beyond-one-machine.md; here and in tests/image/kubeflow.py), not
+taken from the package under test."""
 
 import json
 import re
@@ -13,15 +14,14 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 from pipeline import cli, config
 from pipeline.cloud import kubeflow_target
 
+# What the backend takes, as the image harness's KFP mode holds it.
+from tests.image.kubeflow import EXECUTOR_KINDS, SCHEMA_VERSION
+
 IMAGE = "registry.example.com/ml/taxi-pipeline:1.0"
 URL = "https://hooks.example.com/services/T0/B0/s3cr3t-token"
 LOCATIONS = ["--pipeline-root", "gs://bucket/pipelines", "--data-root", "gs://bucket/data",
              "--serving-dir", "gs://bucket/serving"]
 
-# backend/src/v2/compiler/visitor.go (pipelineDFS.dfs): container and importer executors only.
-EXECUTOR_KINDS = {"container", "importer"}
-# backend/src/apiserver/template/v2_template.go (NewV2SpecTemplate).
-SCHEMA_VERSION = "2.1.0"
 # The parameter types of pipeline_spec.proto that backend/src/v2/driver reads by `parameterType`.
 PARAMETER_TYPES = {"STRING", "NUMBER_INTEGER", "NUMBER_DOUBLE", "BOOLEAN", "LIST", "STRUCT", "TASK_FINAL_STATUS"}
 # The whole-value placeholders backend/src/v2/driver resolves in a constant.
