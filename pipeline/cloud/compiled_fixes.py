@@ -12,6 +12,7 @@ from typing import Any, Dict
 
 from components.custom import pusher, window
 from pipeline import cloud_storage
+from pipeline.cloud import task as task_command
 from pipeline.pipeline import NodeId
 
 # KFP's placeholders for the pipeline job's id and name, resolved by the backend when a task runs.
@@ -41,6 +42,19 @@ def cloud_storage_bounded_in_job(job: Dict[str, Any]) -> Dict[str, Any]:
         named = {variable["name"] for variable in env}
         env.extend({"name": name, "value": value} for name, value in cloud_storage.BOUNDS.items()
                    if name not in named)
+    return job
+
+
+def tasks_end_at_once_in_job(job: Dict[str, Any]) -> Dict[str, Any]:
+    """Every command TFX compiles, `python -m` one of its container entry points (each
+    executor's, and ImportExampleGen's `preCacheCheck` driver), runs through
+    `pipeline.cloud.task`, which ends the task's process once the entry point returned."""
+    for executor in job["pipelineSpec"]["deploymentSpec"]["executors"].values():
+        container = executor.get("container") or {}
+        for spec in (container, container.get("lifecycle", {}).get("preCacheCheck", {})):
+            command = spec.get("command", [])
+            if command[:2] == ["python", "-m"] and command[2:3] != [task_command.__name__]:
+                spec["command"] = ["python", "-m", task_command.__name__, *command[2:]]
     return job
 
 

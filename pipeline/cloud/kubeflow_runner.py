@@ -53,6 +53,7 @@ def compile_pipeline(kfp_config: config.KubeflowConfig, output_path: str) -> Dic
         compiled_fixes.pusher_names_its_job,
         compiled_fixes.producer_tasks_named_as_compiled,
         compiled_fixes.cloud_storage_bounded_in_job,
+        compiled_fixes.tasks_end_at_once_in_job,
         *((kubeflow_target.example_gen_keyed_by_window,) if kubeflow else ()),
     ):
         job = fix(job)

@@ -7,6 +7,7 @@
   of 700 (`GC_THRESHOLDS`).
 - `exit_process`: the process ends with `os._exit` once every output is written and
   closed, instead of tearing down an interpreter with TensorFlow and Beam loaded.
+  The compiled pipeline's tasks end the same way (`pipeline.cloud.task`).
 - `after_exit`: at a terminal, the run's page is drawn after the exit status is known, by
   a detached child: the prompt comes back while a placeholder page that reloads itself
   stands in for it for a few seconds. Piped or redirected output (a scheduler, a script,
@@ -30,7 +31,7 @@ from pipeline import patches
 from pipeline.patches import machinery
 
 LOCAL_RUNNER = "pipeline.run.local_runner"
-# The cyclic GC's thresholds during a run (Python's are 700, 10, 10; see `_collecting_less_often`).
+# The cyclic GC's thresholds during a run (Python's are 700, 10, 10; see `collecting_less_often`).
 GC_THRESHOLDS = (10_000, 10, 10)
 # The longest the detached child of `exit_process` may take before SIGALRM ends it.
 DETACHED_SECONDS = 300
@@ -41,7 +42,7 @@ _after_exit: List[Callable[[], object]] = []
 _ends_here = [False]
 
 
-def _import_frozen(name: str) -> ModuleType:
+def import_frozen(name: str) -> ModuleType:
     """Imports `name` with the cyclic GC paused, then freezes what the import created."""
     was_enabled = gc.isenabled()
     gc.disable()
@@ -63,13 +64,13 @@ def local_runner(on: bool) -> Iterator[ModuleType]:
     if not on:
         yield importlib.import_module(LOCAL_RUNNER)
         return
-    module = _import_frozen(LOCAL_RUNNER)
-    with machinery.patched(patches.every_patch()), _collecting_less_often():
+    module = import_frozen(LOCAL_RUNNER)
+    with machinery.patched(patches.every_patch()), collecting_less_often():
         yield module
 
 
 @contextlib.contextmanager
-def _collecting_less_often() -> Iterator[None]:
+def collecting_less_often() -> Iterator[None]:
     """The cyclic GC's thresholds at `GC_THRESHOLDS` within the block.
 
     At Python's (700, 10, 10) a run makes full collections again and again, each

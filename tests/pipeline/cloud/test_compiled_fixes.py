@@ -152,3 +152,25 @@ def test_tfx_compiles_no_container_environment_and_the_fix_bounds_cloud_storage_
         assert set(env) == set(cloud_storage.BOUNDS)
         expected = "5" if executor["container"] is first else cloud_storage.BOUNDS["GCS_REQUEST_IDLE_TIMEOUT_SECS"]
         assert env["GCS_REQUEST_IDLE_TIMEOUT_SECS"] == expected
+
+
+def test_tfx_compiles_its_entry_points_as_commands_and_the_fix_runs_each_through_the_task_command(compiled_job):
+    def commands(job):
+        found = {}
+        for label, executor in job["pipelineSpec"]["deploymentSpec"]["executors"].items():
+            container = executor["container"]
+            found[label] = container["command"]
+            if "lifecycle" in container:
+                found[f"{label} preCacheCheck"] = container["lifecycle"]["preCacheCheck"]["command"]
+        return found
+
+    compiled = commands(compiled_job)
+    assert {command[2] for command in compiled.values()} == {
+        "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor",
+        "tfx.orchestration.kubeflow.v2.file_based_example_gen.driver"}
+    assert "ImportExampleGen_executor preCacheCheck" in compiled
+    assert all(command[:2] == ["python", "-m"] and len(command) == 3 for command in compiled.values())
+    fixed = compiled_fixes.tasks_end_at_once_in_job(_job())
+    assert commands(fixed) == {label: ["python", "-m", "pipeline.cloud.task", command[2]]
+                               for label, command in compiled.items()}
+    assert compiled_fixes.tasks_end_at_once_in_job(json.loads(json.dumps(fixed))) == fixed  # applied once

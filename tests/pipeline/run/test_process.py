@@ -18,11 +18,11 @@ def test_the_heavy_import_runs_with_the_gc_paused_and_leaves_it_as_it_was(monkey
     monkeypatch.setattr(process.importlib, "import_module", lambda name: seen.append((name, gc.isenabled())))
     monkeypatch.setattr(process.gc, "freeze", lambda: seen.append("freeze"))
     gc.enable()
-    process._import_frozen("some.module")
+    process.import_frozen("some.module")
     assert seen == [("some.module", False), "freeze"] and gc.isenabled()
     gc.disable()
     try:
-        process._import_frozen("some.module")
+        process.import_frozen("some.module")
         assert not gc.isenabled()
     finally:
         gc.enable()
@@ -102,7 +102,7 @@ def test_a_placeholder_stands_in_for_a_page_being_drawn_and_reloads(tmp_path):
 
 
 def test_the_collector_runs_less_often_inside_the_run_only(monkeypatch):
-    monkeypatch.setattr(process, "_import_frozen", lambda name: name)
+    monkeypatch.setattr(process, "import_frozen", lambda name: name)
     before = gc.get_threshold()
     with process.local_runner(True) as module:
         assert module == process.LOCAL_RUNNER
