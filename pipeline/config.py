@@ -16,7 +16,7 @@ import components.model
 from components.custom.promotion import PROMOTIONS
 from components.model.trainer.settings import ExportConfig, TrainConfig
 from components.setting import setting
-from components.support import registry, serving_probe, spans, traffic
+from components.support import files, registry, serving_probe, spans, traffic
 from pipeline import code_version
 from pipeline.beam.options import LOCAL_BEAM_ARGS, VERTEX_BEAM_ARGS, runs_here
 
@@ -251,7 +251,7 @@ class RunConfig:
                 f"the output root {self.output_root!r} has {' '.join(special)} in its path: TFX reads the pipeline "
                 "root's files with glob patterns, which cannot quote them; pick a folder without them"
             )
-        if spans.is_remote(self.output_root):
+        if files.is_remote(self.output_root):
             raise ValueError(
                 f"the output root must be a local folder (MLMD's SQLite file, logs and the lock live there), "
                 f"got {self.output_root!r}; data root and serving folder may be remote"
@@ -294,11 +294,11 @@ class KubeflowConfig:
             raise ValueError(f"unknown target {self.target!r}; the targets are: {', '.join(COMPILE_TARGETS)}")
         # Vertex AI takes the pipeline root as gs:// only; the tasks may read and write the
         # other locations through its Cloud Storage FUSE mount as well.
-        if not spans.is_remote(self.pipeline_root):
+        if not files.is_remote(self.pipeline_root):
             raise ValueError(f"pipeline_root must be a gs://BUCKET/... URI, got {self.pipeline_root!r}")
         for name in ("data_root", "serving_dir"):
             value = getattr(self, name)
-            if not (spans.is_remote(value) or value.startswith(FUSE_ROOT)):
+            if not (files.is_remote(value) or value.startswith(FUSE_ROOT)):
                 raise ValueError(
                     f"{name} must be a location every task of the pipeline can reach: gs://BUCKET/... or "
                     f"its Cloud Storage FUSE path {FUSE_ROOT}BUCKET/..., got {value!r}"
@@ -358,4 +358,4 @@ def schema_file() -> str:
 
 
 def _absolute(path: str) -> str:
-    return path if spans.is_remote(path) else os.path.abspath(path)
+    return path if files.is_remote(path) else os.path.abspath(path)

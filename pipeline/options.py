@@ -11,7 +11,7 @@ from typing import Dict, List
 
 from components import setting
 from components.model.trainer.settings import ExportConfig
-from components.support import spans
+from components.support import files
 from pipeline import cloud_storage, config
 from pipeline.beam import options as beam_options
 
@@ -286,7 +286,7 @@ def beam_command_line(args: argparse.Namespace, local: tuple) -> tuple:
 
 def exists(path: str) -> bool:
     """Whether `path` (local or gs://) exists."""
-    if spans.is_remote(path):
+    if files.is_remote(path):
         import tensorflow as tf
 
         return tf.io.gfile.exists(path)
@@ -307,7 +307,7 @@ def require_writable_folder(path: str, option: str) -> None:
     is or would be made. ValueError naming the option, the path and what to do.
     A remote folder's bucket must answer within seconds (`cloud_storage.require_answer`);
     what it holds is checked by the first write."""
-    if spans.is_remote(path):
+    if files.is_remote(path):
         cloud_storage.require_answer(path, option)
         return
     path = os.path.abspath(path)

@@ -36,7 +36,7 @@ from tfx.utils import proto_utils
 
 from components.custom import beam_fns
 from components.model import SCHEMA_FILE
-from components.support import spans
+from components.support import files, spans
 
 # The Examples artifact's record of the files read: JSON, input split -> paths under input_base.
 SOURCE_FILES_PROPERTY = "source_files"
@@ -50,7 +50,7 @@ def content_fingerprint(matched: Dict[str, List[str]]) -> str:
 
 class _ContentInputProcessor(input_processor.FileBasedInputProcessor):
     def get_input_fingerprint(self, span: int, version) -> str:
-        return content_fingerprint({split.name: tf.io.gfile.glob(spans.join(self._input_base_uri, split.pattern))
+        return content_fingerprint({split.name: tf.io.gfile.glob(files.join(self._input_base_uri, split.pattern))
                                     for split in self._splits})
 
 

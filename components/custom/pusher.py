@@ -36,12 +36,11 @@ it pushes the same model again on the re-run. This one:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 from tfx import types
@@ -55,8 +54,8 @@ from tfx.utils import io_utils, proto_utils
 
 from components.custom import ingest, model_card, promotion, serving_check
 from components.model import features
-from components.support import registry, serving_config, spans
-from components.support.serving_config import SAVED_MODEL_FILE, still_held, version_folders, versions
+from components.support import files, registry, serving_config, spans
+from components.support.serving_config import SAVED_MODEL_FILE, push_lock, still_held, version_folders, versions
 
 KEEP_VERSIONS_KEY = "keep_versions"
 # The candidate's inputs and spans (`registry`), as SpanWindow gave them, and whether a
@@ -76,7 +75,6 @@ STAGING_PREFIX = ".staging-"
 # A local version being deleted is first renamed to this prefix and its number: a name no
 # reader takes for a version, so none sees it half gone.
 REMOVING_PREFIX = ".removing-"
-LOCK_FILE = ".push.lock"
 # The PushedModel artifact's properties, as TFX's own Pusher names them.
 PUSHED_PROPERTY = "pushed"
 DESTINATION_PROPERTY = "pushed_destination"
@@ -104,15 +102,6 @@ def already_pushed(model_path: str, base_directory: str) -> Optional[int]:
     return newest if _read(os.path.join(base_directory, str(newest), _FINGERPRINT)) == fingerprint else None
 
 
-@contextlib.contextmanager
-def push_lock(base_directory: str) -> Iterator[Callable[[], None]]:
-    """Holds the model's folder for one push (`serving_config.folder_lock`); gives a check
-    to call before each step a reader sees, which raises when the lock was lost meanwhile."""
-    tf.io.gfile.makedirs(base_directory)
-    with serving_config.folder_lock(base_directory, LOCK_FILE) as confirm:
-        yield confirm
-
-
 def copy_whole_last(model_path: str, target: str, staged: Optional[Callable[[str, int], None]],
                     version: int, confirm: Callable[[], None] = still_held) -> None:
     """Copies the SavedModel into `target` file by file, then `staged`'s additions, then,
@@ -120,11 +109,11 @@ def copy_whole_last(model_path: str, target: str, staged: Optional[Callable[[str
     presence makes the version whole."""
     last = None
     base = model_path.rstrip("/")
-    for folder, _, files in tf.io.gfile.walk(base):
+    for folder, _, names in tf.io.gfile.walk(base):
         relative = folder.rstrip("/")[len(base):].strip("/")
-        into = spans.join(target, relative) if relative else target
-        for name in files:
-            source, destination = spans.join(folder.rstrip("/"), name), spans.join(into, name)
+        into = files.join(target, relative) if relative else target
+        for name in names:
+            source, destination = files.join(folder.rstrip("/"), name), files.join(into, name)
             if not relative and name == SAVED_MODEL_FILE:
                 last = (source, destination)
                 continue
@@ -158,7 +147,7 @@ def push(model_path: str, base_directory: str, version: Optional[int] = None,
     tf.io.gfile.makedirs(base_directory)
     existing = version_folders(base_directory)
     version = max([version or int(time.time())] + [v + 1 for v in existing[-1:]])
-    if spans.is_remote(base_directory):
+    if files.is_remote(base_directory):
         copy_whole_last(model_path, os.path.join(base_directory, str(version)), staged, version, confirm)
         return version
     staging = os.path.join(base_directory, f"{STAGING_PREFIX}{version}")
@@ -206,7 +195,7 @@ def remove_version(base_directory: str, version: int) -> None:
     then no version), a local folder is renamed out of sight first (`REMOVING_PREFIX`). A
     deletion cut short leaves a folder the next prune removes."""
     folder = os.path.join(base_directory, str(version))
-    if spans.is_remote(base_directory):
+    if files.is_remote(base_directory):
         tf.io.gfile.remove(os.path.join(folder, SAVED_MODEL_FILE))
         tf.io.gfile.rmtree(folder)
         return

@@ -17,7 +17,7 @@ lineage store; this record is what the decisions read:
 - which versions TF Serving may load (`servable`): never one awaiting approval, rejected,
   or superseded while it waited.
 
-Every write is made under the model folder's push lock (`components.custom.pusher.push_lock`),
+Every write is made under the model folder's push lock (`components.support.serving_config.push_lock`),
 by the Pusher and by `taxi-pipeline serving`, and replaces the file whole (a temporary
 file renamed over it). Reading a local record imports no TensorFlow: a run with nothing
 to train is decided in well under a second.
@@ -31,11 +31,10 @@ import enum
 import functools
 import hashlib
 import json
-import os
 from importlib import metadata as package_metadata
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from components.support import spans, whole_files
+from components.support import files, whole_files
 
 # A serving version passed as text (a parameter) when no version serves.
 NOTHING_SERVES = "none"
@@ -202,24 +201,15 @@ def static_inputs(code_version: str, settings: Dict[str, Any]) -> str:
 
 
 def path(model_dir: str) -> str:
-    return spans.join(model_dir, RECORD_FILE)
+    return files.join(model_dir, RECORD_FILE)
 
 
 def read(model_dir: str) -> Record:
     """The model's record; an empty one before its first candidate."""
     where = path(model_dir)
-    if spans.is_remote(where):
-        import tensorflow as tf
-
-        if not tf.io.gfile.exists(where):
-            return Record()
-        with tf.io.gfile.GFile(where) as handle:
-            text = handle.read()
-    else:
-        if not os.path.exists(where):
-            return Record()
-        with open(where) as handle:
-            text = handle.read()
+    if not files.exists(where):
+        return Record()
+    text = files.read_text(where)
     try:
         return Record.from_json(json.loads(text))
     except (ValueError, KeyError, TypeError, AttributeError) as err:

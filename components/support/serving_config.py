@@ -39,16 +39,17 @@ import os
 import time
 from typing import Callable, Dict, Iterator, List, Optional
 
-import tensorflow as tf
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format, wrappers_pb2
 from tensorflow_serving.config import model_server_config_pb2
 
 from components.model.trainer.settings import SAVED_MODEL_FILE
-from components.support import object_lock, registry, spans, whole_files
+from components.support import files, object_lock, registry, whole_files
 
 CONFIG_FILE = "models.config"
 # The serving folder's lock on `models.config`, which holds every model's entry.
 CONFIG_LOCK_FILE = ".models.config.lock"
+# A model folder's lock: every push, `serving` command and write of the model's record holds it.
+PUSH_LOCK_FILE = ".push.lock"
 BATCHING_FILE = "batching_parameters.txt"
 STABLE = "stable"
 PIN_FILE = ".pinned"
@@ -88,17 +89,16 @@ class ServingState:
 
 def version_folders(model_dir: str) -> List[int]:
     """Every numeric folder, whole or not, oldest first."""
-    if not tf.io.gfile.isdir(model_dir):
+    if not files.isdir(model_dir):
         return []
-    names = (name.rstrip("/") for name in tf.io.gfile.listdir(model_dir))
-    return sorted(int(name) for name in names if name.isdigit())
+    return sorted(int(name) for name in files.listdir(model_dir) if name.isdigit())
 
 
 def is_whole(model_dir: str, version: int) -> bool:
     """Whether a version folder is whole. A local one always is (a push renames it into
     place); on object storage, where a folder cannot be renamed in one step, a push
     writes `saved_model.pb` last, so a folder without it is a copy under way or dead."""
-    return not spans.is_remote(model_dir) or tf.io.gfile.exists(
+    return not files.is_remote(model_dir) or files.exists(
         os.path.join(model_dir, str(version), SAVED_MODEL_FILE))
 
 
@@ -122,7 +122,7 @@ def read_config(serving_dir: str) -> Optional[model_server_config_pb2.ModelServe
     try:
         return _read_config(path)
     except text_format.ParseError as err:
-        if not spans.is_remote(path):
+        if not files.is_remote(path):
             raise ServingConfigError(f"{path} is not a TF Serving model config: {err}") from err
     time.sleep(STAT_CACHE_SECONDS)
     try:
@@ -132,10 +132,9 @@ def read_config(serving_dir: str) -> Optional[model_server_config_pb2.ModelServe
 
 
 def _read_config(path: str) -> Optional[model_server_config_pb2.ModelServerConfig]:
-    if not tf.io.gfile.exists(path):
+    if not files.exists(path):
         return None
-    with tf.io.gfile.GFile(path) as handle:
-        return text_format.Parse(handle.read(), model_server_config_pb2.ModelServerConfig())
+    return text_format.Parse(files.read_text(path), model_server_config_pb2.ModelServerConfig())
 
 
 def _model_entry(config: Optional[model_server_config_pb2.ModelServerConfig], model_name: str):
@@ -149,10 +148,9 @@ def _model_entry(config: Optional[model_server_config_pb2.ModelServerConfig], mo
 
 def _pinned(model_dir: str) -> Optional[int]:
     path = os.path.join(model_dir, PIN_FILE)
-    if not tf.io.gfile.exists(path):
+    if not files.exists(path):
         return None
-    with tf.io.gfile.GFile(path) as handle:
-        text = handle.read().strip()
+    text = files.read_text(path).strip()
     return int(text) if text.isdigit() else None
 
 
@@ -218,12 +216,12 @@ def folder_lock(folder: str, name: str) -> Iterator[Callable[[], None]]:
     (`object_lock.held`); other remote file systems are the scheduler's to serialize.
     Gives a check to call before each step a reader sees, which raises when the lock was
     lost meanwhile (`object_lock.Lease.confirm`; a `flock` is never lost)."""
-    lock = spans.join(folder, name)
+    lock = files.join(folder, name)
     if folder.startswith("gs://"):
         with object_lock.held(lock) as lease:
             yield lease.confirm
         return
-    if spans.is_remote(folder):
+    if files.is_remote(folder):
         yield still_held
         return
     os.makedirs(folder, exist_ok=True)
@@ -233,6 +231,16 @@ def folder_lock(folder: str, name: str) -> Iterator[Callable[[], None]]:
         yield still_held
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def push_lock(model_dir: str) -> Iterator[Callable[[], None]]:
+    """Holds the model's folder for one push or one operator's change (`folder_lock`);
+    gives a check to call before each step a reader sees, which raises when the lock was
+    lost meanwhile."""
+    files.makedirs(model_dir)
+    with folder_lock(model_dir, PUSH_LOCK_FILE) as confirm:
+        yield confirm
 
 
 def _write(serving_dir: str, model_name: str, loaded: List[int], stable: Optional[int]) -> None:
@@ -272,7 +280,7 @@ def rebase(serving_dir: str, model_name: str) -> None:
 
 def _model_base_path(serving_dir: str, model_name: str) -> str:
     model_dir = os.path.join(serving_dir, model_name)
-    return model_dir if spans.is_remote(model_dir) else os.path.abspath(model_dir)
+    return model_dir if files.is_remote(model_dir) else os.path.abspath(model_dir)
 
 
 def after_push(serving_dir: str, model_name: str) -> ServingState:
@@ -296,8 +304,8 @@ def follow(serving_dir: str, model_name: str) -> None:
         raise ServingConfigError(f"no model versions that may serve under {model_dir}")
     _write(serving_dir, model_name, on_disk[-2:], on_disk[-2] if len(on_disk) > 1 else on_disk[-1])
     pin_file = os.path.join(model_dir, PIN_FILE)
-    if tf.io.gfile.exists(pin_file):
-        tf.io.gfile.remove(pin_file)
+    if files.exists(pin_file):
+        files.remove(pin_file)
     _note_serving(model_dir, on_disk[-1], pinned=False)
 
 
@@ -390,7 +398,7 @@ def write_batching_parameters(serving_dir: str) -> str:
     """`batching_parameters.txt` with `BATCHING_DEFAULTS`, unless it exists (an operator's
     file is kept as it is)."""
     path = os.path.join(serving_dir, BATCHING_FILE)
-    if tf.io.gfile.exists(path):
+    if files.exists(path):
         return path
     parameters = batching_parameters_class()()
     for name, value in BATCHING_DEFAULTS.items():

@@ -15,7 +15,8 @@ so the run log can name it. `N` may be zero-padded (`span-007`); two folders of 
 number (`span-7`, `span-007`) are refused.
 
 Local paths are listed with `os` (the command line decides "nothing to do" before
-TensorFlow is imported); remote ones (`gs://...`) through `tf.io.gfile`, imported only then.
+TensorFlow is imported); remote ones (`gs://...`) through `tf.io.gfile`, imported only then
+(`components.support.files`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import json
 import os
 import re
 from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
+
+from components.support import files
 
 # The files of one span, relative to its folder, as ExampleGen's patterns say them
 # (Beam's glob and `fnmatch` read `[!._]` alike: a first character other than . and _).
@@ -68,40 +71,8 @@ class Span:
     @property
     def pattern(self) -> str:
         """The glob ExampleGen reads this span's files with."""
-        return join(self.path, FILES_IN_SPAN)
+        return files.join(self.path, FILES_IN_SPAN)
 
-
-
-def is_remote(path: str) -> bool:
-    return "://" in path
-
-
-def join(folder: str, name: str) -> str:
-    return f"{folder.rstrip('/')}/{name}" if is_remote(folder) else os.path.join(folder, name)
-
-
-def _listdir(folder: str) -> List[str]:
-    if is_remote(folder):
-        import tensorflow as tf
-
-        return [name.rstrip("/") for name in tf.io.gfile.listdir(folder)]
-    return os.listdir(folder)
-
-
-def _isdir(path: str) -> bool:
-    if is_remote(path):
-        import tensorflow as tf
-
-        return tf.io.gfile.isdir(path)
-    return os.path.isdir(path)
-
-
-def _size(path: str) -> int:
-    if is_remote(path):
-        import tensorflow as tf
-
-        return tf.io.gfile.stat(path).length
-    return os.path.getsize(path)
 
 
 # Bytes hashed at a time.
@@ -115,11 +86,8 @@ _USED: set = set()
 
 
 def _stamp(path: str) -> Tuple[int, ...]:
-    if is_remote(path):
-        import tensorflow as tf
-
-        stat = tf.io.gfile.stat(path)
-        return stat.length, stat.mtime_nsec
+    if files.is_remote(path):
+        return files.size_and_mtime_ns(path)
     stat = os.stat(path)
     return stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns
 
@@ -146,13 +114,7 @@ def remembered_digests(cache_file: str) -> Iterator[None]:
 def sha256(path: str) -> str:
     """SHA-256 of a file's bytes, read in chunks (local or remote)."""
     digest = hashlib.sha256()
-    if is_remote(path):
-        import tensorflow as tf
-
-        handle = tf.io.gfile.GFile(path, "rb")
-    else:
-        handle = open(path, "rb")
-    with handle:
+    with files.open_file(path, "rb") as handle:
         while chunk := handle.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
@@ -189,7 +151,7 @@ def unquotable_glob_characters(path: str) -> List[str]:
 
 
 def _require_folder(data_root: str) -> None:
-    if not _isdir(data_root):
+    if not files.isdir(data_root):
         raise DataRootError(f"data root {data_root} does not exist or is not a folder (moved, deleted or not "
                             "mounted?): point --data-root at the folder of span-<N> folders, then run again")
     special = unquotable_glob_characters(data_root)
@@ -228,7 +190,8 @@ def span_folders(data_root: str) -> List[Tuple[int, str]]:
     """`(span number, folder name)` of the spans under `data_root`, oldest first, without
     listing their files."""
     _require_folder(data_root)
-    return [(span, name) for span, name in numbered(_listdir(data_root)) if _isdir(join(data_root, name))]
+    return [(span, name) for span, name in numbered(files.listdir(data_root))
+            if files.isdir(files.join(data_root, name))]
 
 
 def span_numbers(data_root: str) -> List[int]:
@@ -240,7 +203,7 @@ def stray_folders(data_root: str) -> List[str]:
     """Entries of `data_root` that ExampleGen's `span-*` pattern matches but that are not
     span folders (`span-old`, `span-1a`): their files would be ingested unchecked."""
     return sorted(
-        join(data_root, name) for name in _listdir(data_root)
+        files.join(data_root, name) for name in files.listdir(data_root)
         if fnmatch.fnmatchcase(name, FOLDER_PATTERN) and number(name) is None
     )
 
@@ -250,18 +213,18 @@ def list_spans(data_root: str, only: Optional[Sequence[int]] = None) -> List[Spa
     the files ExampleGen would ingest from each."""
     _require_folder(data_root)
     found = []
-    for span, name in numbered(_listdir(data_root)):
-        path = join(data_root, name)
-        if (only is not None and span not in only) or not _isdir(path):
+    for span, name in numbered(files.listdir(data_root)):
+        path = files.join(data_root, name)
+        if (only is not None and span not in only) or not files.isdir(path):
             continue
-        files, ignored = [], []
-        for entry in sorted(_listdir(path)):
-            entry_path = join(path, entry)
-            if fnmatch.fnmatchcase(entry, FILES_IN_SPAN) and not _isdir(entry_path):
-                files.append((entry_path, _size(entry_path)))
+        matched, ignored = [], []
+        for entry in sorted(files.listdir(path)):
+            entry_path = files.join(path, entry)
+            if fnmatch.fnmatchcase(entry, FILES_IN_SPAN) and not files.isdir(entry_path):
+                matched.append((entry_path, files.size(entry_path)))
             else:
                 ignored.append(entry_path)
-        found.append(Span(span, path, tuple(files), tuple(ignored)))
+        found.append(Span(span, path, tuple(matched), tuple(ignored)))
     return found
 
 
@@ -269,7 +232,7 @@ def ignored_entries(data_root: str) -> List[str]:
     """Entries of `data_root` that are neither span folders nor matched by ExampleGen's
     `span-*` pattern: never read."""
     return sorted(
-        join(data_root, name) for name in _listdir(data_root)
+        files.join(data_root, name) for name in files.listdir(data_root)
         if number(name) is None and not fnmatch.fnmatchcase(name, FOLDER_PATTERN)
     )
 

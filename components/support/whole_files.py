@@ -7,13 +7,13 @@ import os
 import socket
 import uuid
 
+from components.support import files
+
 
 def write_text(path: str, text: str) -> None:
     """Writes `text` to a temporary file beside `path`, then renames it over `path`."""
-    import tensorflow as tf
-
     # Unique per host and process: on Vertex every task's process may be PID 1.
     temporary = f"{path}.tmp-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    with tf.io.gfile.GFile(temporary, "w") as handle:
+    with files.open_file(temporary, "w") as handle:
         handle.write(text)
-    tf.io.gfile.rename(temporary, path, overwrite=True)
+    files.replace(temporary, path)

@@ -2,7 +2,7 @@
 person's approval or rejection of a candidate awaiting approval (`--promotion approval`).
 
 Every change rewrites `models.config` (see `components.support.serving_config`) under the model
-folder's push lock (`components.custom.pusher.push_lock`: `flock` on a local folder, a lock
+folder's push lock (`components.support.serving_config.push_lock`: `flock` on a local folder, a lock
 object on gs://), so it never interleaves with a push; no version folder is ever deleted
 here.
 """
@@ -16,10 +16,7 @@ import json
 import os
 from typing import Dict, List, Optional
 
-import tensorflow as tf
-
-from components.custom import model_card, pusher, serving_check
-from components.support import registry, serving_config
+from components.support import files, registry, serving_config
 from pipeline.config import MetadataConfig
 
 
@@ -48,7 +45,7 @@ def describe(current: serving_config.ServingState, model_dir: str) -> str:
         labels_of.setdefault(version, []).append(label)
     lines: List[str] = []
     for version in reversed(current.on_disk):
-        seconds = tf.io.gfile.stat(os.path.join(model_dir, str(version))).mtime_nsec / 1e9
+        seconds = files.size_and_mtime_ns(os.path.join(model_dir, str(version)))[1] / 1e9
         marks = ["SERVING" if version == current.serving else "loaded" if version in current.loaded else ""]
         marks += (["pinned"] if version == current.pinned else []) + labels_of.get(version, [])
         candidate = record.of_version(version)
@@ -79,7 +76,7 @@ def decide(serving_dir: str, model_name: str, version: Optional[int], verdict: V
     if not verdict.approve and not verdict.note:
         raise ValueError("serving reject needs --note saying why")
     model_dir = os.path.join(serving_dir, model_name)
-    with pusher.push_lock(model_dir) as confirm:
+    with serving_config.push_lock(model_dir) as confirm:
         record = registry.read(model_dir)
         candidate = record.of_version(version)
         done = registry.Fate.APPROVED if verdict.approve else registry.Fate.REJECTED
@@ -113,6 +110,7 @@ DECISION_PROPERTIES = ("decision", "decided_by", "decided_at", "decision_note")
 def record_in_store(metadata: MetadataConfig, model_dir: str, version: int, candidate: registry.Candidate) -> str:
     """The decision on `version`'s PushedModel artifact in MLMD, beside its lineage; says
     where it went, or why it did not."""
+    from components.custom import pusher, serving_check
     from pipeline.inspect import lineage, run_report
 
     store = run_report.connect(metadata, writable=True)
@@ -137,6 +135,8 @@ def record_in_store(metadata: MetadataConfig, model_dir: str, version: int, cand
 
 
 def _note_in_card(version_dir: str, candidate: registry.Candidate) -> None:
+    from components.custom import model_card
+
     found = model_card.read(version_dir)
     if found is None:  # pushed before the Pusher wrote cards: the record alone says it
         return
@@ -148,19 +148,20 @@ def _note_in_card(version_dir: str, candidate: registry.Candidate) -> None:
 def card(model_dir: str, version: Optional[int]) -> str:
     """Where version `version`'s model card is (default: the version that serves), its HTML
     written again from its JSON when it is missing."""
+    from components.custom import model_card
+
     current = serving_config.state(*os.path.split(model_dir.rstrip("/")))
     version = current.serving if version is None else version
     if version is None or version not in current.on_disk:
         raise ValueError(f"no version {version} in {model_dir} ({', '.join(map(str, current.on_disk)) or 'none'})")
     folder = os.path.join(model_dir, str(version), model_card.CARD_DIR)
     page, data = os.path.join(folder, model_card.HTML_FILE), os.path.join(folder, model_card.JSON_FILE)
-    if not tf.io.gfile.exists(data):
+    if not files.exists(data):
         raise ValueError(f"version {version} has no model card ({data}): it was pushed before the Pusher wrote "
                          "them; `taxi-pipeline lineage` tells where it came from")
-    if not tf.io.gfile.exists(page):
-        with tf.io.gfile.GFile(data) as handle:
-            found = json.load(handle)
-        with tf.io.gfile.GFile(page, "w") as handle:
+    if not files.exists(page):
+        found = json.loads(files.read_text(data))
+        with files.open_file(page, "w") as handle:
             handle.write(model_card.render_html(found))
     return f"Model card of version {version}: {page}\n  (for programs: {data})"
 
@@ -176,9 +177,9 @@ def command(serving_dir: str, model_name: str, action: str, version: Optional[in
         raise ValueError("serving pin needs the VERSION to serve")
     if action == "unpin" and version is not None:
         raise ValueError("serving unpin takes no VERSION")
-    if not tf.io.gfile.isdir(model_dir):
+    if not files.isdir(model_dir):
         raise ValueError(f"no serving folder {model_dir}: nothing was pushed there yet")
-    with pusher.push_lock(model_dir) as confirm:
+    with serving_config.push_lock(model_dir) as confirm:
         current = serving_config.state(serving_dir, model_name)
         confirm()
         if action == "unpin":

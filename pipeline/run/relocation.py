@@ -37,7 +37,7 @@ from typing import Dict, List, Optional, Tuple
 from google.protobuf import text_encoding
 
 from components.model.trainer.settings import SAVED_MODEL_FILE
-from components.support import spans
+from components.support import files
 from pipeline import config as config_lib
 from pipeline.run import run_state
 
@@ -92,7 +92,7 @@ def _moved_prefixes(before: Location, now: Location, model_serving_dir: str,
                     pushed: List[str]) -> List[Tuple[str, str]]:
     """(old, new) path prefixes: the output root, and the serving folder when it came along."""
     moves = [(before.output_root, now.output_root)]
-    if (before.serving_dir and before.serving_dir != now.serving_dir and not spans.is_remote(now.serving_dir)
+    if (before.serving_dir and before.serving_dir != now.serving_dir and not files.is_remote(now.serving_dir)
             and any(_whole(os.path.join(model_serving_dir, os.path.basename(path))) for path in pushed)):
         moves.append((before.serving_dir, now.serving_dir))
     # The longest first: a path under both is moved by the one nearest to it.
@@ -209,7 +209,7 @@ def _rewrite_run_record(output_root: str, moves: List[Tuple[str, str]]) -> None:
 def _stale_entries(serving_dir: str, model_name: str) -> Dict[str, str]:
     """Model name -> the `base_path` of this model's `models.config` entry in a local
     serving folder, when it names another folder while this one holds the model."""
-    if spans.is_remote(serving_dir):
+    if files.is_remote(serving_dir):
         # Not read here: that would import TensorFlow on every run. A bucket's folder
         # copied with gsutil keeps naming the original until its next push (docs/operations.md).
         return {}
@@ -232,12 +232,11 @@ def _relocate_serving_config(run_config: config_lib.RunConfig) -> List[str]:
     stale = _stale_entries(run_config.serving_dir, run_config.settings.model_name)
     if not stale:
         return []
-    from components.custom import pusher
     from components.support import serving_config
 
     said = []
     for name, base in sorted(stale.items()):
-        with pusher.push_lock(os.path.join(run_config.serving_dir, name)):
+        with serving_config.push_lock(os.path.join(run_config.serving_dir, name)):
             serving_config.rebase(run_config.serving_dir, name)
         said.append(f"models.config named {base} for {name}, a folder this serving folder was copied or moved "
                     f"from: it now names {os.path.join(run_config.serving_dir, name)}")

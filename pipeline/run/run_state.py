@@ -32,7 +32,7 @@ from typing import Dict, List, Optional
 import components
 import pipeline as pipeline_package
 from components.model.trainer.settings import SAVED_MODEL_FILE
-from components.support import registry, spans
+from components.support import files, registry, spans
 from pipeline import code_version
 from pipeline import config as config_lib
 from pipeline.outcome import Outcome, RunReport
@@ -62,7 +62,7 @@ def _inputs(run_config: config_lib.RunConfig) -> dict:
 
 
 def _exists(path: str) -> bool:
-    if spans.is_remote(path):
+    if files.is_remote(path):
         import tensorflow as tf
 
         return tf.io.gfile.exists(path)
@@ -218,7 +218,7 @@ def decided_before(last: Optional[RunReport], run_fingerprint: str, inputs: str,
                            finished=candidate.at)
     report.outcome = _OUTCOMES.get(candidate.fate, Outcome.UP_TO_DATE)
     shown = candidate.version if candidate.fate is registry.Fate.AWAITING_APPROVAL else decision.serving
-    report.pushed_version_dir = spans.join(model_serving_dir, str(shown)) if shown is not None else None
+    report.pushed_version_dir = files.join(model_serving_dir, str(shown)) if shown is not None else None
     unchanged = report is last and last.fingerprint == run_fingerprint and candidate.version == decision.serving
     report = _as_reused(report)
     if not unchanged:  # else the last run is said to be unchanged (`commands.summary`)
@@ -234,8 +234,8 @@ def reusable_report(last: Optional[RunReport], run_fingerprint: str, model_servi
     if last.outcome in (Outcome.PUSHED, Outcome.UP_TO_DATE):
         if not last.pushed_version_dir:
             return None
-        here = spans.join(model_serving_dir, last.pushed_version_dir.rstrip("/").rsplit("/", 1)[-1])
-        if not _exists(spans.join(here, SAVED_MODEL_FILE)):  # a whole version, not a folder of that name
+        here = files.join(model_serving_dir, last.pushed_version_dir.rstrip("/").rsplit("/", 1)[-1])
+        if not _exists(files.join(here, SAVED_MODEL_FILE)):  # a whole version, not a folder of that name
             return None
         last.pushed_version_dir = here
     return _as_reused(last)

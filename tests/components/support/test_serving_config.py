@@ -7,7 +7,7 @@ from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
 from components.custom import pusher
-from components.support import serving_config
+from components.support import files, serving_config
 from tests.helpers import served_models
 
 MODEL = "big_tip"
@@ -186,13 +186,10 @@ def test_two_models_written_at_once_both_keep_their_entries(tmp_path, monkeypatc
 def test_the_config_s_temporary_name_is_unique_per_host_process_and_write(tmp_path, monkeypatch):
     import socket
 
-    import tensorflow as tf
-
     serving_dir = _serving(tmp_path, [100])
     renamed = []
-    rename = tf.io.gfile.rename
-    monkeypatch.setattr(tf.io.gfile, "rename", lambda src, dst, overwrite=False: (
-        renamed.append(os.path.basename(src)), rename(src, dst, overwrite=overwrite)))
+    replace = files.replace
+    monkeypatch.setattr(files, "replace", lambda src, dst: (renamed.append(os.path.basename(src)), replace(src, dst)))
     serving_config.follow(serving_dir, MODEL)
     serving_config.follow(serving_dir, MODEL)
     temporary = [name for name in renamed if name.startswith(serving_config.CONFIG_FILE)]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from components.support import spans
+from components.support import files, spans
 
 
 def test_folder_names_parse_to_span_numbers_and_sort_by_number():
@@ -116,8 +116,8 @@ def test_span_numbers_round_trip_through_their_text_in_order():
 
 
 def test_remote_paths_are_joined_with_slashes():
-    assert spans.join("gs://bucket/data/", "span-1") == "gs://bucket/data/span-1"
-    assert spans.is_remote("gs://b") and not spans.is_remote("/data")
+    assert files.join("gs://bucket/data/", "span-1") == "gs://bucket/data/span-1"
+    assert files.is_remote("gs://b") and not files.is_remote("/data")
 
 
 def test_digests_follow_the_bytes_and_are_remembered_until_a_file_is_rewritten(tmp_path, monkeypatch):

@@ -71,3 +71,25 @@ def test_a_decision_given_the_store_is_recorded_on_the_versions_push(tmp_path):
     assert [run_report.string_property(decided["300"], key) for key in serving.DECISION_PROPERTIES] == [
         "approved", "ana", registry.read(f"{serving_dir}/{MODEL}").of_version(300).at, "reviewed"]
     assert not run_report.string_property(decided["200"], "decision")
+
+
+def test_list_rollback_pin_and_unpin_of_a_local_folder_import_no_tensorflow(tmp_path):
+    """The operator's everyday answers cost no TensorFlow import (seconds) on a local folder."""
+    import subprocess
+    import sys
+
+    serving_dir = _folder(tmp_path)
+    program = f"""
+import sys
+from pipeline.ops import serving
+said = [serving.command({serving_dir!r}, {MODEL!r}, action, version)
+        for action, version in (("list", None), ("rollback", None), ("unpin", None), ("pin", 100))]
+print(said[-1].splitlines()[0])
+print(sorted(name for name in ("tensorflow", "tfx", "apache_beam") if name in sys.modules))
+"""
+    ran = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    said, imported = ran.stdout.splitlines()
+    assert said.startswith("pin: serving version 100 (was version 200)")
+    assert imported == "[]"
+    assert serving_config.state(serving_dir, MODEL).pinned == 100

@@ -1,0 +1,81 @@
+"""Files on a local disk or on object storage, by path: local paths through `os`, remote
+ones (`gs://...`) through `tf.io.gfile`, TensorFlow imported only then. The code that
+reads a data root or a serving folder goes through here, so that the command line's
+quick answers (`run` with nothing new, `serving list`, `serving rollback`) cost no
+TensorFlow import on a local folder."""
+
+from __future__ import annotations
+
+import os
+from typing import IO, List, Tuple
+
+
+def is_remote(path: str) -> bool:
+    return "://" in path
+
+
+def join(folder: str, name: str) -> str:
+    return f"{folder.rstrip('/')}/{name}" if is_remote(folder) else os.path.join(folder, name)
+
+
+def _gfile():
+    import tensorflow as tf
+
+    return tf.io.gfile
+
+
+def exists(path: str) -> bool:
+    return _gfile().exists(path) if is_remote(path) else os.path.exists(path)
+
+
+def isdir(path: str) -> bool:
+    return _gfile().isdir(path) if is_remote(path) else os.path.isdir(path)
+
+
+def listdir(folder: str) -> List[str]:
+    if is_remote(folder):
+        return [name.rstrip("/") for name in _gfile().listdir(folder)]
+    return os.listdir(folder)
+
+
+def size(path: str) -> int:
+    return _gfile().stat(path).length if is_remote(path) else os.path.getsize(path)
+
+
+def size_and_mtime_ns(path: str) -> Tuple[int, int]:
+    if is_remote(path):
+        stat = _gfile().stat(path)
+        return stat.length, stat.mtime_nsec
+    stat = os.stat(path)
+    return stat.st_size, stat.st_mtime_ns
+
+
+def open_file(path: str, mode: str = "r") -> IO:
+    return _gfile().GFile(path, mode) if is_remote(path) else open(path, mode)
+
+
+def read_text(path: str) -> str:
+    with open_file(path) as handle:
+        return handle.read()
+
+
+def remove(path: str) -> None:
+    if is_remote(path):
+        _gfile().remove(path)
+    else:
+        os.remove(path)
+
+
+def makedirs(path: str) -> None:
+    if is_remote(path):
+        _gfile().makedirs(path)
+    else:
+        os.makedirs(path, exist_ok=True)
+
+
+def replace(source: str, target: str) -> None:
+    """Renames `source` over `target`: one step on a local disk."""
+    if is_remote(source):
+        _gfile().rename(source, target, overwrite=True)
+    else:
+        os.replace(source, target)
