@@ -6,7 +6,7 @@ class, the function is given the attribute's value as the library defines it and
 what stands in its place. `patched` sets a list of them within a block and restores the
 library's own on leaving, whatever happened inside; `apply` sets them for good (a Beam
 worker process, which ends with them); `PatchedOnImport` applies a library's patches right
-after the process first imports it.
+after the process first imports it, and `AfterImport` does any other work then.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import contextlib
 import importlib.abc
 import os
 import sys
+from types import ModuleType
 from typing import Callable, Dict, Iterator, List, Tuple
 
 # Off with `TAXI_PIPELINE_SPEEDUPS=0` in the environment (or `taxi-pipeline run --no-speedups`).
@@ -50,17 +51,17 @@ def apply(patches: List[Patch]) -> None:
         setattr(owner, name, make(getattr(owner, name)))
 
 
-class PatchedOnImport(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: for a top-level package of `patches`, it has the other
-    finders find it, and applies the package's patches once the package has run (for
-    good: a worker process ends with them)."""
+class AfterImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: for a module of `actions`, it has the other finders find it,
+    and once the module has run, calls its action with it (once: the process keeps what
+    the action did)."""
 
-    def __init__(self, patches: Dict[str, Callable[[], List[Patch]]]):
-        self._pending = dict(patches)
+    def __init__(self, actions: Dict[str, Callable[[ModuleType], None]]):
+        self._pending = dict(actions)
 
     def find_spec(self, fullname, path, target=None):
-        make = self._pending.pop(fullname, None)
-        if make is None:
+        action = self._pending.pop(fullname, None)
+        if action is None:
             return None
         spec = None
         for finder in sys.meta_path:
@@ -72,9 +73,17 @@ class PatchedOnImport(importlib.abc.MetaPathFinder):
             return spec
         exec_module = spec.loader.exec_module
 
-        def exec_then_patch(module):
+        def exec_then_act(module):
             exec_module(module)
-            apply(make())
+            action(module)
 
-        spec.loader.exec_module = exec_then_patch
+        spec.loader.exec_module = exec_then_act
         return spec
+
+
+class PatchedOnImport(AfterImport):
+    """Applies a library's patches right after the process first imports the library (for
+    good: a worker process ends with them)."""
+
+    def __init__(self, patches: Dict[str, Callable[[], List[Patch]]]):
+        super().__init__({name: (lambda module, make=make: apply(make())) for name, make in patches.items()})

@@ -1,6 +1,6 @@
-"""Patches to TFX: work handed on as soon as a node has run (`when_done`), and no archive
-of TFX built for Beam workers that never read it. What each patch changes and why:
-`patches`.
+"""Patches to TFX: work handed on as soon as a node has run (`when_done`), no archive
+of TFX built for Beam workers that never read it, and no import of what the pipeline never
+runs until it runs (`defer_imports`). What each patch changes and why: `patches`.
 
 The serving check's probe, started with the run, is handed the model this way as soon as
 the Trainer has written it (`pipeline.run.local_runner`): it loads it and replays its
@@ -11,18 +11,29 @@ tests/pipeline/patches/test_tfx.py::test_the_launcher_patch_targets_tfx_s_publis
 fails for a launcher whose publishing method moved, changed its signature, or is called
 elsewhere than once after the executor ran, and
 tests/pipeline/patches/test_tfx.py::test_tfx_archives_itself_only_for_workers_beyond_this_environment
-builds a Beam executor through TFX's own code, with the patch and without. What each
-saves: docs/performance.md#patches-to-tfx.
+builds a Beam executor through TFX's own code, with the patch and without, and
+tests/pipeline/patches/test_tfx.py::test_the_deferred_module_is_imported_by_tfx_and_loads_on_first_use
+imports the local runner with `defer_imports` and without. What each saves:
+docs/performance.md#patches-to-tfx.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import logging
+import sys
+import types
 from typing import Callable, Dict, Iterator, List
 
+from pipeline.patches import machinery
 from pipeline.patches.machinery import Patch
+
+# TFX modules that `tfx.components` imports (every run imports it: LocalDagRunner's input
+# resolution imports the Evaluator's package) and that the pipeline never runs: the
+# InfraValidator's Kubernetes runner, which imports the Kubernetes client.
+DEFERRED_MODULES = ("tfx.components.infra_validator.model_server_runners.kubernetes_runner",)
 
 # Work for once a node has run (`when_done`): node id -> callables of its outputs.
 _when_done: Dict[str, List[Callable[[dict], object]]] = {}
@@ -88,3 +99,26 @@ def _archive_for_remote_workers_only(original: Callable) -> Callable:
         return original(beam_pipeline_args)
 
     return make_beam_dependency_flags
+
+
+def defer_imports() -> None:
+    """Each of `DEFERRED_MODULES` becomes a lazy module (`importlib.util.LazyLoader`) as
+    soon as its package is imported: bound in the package, so that TFX's `from package
+    import module` takes it as it is, its code runs when one of its attributes is first
+    used, so an InfraValidator added to the pipeline works as before. For the process's
+    life (the run's)."""
+    pending = {name.rpartition(".")[0]: name for name in DEFERRED_MODULES if name not in sys.modules}
+    if pending:
+        sys.meta_path.insert(0, machinery.AfterImport(
+            {package: functools.partial(_bind_lazily, name) for package, name in pending.items()}))
+
+
+def _bind_lazily(name: str, package: types.ModuleType) -> None:
+    spec = importlib.util.find_spec(name)
+    if spec is None:
+        raise ModuleNotFoundError(f"no {name}: TFX changed; see DEFERRED_MODULES", name=name)
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    setattr(package, name.rpartition(".")[2], module)
