@@ -4,7 +4,9 @@
 what the command line does for its own process (`pipeline.run.process`):
 
 - MODULE's imports (TensorFlow, TFX, Beam, TFMA, TFDV) with the cyclic GC paused, then
-  frozen, and the collector's thresholds raised while the task works;
+  frozen, and the collector's thresholds raised while the task works; TFX's modules that
+  no task runs imported only when used (`pipeline.patches.tfx.defer_imports`, unless the
+  speed-ups are off);
 - once the entry point has returned, the process ends with `os._exit`, every output
   written and closed: tearing down an interpreter with those libraries loaded costs each
   task seconds and does nothing a task needs (docs/vertex.md has the times).
@@ -18,6 +20,8 @@ import runpy
 import sys
 from typing import List, Optional
 
+from pipeline import patches
+from pipeline.patches import machinery
 from pipeline.run import process
 
 
@@ -34,6 +38,8 @@ def exit_status(code: object) -> int:
 
 def main(argv: Optional[List[str]] = None) -> None:
     module, *args = sys.argv[1:] if argv is None else argv
+    if machinery.enabled():
+        patches.tfx.defer_imports()
     process.import_frozen(module)
     sys.argv = [module, *args]
     try:

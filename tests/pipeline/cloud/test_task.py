@@ -50,3 +50,13 @@ def test_an_entry_point_that_fails_ends_as_python_ends_it(task):
     assert ended.returncode == 1
     assert ended.stderr.rstrip().endswith("RuntimeError: the executor broke") and "Traceback" in ended.stderr
     assert exit_handlers_ran
+
+
+def test_a_task_imports_tfx_s_components_without_what_no_task_runs(tmp_path):
+    (tmp_path / "imports_tfx.py").write_text(
+        'import sys\nimport tfx.components\nif __name__ == "__main__":\n    print("kubernetes" in sys.modules)\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    ended = subprocess.run([sys.executable, "-m", "pipeline.cloud.task", "imports_tfx"], env=env,
+                           capture_output=True, text=True, timeout=240)
+    assert ended.returncode == 0, ended.stderr[-3000:]
+    assert ended.stdout.split() == ["False"]
