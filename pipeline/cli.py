@@ -34,7 +34,7 @@ import os
 import sys
 from typing import ContextManager, Optional, Sequence
 
-from pipeline import cloud_storage, config, failures, interrupts, options
+from pipeline import cloud_storage, config, failures, interrupts, options, patches
 from pipeline.beam import services as beam_services
 from pipeline.cloud import commands as cloud_commands
 from pipeline.data import commands as data_commands
@@ -163,6 +163,8 @@ def _dispatch(args: argparse.Namespace, ending: Ending) -> int:
 def console_main() -> None:
     """The `taxi-pipeline` command: `main`, then the process exits with its status."""
     process.ends_with_exit_process()
+    if machinery.enabled():
+        patches.tfx.defer_imports()
     interrupts.raise_on_signals()
     cloud_storage.bound()
     try:

@@ -14,9 +14,10 @@ the pipeline locally (`every_patch`, applied by `pipeline.run.process.local_runn
 the Beam worker processes it starts (`in_workers`, by `pipeline.run.beam_worker`):
 components in their own containers (Vertex AI, Dataflow workers) get the libraries as they
 are, but for `tfx.defer_imports`, which changes no code that runs, only when a module
-TFX imports and no task uses is loaded (the compiled tasks' `pipeline.cloud.task` makes
-it). Off with `TAXI_PIPELINE_SPEEDUPS=0` (`machinery.ENV`) or `taxi-pipeline run
---no-speedups`. What each saves: docs/performance.md#the-library-patches.
+TFX imports and no task uses is loaded: every `taxi-pipeline` command and the compiled
+tasks' `pipeline.cloud.task` make it. Off with `TAXI_PIPELINE_SPEEDUPS=0`
+(`machinery.ENV`) or `taxi-pipeline run --no-speedups` (which leaves `defer_imports` on).
+What each saves: docs/performance.md#the-library-patches.
 """
 
 from __future__ import annotations

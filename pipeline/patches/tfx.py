@@ -34,6 +34,8 @@ from pipeline.patches.machinery import Patch
 # resolution imports the Evaluator's package) and that the pipeline never runs: the
 # InfraValidator's Kubernetes runner, which imports the Kubernetes client.
 DEFERRED_MODULES = ("tfx.components.infra_validator.model_server_runners.kubernetes_runner",)
+# The finder `defer_imports` installed, once per process.
+_deferring: List[machinery.AfterImport] = []
 
 # Work for once a node has run (`when_done`): node id -> callables of its outputs.
 _when_done: Dict[str, List[Callable[[dict], object]]] = {}
@@ -106,11 +108,13 @@ def defer_imports() -> None:
     soon as its package is imported: bound in the package, so that TFX's `from package
     import module` takes it as it is, its code runs when one of its attributes is first
     used, so an InfraValidator added to the pipeline works as before. For the process's
-    life (the run's)."""
-    pending = {name.rpartition(".")[0]: name for name in DEFERRED_MODULES if name not in sys.modules}
-    if pending:
-        sys.meta_path.insert(0, machinery.AfterImport(
-            {package: functools.partial(_bind_lazily, name) for package, name in pending.items()}))
+    life; a second call changes nothing)."""
+    if _deferring:
+        return
+    pending = {name.rpartition(".")[0]: name for name in DEFERRED_MODULES}
+    _deferring.append(machinery.AfterImport({package: functools.partial(_bind_lazily, name)
+                                             for package, name in pending.items() if package not in sys.modules}))
+    sys.meta_path.insert(0, _deferring[0])
 
 
 def _bind_lazily(name: str, package: types.ModuleType) -> None:
