@@ -1,6 +1,8 @@
 # The pipeline image for Kubeflow Pipelines v2 / Vertex AI: one stack's lock and this package
 # in a virtual environment (/opt/taxi), on a plain Debian base. Every compiled task runs
-# `python -m tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor ...` in it.
+# `python -m pipeline.cloud.task tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor ...`
+# in it (TFX's entry point, through this package's task command): a job compiled by this
+# package needs an image of the same package.
 #
 #   make image                                   # here: both stacks' images (scripts/image)
 #   docker build -t REGION-docker.pkg.dev/PROJECT/REPO/taxi-pipeline:tfx-1.21 .

@@ -27,7 +27,7 @@ ALLOWED: Dict[str, Set[str]] = {
     "pipeline.patches": _TOP | {"pipeline.patches"},
     "pipeline.run": _TOP | {"pipeline.inspect", "pipeline.patches", "pipeline.run"},
     "pipeline.ops": _TOP | {"pipeline.inspect", "pipeline.run", "pipeline.ops"},
-    "pipeline.cloud": _TOP | {"pipeline.run", "pipeline.ops", "pipeline.cloud"},
+    "pipeline.cloud": _TOP | {"pipeline.run", "pipeline.ops", "pipeline.patches", "pipeline.cloud"},
     "pipeline.data": _TOP | {"pipeline.data"},
 }
 SUBPACKAGES = {"components": ("compat", "model", "support", "custom"),

@@ -51,7 +51,10 @@ def size_and_mtime_ns(path: str) -> Tuple[int, int]:
 
 
 def open_file(path: str, mode: str = "r") -> IO:
-    return _gfile().GFile(path, mode) if is_remote(path) else open(path, mode)
+    """Text in UTF-8 whatever the locale, as `tf.io.gfile` reads and writes it."""
+    if is_remote(path):
+        return _gfile().GFile(path, mode)
+    return open(path, mode, encoding=None if "b" in mode else "utf-8")
 
 
 def read_text(path: str) -> str:

@@ -32,7 +32,7 @@ def pushed_since(model_dir: str, since: str) -> Tuple[Optional[int], Optional[in
         return None, None, False
     try:
         current = serving_config.state(os.path.dirname(model_dir.rstrip("/")), os.path.basename(model_dir.rstrip("/")))
-    except (tf.errors.OpError, serving_config.ServingConfigError) as err:
+    except (tf.errors.OpError, OSError, serving_config.ServingConfigError) as err:
         logging.warning("could not read what %s serves: %s", model_dir, err)
         return None, None, False
     newest = current.on_disk[-1] if current.on_disk else None

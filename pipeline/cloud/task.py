@@ -1,4 +1,4 @@
-"""The command of every task of the compiled pipeline (`compiled_fixes.tasks_end_at_once`):
+"""The command of every task of the compiled pipeline (`compiled_fixes.tasks_end_at_once_in_job`):
 `python -m pipeline.cloud.task MODULE ARG...` runs TFX's container entry point MODULE
 (the executor's, or ImportExampleGen's driver) as `python -m MODULE ARG...` would, with
 what the command line does for its own process (`pipeline.run.process`):
@@ -9,7 +9,9 @@ what the command line does for its own process (`pipeline.run.process`):
   speed-ups are off);
 - once the entry point has returned, the process ends with `os._exit`, every output
   written and closed: tearing down an interpreter with those libraries loaded costs each
-  task seconds and does nothing a task needs (docs/vertex.md has the times).
+  task seconds and does nothing a task needs (docs/vertex.md has the times). With the
+  speed-ups off (`TAXI_PIPELINE_SPEEDUPS=0` in the task's environment) it ends as Python
+  ends it.
 
 A task that fails ends as Python ends it, traceback and status unchanged.
 """
@@ -38,9 +40,13 @@ def exit_status(code: object) -> int:
 
 def main(argv: Optional[List[str]] = None) -> None:
     module, *args = sys.argv[1:] if argv is None else argv
-    if machinery.enabled():
+    on = machinery.enabled()
+    if on:
         patches.tfx.defer_imports()
     process.import_frozen(module)
+    # runpy runs the module's code again as `__main__`, its imports done: the module itself
+    # must not be in sys.modules (runpy warns of "unpredictable behaviour" if it is).
+    sys.modules.pop(module, None)
     sys.argv = [module, *args]
     try:
         with process.collecting_less_often():
@@ -48,7 +54,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         code = 0
     except SystemExit as ended:
         code = exit_status(ended.code)
-    process.exit_process(code, True)
+    process.exit_process(code, on)
 
 
 if __name__ == "__main__":

@@ -23,12 +23,17 @@ if __name__ == "__main__":
 
 @pytest.fixture
 def task(tmp_path):
-    (tmp_path / "some_entry_point.py").write_text(ENTRY_POINT)
+    # Inside a package, as TFX's entry points are (runpy warns of a module of a package
+    # it finds imported already).
+    (tmp_path / "some_package").mkdir()
+    (tmp_path / "some_package" / "__init__.py").write_text("")
+    (tmp_path / "some_package" / "some_entry_point.py").write_text(ENTRY_POINT)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
 
     def run(how: str):
         marker = tmp_path / "exit-handlers-ran"
-        ended = subprocess.run([sys.executable, "-m", "pipeline.cloud.task", "some_entry_point", str(marker), how],
+        ended = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "pipeline.cloud.task",
+                                "some_package.some_entry_point", str(marker), how],
                                env=env, capture_output=True, text=True, timeout=60)
         return ended, marker.exists()
 
