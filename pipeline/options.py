@@ -284,19 +284,10 @@ def beam_command_line(args: argparse.Namespace, local: tuple) -> tuple:
     return beam_options.command_line(local, beam_target(args), tuple(args.beam_args))
 
 
-def exists(path: str) -> bool:
-    """Whether `path` (local or gs://) exists."""
-    if files.is_remote(path):
-        import tensorflow as tf
-
-        return tf.io.gfile.exists(path)
-    return os.path.exists(path)
-
-
 def require(path: str, option: str, what_to_do: str) -> None:
     """A path the user named (or its default) that must exist: ValueError naming the
     option, the path and what to do when it does not, never an answer as if it were empty."""
-    if not exists(path):
+    if not files.exists(path):
         raise ValueError(f"{option} {path} does not exist: {what_to_do}")
 
 
@@ -336,7 +327,7 @@ def matching(pattern: str, option: str) -> List[str]:
         require(pattern, option, "check the path")
     else:
         folder = os.path.dirname(pattern[:first]) or "."
-        if not exists(folder):
+        if not files.exists(folder):
             raise ValueError(f"{option} {pattern}: its folder {folder} does not exist: check the path")
     import tensorflow as tf  # after the checks: a mistyped path is answered without loading it
 
@@ -349,7 +340,7 @@ def require_output_root(args: argparse.Namespace) -> bool:
     if getattr(args, "metadata_mysql", None):
         return True
     require(args.output_root, "--output-root", "name the output root a run wrote to (`run --output-root`)")
-    return exists(os.path.join(args.output_root, config.METADATA_FILE))
+    return files.exists(os.path.join(args.output_root, config.METADATA_FILE))
 
 
 def require_serving_dir(args: argparse.Namespace) -> None:

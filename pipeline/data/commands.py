@@ -7,6 +7,7 @@ import errno
 import os
 import time
 
+from components.support import files
 from pipeline import config, options
 from pipeline.outcome import Ending, ExitCode
 
@@ -30,7 +31,7 @@ def add_make_data(commands: argparse._SubParsersAction) -> None:
 
 
 def make_data(args: argparse.Namespace, ending: Ending) -> int:
-    if args.source_csv and not options.exists(args.source_csv):
+    if args.source_csv and not files.exists(args.source_csv):
         # Before TensorFlow's import below: a mistyped path is answered in a second.
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), args.source_csv)
     from pipeline.data import dataset, synthetic

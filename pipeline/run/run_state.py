@@ -61,14 +61,6 @@ def _inputs(run_config: config_lib.RunConfig) -> dict:
     return {"settings": settings, "metadata_mysql": str(run_config.metadata_mysql or "")}
 
 
-def _exists(path: str) -> bool:
-    if files.is_remote(path):
-        import tensorflow as tf
-
-        return tf.io.gfile.exists(path)
-    return os.path.exists(path)
-
-
 @dataclasses.dataclass
 class Record:
     """What `last_run.json` holds."""
@@ -235,7 +227,7 @@ def reusable_report(last: Optional[RunReport], run_fingerprint: str, model_servi
         if not last.pushed_version_dir:
             return None
         here = files.join(model_serving_dir, last.pushed_version_dir.rstrip("/").rsplit("/", 1)[-1])
-        if not _exists(files.join(here, SAVED_MODEL_FILE)):  # a whole version, not a folder of that name
+        if not files.exists(files.join(here, SAVED_MODEL_FILE)):  # a whole version, not a folder of that name
             return None
         last.pushed_version_dir = here
     return _as_reused(last)
