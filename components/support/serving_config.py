@@ -123,12 +123,17 @@ def read_config(serving_dir: str) -> Optional[model_server_config_pb2.ModelServe
         return _read_config(path)
     except text_format.ParseError as err:
         if not files.is_remote(path):
-            raise ServingConfigError(f"{path} is not a TF Serving model config: {err}") from err
+            raise _unreadable(path, err) from err
     time.sleep(STAT_CACHE_SECONDS)
     try:
         return _read_config(path)
     except text_format.ParseError as err:
-        raise ServingConfigError(f"{path} is not a TF Serving model config: {err}") from err
+        raise _unreadable(path, err) from err
+
+
+def _unreadable(path: str, err: text_format.ParseError) -> "ServingConfigError":
+    return ServingConfigError(f"{path} is not a TF Serving model config: {err}; restore it, or remove it and "
+                              "`taxi-pipeline serving unpin` (or `serving pin VERSION`) writes it again")
 
 
 def _read_config(path: str) -> Optional[model_server_config_pb2.ModelServerConfig]:

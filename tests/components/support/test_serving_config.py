@@ -106,7 +106,8 @@ def test_other_models_entries_are_kept(tmp_path):
 def test_a_config_that_is_not_one_is_named(tmp_path):
     serving_dir = _serving(tmp_path, [100])
     (tmp_path / "serving" / serving_config.CONFIG_FILE).write_text("this is not a config {")
-    with pytest.raises(serving_config.ServingConfigError, match="models.config is not a TF Serving model config"):
+    unreadable = "models.config is not a TF Serving model config: .*; restore it, or remove it and `taxi-pipeline"
+    with pytest.raises(serving_config.ServingConfigError, match=unreadable):
         serving_config.state(serving_dir, MODEL)
 
 
