@@ -49,6 +49,8 @@ def answer(path: str) -> Optional[str]:
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
+    # Headers and body go out at once, as the metadata server sends them (gcs._Forward).
+    disable_nagle_algorithm = True
     server: "_Server"
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -76,6 +77,36 @@ def test_tasks_run_after_what_they_take_and_a_cycle_is_refused():
     tasks["a"] = {"dependentTasks": ["c"]}
     with pytest.raises(vertex.HarnessError, match="wait on"):
         vertex.dag_order(tasks)
+
+
+class _Timed(vertex.VertexJob):
+    """A job whose tasks each take a moment, recording when each ran; `fails` fail."""
+
+    def __init__(self, fails=()):
+        self.fails = set(fails)
+        self.spans = {}
+
+    def run_task(self, name, task, results, final_status=None):
+        started = time.monotonic()
+        time.sleep(0.3)
+        self.spans[name] = (started, time.monotonic())
+        return vertex.TaskResult(name, "FAILED" if name in self.fails else "SUCCEEDED")
+
+
+def test_tasks_ready_together_run_together_and_a_failed_one_stops_only_what_waits_for_it():
+    tasks = {"a": {}, "b": {"dependentTasks": ["a"]}, "c": {"dependentTasks": ["a"]},
+             "d": {"dependentTasks": ["b", "c"]}, "e": {"dependentTasks": ["c"]}}
+    job, results = _Timed(), {}
+    assert job.run_dag(tasks, results) == ("SUCCEEDED", {})
+    spans = job.spans
+    assert spans["b"][0] < spans["c"][1] and spans["c"][0] < spans["b"][1]  # side by side
+    assert min(spans["b"][0], spans["c"][0]) >= spans["a"][1]
+    assert spans["d"][0] >= max(spans["b"][1], spans["c"][1]) and spans["e"][0] >= spans["c"][1]
+    job, results = _Timed(fails={"b"}), {}
+    state, error = job.run_dag(tasks, results)
+    assert state == "FAILED" and error["message"].startswith("task b failed"), error
+    assert {name: result.state for name, result in results.items()} == {
+        "a": "SUCCEEDED", "b": "FAILED", "c": "SUCCEEDED", "d": "NOT_TRIGGERED", "e": "SUCCEEDED"}
 
 
 class _Starts(vertex.Image):

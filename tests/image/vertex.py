@@ -2,8 +2,9 @@
 inside the pipeline image, the way Vertex AI Pipelines runs it. Test code.
 
 What it stands in for, as Vertex AI does it:
-- the DAG, fail-slow as Vertex by default: tasks in the order of their `dependentTasks` and of the artifacts and
-  parameters they take, the `tfx-dag` sub-DAG first and the exit handler last, with the
+- the DAG, fail-slow as Vertex by default: each task once every task it waits for has
+  ended (its `dependentTasks`, and the producers of the artifacts and parameters it takes),
+  beside the others then ready, the `tfx-dag` sub-DAG first and the exit handler last, with the
   sub-DAG's final status (`PipelineTaskFinalStatus` as a JSON string, `state` SUCCEEDED or
   FAILED with the failing task's error) whatever happened;
 - each container task: a fresh container of the image (`buildah from`, chroot isolation)
@@ -45,6 +46,7 @@ and the job's states and times to `<state>/<job>/job.json`.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import hashlib
 import json
@@ -52,6 +54,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
@@ -209,26 +212,27 @@ class Running:
 
 
 class ArtifactStore:
-    """The artifacts every job recorded: what the resolver tasks query."""
+    """The artifacts every job recorded: what the resolver tasks query. Safe for the
+    job's tasks that run at once."""
 
     def __init__(self, path: str):
         self.path = path
+        self.lock = threading.Lock()
         self.data = {"next_id": 1, "artifacts": []}
         if os.path.exists(path):
             with open(path) as handle:
                 self.data = json.load(handle)
 
     def new_name(self) -> str:
-        name = f"{ARTIFACT_PREFIX}{self.data['next_id']}"
-        self.data["next_id"] += 1
+        with self.lock:
+            name = f"{ARTIFACT_PREFIX}{self.data['next_id']}"
+            self.data["next_id"] += 1
         return name
 
     def record(self, pipeline: str, job_id: str, artifact: Dict[str, Any]) -> None:
-        self.data["artifacts"].append(dict(artifact, pipeline=pipeline, job=job_id, state="LIVE"))
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as handle:
-            json.dump(self.data, handle, indent=1)
-        os.replace(tmp, self.path)
+        with self.lock:
+            self.data["artifacts"].append(dict(artifact, pipeline=pipeline, job=job_id, state="LIVE"))
+            _write_json(self.path, self.data)
 
     def query(self, pipeline: str, query: str) -> List[Dict[str, Any]]:
         """The newest artifact of `pipeline` matching a Vertex ML Metadata filter of the
@@ -251,7 +255,8 @@ class ArtifactStore:
                              isinstance(a["metadata"].get(k), (int, float)) and float(a["metadata"][k]) == v)
                 continue
             raise HarnessError(f"resolver filter clause not understood: {clause!r}")
-        found = [a for a in self.data["artifacts"] if a["pipeline"] == pipeline and all(t(a) for t in tests)]
+        with self.lock:
+            found = [a for a in self.data["artifacts"] if a["pipeline"] == pipeline and all(t(a) for t in tests)]
         return [strip_record(found[-1])] if found else []
 
 
@@ -293,24 +298,31 @@ def cache_key(image: str, container: Dict[str, Any], executor_input: Dict[str, A
 class Cache:
     """What KFP's cache holds: per pipeline name and key, the outputs of the last
     successful execution, which a hit hands on unchanged (the same artifacts, so the tasks
-    after a hit can hit too)."""
+    after a hit can hit too). Safe for the job's tasks that run at once."""
 
     def __init__(self, path: str):
         self.path = path
+        self.lock = threading.Lock()
         self.data: Dict[str, Any] = {}
         if os.path.exists(path):
             with open(path) as handle:
                 self.data = json.load(handle)
 
     def get(self, pipeline: str, key: str) -> Optional[Dict[str, Any]]:
-        return self.data.get(f"{pipeline}/{key}")
+        with self.lock:
+            return self.data.get(f"{pipeline}/{key}")
 
     def put(self, pipeline: str, key: str, outputs: Dict[str, Any], parameters: Dict[str, Any]) -> None:
-        self.data[f"{pipeline}/{key}"] = {"outputs": outputs, "parameters": parameters}
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as handle:
-            json.dump(self.data, handle, indent=1)
-        os.replace(tmp, self.path)
+        with self.lock:
+            self.data[f"{pipeline}/{key}"] = {"outputs": outputs, "parameters": parameters}
+            _write_json(self.path, self.data)
+
+
+def _write_json(path: str, data: Any) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as handle:
+        json.dump(data, handle, indent=1)
+    os.replace(tmp, path)
 
 
 def strip_record(artifact: Dict[str, Any]) -> Dict[str, Any]:
@@ -491,15 +503,26 @@ class VertexJob:
         return self.spec["components"][task["componentRef"]["name"]]
 
     def run_dag(self, tasks: Dict[str, Any], results: Dict[str, TaskResult]) -> Tuple[str, Dict[str, Any]]:
-        for name in dag_order(tasks):
-            task = tasks[name]
-            waited = [results[dep].state for dep in upstream(task)]
-            if any(state in ("FAILED", "NOT_TRIGGERED", "SKIPPED") for state in waited):
-                results[name] = TaskResult(name, "NOT_TRIGGERED")
-                continue
-            results[name] = self.run_task(name, task, results)
+        """Every task of the DAG, each as soon as every task it waits for has ended, beside
+        the others that are ready (as Vertex AI and Argo start them)."""
+        pending = dag_order(tasks)
+        running: Dict[concurrent.futures.Future, str] = {}
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(tasks)) as pool:
+            while pending or running:
+                for name in [name for name in pending if all(dep in results for dep in upstream(tasks[name]))]:
+                    pending.remove(name)
+                    waited = [results[dep].state for dep in upstream(tasks[name])]
+                    if any(state in ("FAILED", "NOT_TRIGGERED", "SKIPPED") for state in waited):
+                        results[name] = TaskResult(name, "NOT_TRIGGERED")
+                    else:
+                        running[pool.submit(self.run_task, name, tasks[name], dict(results))] = name
+                if not running:
+                    continue
+                ended, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+                for future in ended:
+                    results[running.pop(future)] = future.result()
         # Fail-slow, Vertex AI's default: tasks that do not wait for a failed one still run.
-        failed = [name for name in tasks if results[name].state == "FAILED"]
+        failed = [name for name in dag_order(tasks) if results[name].state == "FAILED"]
         if failed:
             return "FAILED", {"code": 13, "message": f"task {failed[0]} failed: {results[failed[0]].error}"}
         return "SUCCEEDED", {}
