@@ -24,13 +24,20 @@ import pytest
 from tests import pages
 from tests.helpers import REPO_ROOT, RUN_TIMEOUT_SECONDS, SLICE_SPANS, Workspace, cli_command, copy_span_folders
 
-# The longest modules, started first (each module runs on one worker): then they run
-# beside the others instead of after them. The rest keep their random order, but a test
+# The longest modules, longest first (each module runs on one worker; their times are in
+# docs/testing.md): then they run beside the others, and the last to start are short, so
+# neither worker ends alone on a long one. The rest keep their random order, but a test
 # marked `after_module` runs after the rest of its module.
-LONGEST_MODULES = ("tests/test_soak.py", "tests/test_crash_safety.py", "tests/test_operator.py",
-                   "tests/test_operations.py", "tests/test_beam_portable.py",
+LONGEST_MODULES = ("tests/test_soak.py", "tests/test_crash_safety.py", "tests/test_operations.py",
+                   "tests/test_bad_input.py", "tests/test_beam_portable.py", "tests/test_operator.py",
+                   "tests/test_metadata_mysql.py", "tests/test_decisions.py", "tests/test_monitor.py",
+                   "tests/components/model/trainer/test_export.py", "tests/test_orchestrators.py",
+                   "tests/components/model/trainer/test_run.py", "tests/test_failures.py",
+                   "tests/test_interrupts.py", "tests/test_failures_disk.py", "tests/test_scale.py",
+                   "tests/pipeline/run/test_watch.py", "tests/test_retraining.py",
                    # `make image-tests`: each image's schedule, its jobs one after the other
-                   "tests/image/test_vertex_pipeline.py", "tests/image/test_vertex_other_stack.py")
+                   "tests/image/test_vertex_pipeline.py", "tests/image/test_vertex_other_stack.py",
+                   "tests/image/test_kubeflow_pipeline.py", "tests/image/test_vertex_push.py")
 
 
 def pytest_configure(config: pytest.Config) -> None:
