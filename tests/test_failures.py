@@ -137,7 +137,7 @@ def test_commands_given_what_does_not_exist_name_it(copy_of_finished_run, taxi_p
          f"{tmp_path / 'missing.csv'} does not exist"),
         (("compile", "--image", "i", "--pipeline-root", "gs://b/root", "--data-root", "gs://b/data",
           "--serving-dir", "gs://b/serving", "--output", str(tmp_path / "no" / "dir" / "pipeline.json")),
-         f"{tmp_path / 'no' / 'dir' / 'pipeline.json'} does not exist"),
+         f"--output {tmp_path / 'no' / 'dir' / 'pipeline.json'}: its folder {tmp_path / 'no' / 'dir'} does not exist"),
     ]
     for command, expected in cases:
         assert_one_clear_line(taxi_pipeline(*command), 1, expected)

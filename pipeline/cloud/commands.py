@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from pipeline import config, options
 from pipeline.beam import options as beam_options
@@ -41,9 +42,6 @@ def add_compile(commands: argparse._SubParsersAction) -> None:
 
 
 def compile_pipeline(args: argparse.Namespace, ending: Ending) -> int:
-    from pipeline.cloud import kubeflow_runner
-    from pipeline.cloud.compiled_fixes import dag_tasks
-
     if args.notify is not None:
         raise ValueError("compile writes no webhook URL into the job's JSON (a bucket and Vertex AI's console show "
                          "it): store the URL in Secret Manager and give --notify-secret "
@@ -58,6 +56,15 @@ def compile_pipeline(args: argparse.Namespace, ending: Ending) -> int:
         target=args.target,
     )
     output = args.output or OUTPUTS[args.target]
+    # Before TensorFlow and TFX load: a mistyped folder is answered at once.
+    folder = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(folder):
+        raise ValueError(f"--output {output}: its folder {folder} does not exist: create it, or name a file in a "
+                         "folder that exists")
+    options.require_writable_folder(folder, "--output")
+    from pipeline.cloud import kubeflow_runner
+    from pipeline.cloud.compiled_fixes import dag_tasks
+
     tasks = dag_tasks(kubeflow_runner.compile_pipeline(kfp_config, output))
     print(f"Wrote {output}: {len(tasks)} tasks, image {args.image}, for {args.target}")
     return ExitCode.OK
