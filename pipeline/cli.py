@@ -126,6 +126,7 @@ def _watched(args: argparse.Namespace) -> ContextManager:
 
 
 def _dispatch(args: argparse.Namespace, ending: Ending) -> int:
+    interrupts.begin()
     try:
         if getattr(args, "quiet", False):
             logs.quiet_libraries()
@@ -136,15 +137,18 @@ def _dispatch(args: argparse.Namespace, ending: Ending) -> int:
         with _watched(args):
             return args.handler(args, ending)
     except (KeyboardInterrupt, interrupts.Terminated) as err:
-        interrupts.ignore()
-        logging.warning("%s was interrupted", args.command, exc_info=True)
-        ending.fail(interrupts.message(err, args.command, logs.PROGRESS.running, logs.PROGRESS.finished),
-                    logged=True)
-        return interrupts.exit_code(err)
+        return _interrupted(err, args, ending)
     except options.UsageError as err:
         print(f"taxi-pipeline {args.command}: error: {err}", file=sys.stderr)
         return ExitCode.USAGE
-    except (ValueError, LookupError) as err:
+    except Exception as err:
+        if interrupts.raised() is not None:  # the signal, come out of a library as an error of its own
+            return _interrupted(interrupts.raised(), args, ending)
+        if not isinstance(err, (ValueError, LookupError)):
+            # The last line of defence: one line naming it, exit 1, the traceback in the log.
+            logging.exception("%s failed", args.command)
+            ending.fail(failures.explain(err, _metadata_of(args)), logged=True)
+            return ExitCode.ERROR
         # Said by this package (or by argument checks), naming what to do; a store found
         # damaged or locked has a log worth reading.
         logging.exception("%s failed", args.command)
@@ -154,10 +158,16 @@ def _dispatch(args: argparse.Namespace, ending: Ending) -> int:
             message = failures.explain(err, _metadata_of(args))
         ending.fail(message, logged=isinstance(err, failures.StoreError))
         return ExitCode.ERROR
-    except Exception as err:  # the last line of defence: one line naming it, exit 1, the traceback in the log
-        logging.exception("%s failed", args.command)
-        ending.fail(failures.explain(err, _metadata_of(args)), logged=True)
-        return ExitCode.ERROR
+
+
+def _interrupted(interrupt: BaseException, args: argparse.Namespace, ending: Ending) -> int:
+    """A command a signal ended: the line that says where, its exit status, the traceback
+    (of whatever the signal surfaced as) in the log."""
+    interrupts.ignore()
+    logging.warning("%s was interrupted", args.command, exc_info=True)
+    ending.fail(interrupts.message(interrupt, args.command, logs.PROGRESS.running, logs.PROGRESS.finished),
+                logged=True)
+    return interrupts.exit_code(interrupt)
 
 
 def console_main() -> None:

@@ -54,8 +54,29 @@ def _importing(frame) -> bool:
     return False
 
 
+# The interrupt the handler raised last. Raised while a library's C++ code had called back
+# into Python, it can come out of that code as an error of the library's own (TensorFlow's
+# `nest.flatten` under a Keras layer's constructor gave a bare TypeError): the command still
+# ended on the signal (`raised`).
+_raised: Optional[BaseException] = None
+
+
 def _interrupt(signum: int) -> BaseException:
-    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+    global _raised
+    _raised = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+    return _raised
+
+
+def raised() -> Optional[BaseException]:
+    """The interrupt a signal raised since the command began (`begin`), if one did: what
+    ended the command, whatever error it surfaced as."""
+    return _raised
+
+
+def begin() -> None:
+    """A command begins: no signal has interrupted it yet."""
+    global _raised
+    _raised = None
 
 
 def _raise(signum, frame) -> None:

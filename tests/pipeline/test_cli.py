@@ -168,3 +168,41 @@ def test_a_badly_pasted_webhook_url_stops_the_command_before_any_work_and_is_nev
                  *logs):
         assert "s3cr" not in told and "Traceback" not in told
     assert not ws.out.exists() or not list(ws.out.rglob("metadata.sqlite"))  # nothing ran
+
+
+def test_a_signal_a_library_turned_into_an_error_of_its_own_ends_the_command_as_the_signal():
+    """Ctrl-C that lands while TensorFlow's C++ code has called back into Python can come
+    out of that code as a bare TypeError (under a Keras layer's constructor): the command
+    still ends on the signal, with its line and exit status. A TypeError with no signal
+    behind it stays a failure."""
+    import signal
+    import sys
+
+    from pipeline import cli, interrupts
+    from pipeline.outcome import Ending, ExitCode
+
+    def turned(args, ending):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            signal.sigtimedwait([], 0)  # let the handler run
+        except KeyboardInterrupt:
+            raise TypeError from None  # what pybind11 made of it
+
+    def broken(args, ending):
+        raise TypeError("not a signal")
+
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    finders = list(sys.meta_path)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    interrupts.raise_on_signals()
+    try:
+        interrupted, failed = Ending(), Ending()
+        assert cli._dispatch(argparse.Namespace(command="predict", handler=turned), interrupted) == \
+            ExitCode.INTERRUPTED
+        assert interrupted.error.startswith("predict was interrupted by Ctrl-C (SIGINT)"), interrupted.error
+        assert cli._dispatch(argparse.Namespace(command="predict", handler=broken), failed) == ExitCode.ERROR
+        assert "interrupted" not in failed.error and "TypeError" in failed.error, failed.error
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        sys.meta_path[:] = finders
