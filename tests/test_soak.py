@@ -1,4 +1,4 @@
-"""The soak, short: six weekly retrains on one output root (benchmarks/soak.py, as
+"""The soak, short: five weekly retrains on one output root (benchmarks/soak.py, as
 `make bench-soak` runs it for a year), with a bad span, a kill and retention after
 every run; then `gc` by hand. Every decision right, disk bounded, nothing deleted read."""
 
@@ -19,7 +19,7 @@ from tests.pages import rendered
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
-WEEKS = 6
+WEEKS = 5
 KILLS = 1
 KEEP_RUNS = 2
 
