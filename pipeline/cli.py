@@ -144,19 +144,16 @@ def _dispatch(args: argparse.Namespace, ending: Ending) -> int:
     except Exception as err:
         if interrupts.raised() is not None:  # the signal, come out of a library as an error of its own
             return _interrupted(interrupts.raised(), args, ending)
-        if not isinstance(err, (ValueError, LookupError)):
-            # The last line of defence: one line naming it, exit 1, the traceback in the log.
-            logging.exception("%s failed", args.command)
-            ending.fail(failures.explain(err, _metadata_of(args)), logged=True)
-            return ExitCode.ERROR
-        # Said by this package (or by argument checks), naming what to do; a store found
-        # damaged or locked has a log worth reading.
         logging.exception("%s failed", args.command)
         if isinstance(err, LookupError) and err.args:
             message = str(err.args[0])
         else:
             message = failures.explain(err, _metadata_of(args))
-        ending.fail(message, logged=isinstance(err, failures.StoreError))
+        # A ValueError or LookupError is said by this package (or by argument checks), naming
+        # what to do; its log is worth reading for a store found damaged or locked. Anything
+        # else meets the last line of defence: one line naming it, the traceback in the log.
+        foreseen = isinstance(err, (ValueError, LookupError))
+        ending.fail(message, logged=isinstance(err, failures.StoreError) or not foreseen)
         return ExitCode.ERROR
 
 

@@ -505,7 +505,8 @@ class VertexJob:
     def run_dag(self, tasks: Dict[str, Any], results: Dict[str, TaskResult]) -> Tuple[str, Dict[str, Any]]:
         """Every task of the DAG, each as soon as every task it waits for has ended, beside
         the others that are ready (as Vertex AI and Argo start them)."""
-        pending = dag_order(tasks)
+        order = dag_order(tasks)
+        pending = list(order)
         running: Dict[concurrent.futures.Future, str] = {}
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(tasks)) as pool:
             while pending or running:
@@ -522,7 +523,7 @@ class VertexJob:
                 for future in ended:
                     results[running.pop(future)] = future.result()
         # Fail-slow, Vertex AI's default: tasks that do not wait for a failed one still run.
-        failed = [name for name in dag_order(tasks) if results[name].state == "FAILED"]
+        failed = [name for name in order if results[name].state == "FAILED"]
         if failed:
             return "FAILED", {"code": 13, "message": f"task {failed[0]} failed: {results[failed[0]].error}"}
         return "SUCCEEDED", {}
