@@ -46,6 +46,7 @@ class NodeId:
     EXAMPLE_VALIDATOR = "ExampleValidator"
     DATA_GATE = "DataGate"
     BASELINE = baseline.NODE_ID
+    TRANSFORM = "Transform"
     TRAINER = "Trainer"
     EVALUATOR = "Evaluator"
     SERVING_CHECK = "ServingCheck"
@@ -248,7 +249,7 @@ def _training(data: DataChecks, settings: Settings, code_version: str, serving_m
             analyze=list(splits.train), transform=list(splits.train) + [splits.eval]
         ),
         custom_config={CODE_VERSION: code_version},
-    )
+    ).with_id(NodeId.TRANSFORM)
     # The version that serves, pinned or following: what the local run planned with, or
     # in a compiled pipeline what SpanWindow read on this job (see components.custom.baseline).
     serving_baseline = baseline.ServingBaseline(

@@ -201,8 +201,8 @@ def assert_one_clear_line(result: subprocess.CompletedProcess, code: int, starts
 
 
 def full_log(result: subprocess.CompletedProcess) -> str:
-    """The text of the log file the failure named (its traceback is there)."""
-    (named,) = [line for line in result.stderr.splitlines() if line.startswith("Full log: ")]
+    """The text of the log file the command named (a failure's traceback is there)."""
+    (named,) = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("Full log: ")]
     return Path(named[len("Full log: "):]).read_text()
 
 

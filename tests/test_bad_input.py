@@ -8,8 +8,9 @@ import textwrap
 import numpy as np
 import pytest
 
+from components.custom import serving_check
 from components.model import features
-from tests.helpers import REPO_ROOT, assert_one_clear_line, span_like, write_records
+from tests.helpers import REPO_ROOT, assert_one_clear_line, full_log, span_like, write_records
 
 pytestmark = pytest.mark.slow
 
@@ -121,6 +122,8 @@ def test_data_breaking_the_schema_is_rejected_with_exit_4(workspace, taxi_pipeli
     assert any("'trip_start_hour'" in line for line in record["anomalies"]), record["anomalies"]
     assert "trip_start_hour" in result.stdout
     assert not workspace.serving.exists()
+    # The serving check's probe waits for the gate: a refused run starts no process for it.
+    assert serving_check.STARTED_AHEAD not in full_log(result)
 
 
 def test_examples_missing_a_required_feature_are_rejected_naming_it(copy_of_finished_run, taxi_pipeline, last_run):

@@ -12,6 +12,7 @@ import tensorflow as tf
 from ml_metadata.proto import metadata_store_pb2
 
 from components import compat
+from components.custom import serving_check
 from tests.helpers import Workspace
 
 NODES = {
@@ -46,6 +47,13 @@ def test_first_run_executes_every_node_once_and_pushes_one_version(finished_run,
     assert started_ahead[0].endswith(", its model loaded ahead)"), started_ahead
     pid = int(started_ahead[0].rsplit("(pid ", 1)[1].split(",")[0])
     assert not os.path.exists(f"/proc/{pid}")
+    # Started once the data gate let the run through (a refused run starts none:
+    # tests/test_bad_input.py), before the Trainer ran.
+    (started,) = [number for number, line in enumerate(log.splitlines())
+                  if f"{serving_check.STARTED_AHEAD} (pid {pid})" in line]
+    (gate_done,) = [number for number, line in enumerate(log.splitlines()) if "Component DataGate is finished" in line]
+    trainer_started = min(number for number, line in enumerate(log.splitlines()) if "[Trainer]" in line)
+    assert gate_done < started < trainer_started
 
 
 def test_a_run_leaves_nothing_in_the_temporary_folder(finished_run):

@@ -56,6 +56,8 @@ PROBE_MODULE = "components.support.serving_probe"
 # nodes before the check ran; None when there is none. `_handed` is the model it was
 # handed ahead of the check (`hand_over`), "" when none.
 _spare: Optional[subprocess.Popen] = None
+# What the log says when one is started.
+STARTED_AHEAD = "a probe process started ahead of the check"
 _handed = ""
 
 
@@ -74,6 +76,13 @@ def start_spare() -> None:
     global _spare
     stop_spare()
     _spare = _probe(serving_probe.WAIT_FLAG)
+    logging.info("serving check: %s (pid %d)", STARTED_AHEAD, _spare.pid)
+
+
+def start_spare_once() -> None:
+    """`start_spare` unless a spare is already running (a run's later hooks call it again)."""
+    if _spare is None or _spare.poll() is not None:
+        start_spare()
 
 
 def hand_over(model_dir: str) -> bool:

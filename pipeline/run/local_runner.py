@@ -7,6 +7,7 @@ before, without TensorFlow (`pipeline.run.run_state.plan`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import functools
@@ -14,7 +15,7 @@ import logging
 import os
 import time
 from concurrent.futures import Future
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from tfx.dsl.compiler import compiler, constants
 from tfx.orchestration import pipeline as tfx_pipeline
@@ -92,20 +93,11 @@ def run(
         run_id = new_run_id(plan.fingerprint)
         ir = compile_ir(run_config, plan.folders, run_id, enable_cache=plan.cache, inputs=plan.inputs)
         os.makedirs(run_config.output_root, exist_ok=True)  # MLMD's SQLite file is local
-        # The serving check's probe imports TensorFlow on the core the nodes before it
-        # leave idle, instead of on the run's path: 3-4 s of a short run. Not for a long
-        # one, where those seconds are noise and its 0.5 GB would stand beside the
-        # Beam workers' memory (started when the Trainer is done, at 1M rows: ServingCheck
-        # 3.4 -> 0.5 s but the Evaluator 21.8 -> 23.7 s beside it, peak 3.14 -> 3.71 GB).
-        # Handed the model as soon as the Trainer wrote it, it loads the model and replays
-        # its warmup requests while the Evaluator runs; the check then times requests.
-        if rows < beam_options.MULTI_PROCESS_ROWS:
-            serving_check.start_spare()
         # A MySQL store or a Beam service that stops answering would hold the run for good.
         with watch.watching(run_config.metadata, run_config.settings.beam_args, logs.current_path(""), command,
                             notify_url):
             try:
-                with tfx_patches.when_done(pipeline_lib.NodeId.TRAINER, _hand_over_model):
+                with _probe_ahead(rows >= beam_options.MULTI_PROCESS_ROWS):
                     ORCHESTRATORS[orchestrator]().run_with_ir(ir)
             finally:
                 serving_check.stop_spare()
@@ -120,6 +112,30 @@ def run(
         report.page = write_page(run_config, report, later=page_later)
     run_state.save(run_config.output_root, report)
     return report
+
+
+@contextlib.contextmanager
+def _probe_ahead(large: bool) -> Iterator[None]:
+    """The serving check's probe imports TensorFlow on the core the nodes before the check
+    leave idle, instead of on the run's path: 3-4 s of a short run. It starts once the
+    data gate has let the run through, when the first node after the gate that executes
+    (not one from the cache) is done: a run the gate refuses, or one killed before,
+    starts no process of 0.5 GB for nothing. Not for a large run (`large`), where those
+    seconds are noise and its memory would stand beside the Beam workers' (started when
+    the Trainer is done, at 1M rows: ServingCheck 3.4 -> 0.5 s but the Evaluator
+    21.8 -> 23.7 s beside it, peak 3.14 -> 3.71 GB). Handed the model as soon as the
+    Trainer wrote it, it loads the model and replays its warmup requests while the
+    Evaluator runs; the check then times requests."""
+    with contextlib.ExitStack() as hooks:
+        if not large:
+            for node_id in (pipeline_lib.NodeId.BASELINE, pipeline_lib.NodeId.TRANSFORM, pipeline_lib.NodeId.TRAINER):
+                hooks.enter_context(tfx_patches.when_done(node_id, _start_probe))
+        hooks.enter_context(tfx_patches.when_done(pipeline_lib.NodeId.TRAINER, _hand_over_model))
+        yield
+
+
+def _start_probe(_outputs: dict) -> None:
+    serving_check.start_spare_once()
 
 
 def _hand_over_model(outputs: dict) -> None:
