@@ -20,14 +20,14 @@ def test_the_nodes_other_code_names_have_the_ids_it_names_them_by(tmp_path):
     run_config = config.RunConfig(output_root=str(tmp_path)).resolved()
     ids = {component.id for component in local_runner.build_pipeline(run_config, ["span-1", "span-2"]).components}
     expected = {value for name, value in vars(pipeline_lib.NodeId).items() if not name.startswith("_")}
-    assert len(expected) == 10 and expected <= ids
+    assert len(expected) == 11 and expected <= ids
 
 
 def test_transform_writes_no_analyzer_cache_that_no_run_would_read(tmp_path):
     run_config = config.RunConfig(output_root=str(tmp_path)).resolved()
     transform = next(
         component for component in local_runner.build_pipeline(run_config, ["span-1", "span-2"]).components
-        if component.id == "Transform"
+        if component.id == pipeline_lib.NodeId.TRANSFORM
     )
     assert set(transform.outputs) == {"transform_graph"}
     assert "analyzer_cache" not in transform.inputs
