@@ -122,14 +122,15 @@ image:
 # served by a Cloud Storage emulator built once from the Go module proxy (tests/image), in
 # a network namespace whose one interface is loopback (scripts/loopback-only).
 # `image-tests` runs them on the images as they are (test-all-stacks has just built them:
-# a re-build with every layer cached still takes a minute and a half per image).
+# a re-build with every layer cached still takes a minute and a half per image), on two
+# workers: their tasks keep both cores busy, and a third would only share them.
 test-image: $(STAMP) image
 	@$(MAKE) --no-print-directory image-tests
 
 image-tests: $(STAMP)
 	@emulator=$$(scripts/gcs-emulator) && set -- $(IMAGE_STACKS) && \
 	TAXI_GCS_EMULATOR=$$emulator TAXI_PIPELINE_IMAGE=$(IMAGE_REPO):$$1 \
-	TAXI_OTHER_STACK_IMAGE=$${2:+$(IMAGE_REPO):$$2} scripts/loopback-only $(BIN)/python -m pytest tests/image $(PYTEST_ARGS)
+	TAXI_OTHER_STACK_IMAGE=$${2:+$(IMAGE_REPO):$$2} scripts/loopback-only $(BIN)/python -m pytest tests/image -n 2 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check pipeline components tests benchmarks setup.py
