@@ -22,6 +22,7 @@ from tfx.proto import example_gen_pb2, trainer_pb2, transform_pb2
 from components.custom import baseline, gate, ingest, serving_check, shadow_check, window
 from components.custom import evaluator as evaluator_lib
 from components.custom import pusher as staged_pusher
+from components.custom.recorded import NodeId
 from components.model import SCHEMA_FILE, features
 from components.model.trainer import export
 from components.support import spans
@@ -37,21 +38,6 @@ CODE_VERSION = "code_version"
 TRAIN_SPLIT, EVAL_SPLIT = "train", "eval"
 
 
-class NodeId:
-    """Ids of the nodes other code names: the run report (`pipeline.inspect.run_report`)
-    reads their outputs."""
-
-    EXAMPLE_GEN = "ImportExampleGen"
-    STATISTICS_GEN = "StatisticsGen"
-    EXAMPLE_VALIDATOR = "ExampleValidator"
-    DATA_GATE = "DataGate"
-    BASELINE = baseline.NODE_ID
-    TRANSFORM = "Transform"
-    TRAINER = "Trainer"
-    EVALUATOR = "Evaluator"
-    SERVING_CHECK = "ServingCheck"
-    SHADOW_CHECK = "ShadowCheck"
-    PUSHER = "Pusher"
 AUC_THRESHOLDS = 1000
 # The Evaluator's `custom_extractors` (TFX's hook), by module path.
 EVAL_EXTRACTORS_MODULE = "components.custom.eval_extractors"

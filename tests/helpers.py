@@ -89,6 +89,33 @@ class Workspace:
         return state
 
 
+# The libraries a command that only reads the metadata store or the serving folder must
+# not load, and a `sitecustomize` that makes importing any of them fail.
+HEAVY_LIBRARIES = ("tensorflow", "tfx", "tensorflow_model_analysis", "tensorflow_data_validation",
+                   "tensorflow_transform", "apache_beam", "keras", "tf_keras")
+_BLOCKER = f"""
+import sys
+
+
+class _Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {HEAVY_LIBRARIES!r}:
+            raise ImportError("this process must not import " + name)
+        return None
+
+
+sys.meta_path.insert(0, _Refuse())
+"""
+
+
+def without_heavy_libraries(folder: Path) -> Dict[str, str]:
+    """The environment of a process in which importing any of `HEAVY_LIBRARIES` fails (a
+    `sitecustomize` written to `folder`): what answers there never loaded them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(_BLOCKER)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(folder), os.environ.get("PYTHONPATH"))))}
+
+
 def cli_command(*args: str) -> List[str]:
     return [os.path.join(os.path.dirname(sys.executable), "taxi-pipeline"), *args]
 

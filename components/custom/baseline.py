@@ -31,12 +31,13 @@ from tfx.dsl.component.experimental.decorators import component
 from tfx.types import standard_artifacts
 from tfx.utils import io_utils, path_utils
 
+from components.custom import recorded
 from components.support import registry, serving_config
 
-NODE_ID = "ServingBaseline"
-MODEL_KEY = "model"
+NODE_ID = recorded.NodeId.BASELINE
+MODEL_KEY = recorded.MODEL_KEY
 # The version copied, or `registry.NOTHING_SERVES`.
-SERVING_PROPERTY = "serving_version"
+SERVING_PROPERTY = recorded.SERVING_PROPERTY
 
 
 def serving_now(model_dir: str) -> str:

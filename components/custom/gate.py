@@ -43,22 +43,22 @@ from tfx.dsl.component.experimental.annotations import BeamComponentParameter, I
 from tfx.dsl.component.experimental.decorators import component
 from tfx.types import standard_artifacts
 
-from components.custom import span_statistics
+from components.custom import recorded, span_statistics
 from components.model import features, gate_thresholds
 from components.support import spans
 
-BLESSED_PROPERTY = "blessed"
+BLESSED_PROPERTY = recorded.BLESSED_PROPERTY
 # The output artifact (the parameter name of `DataGate` below).
-VERDICT_KEY = "verdict"
-REPORT_PROPERTY = "report"
-SPAN_CHECKS_PROPERTY = "span_checks"
+VERDICT_KEY = recorded.VERDICT_KEY
+REPORT_PROPERTY = recorded.REPORT_PROPERTY
+SPAN_CHECKS_PROPERTY = recorded.SPAN_CHECKS_PROPERTY
 # The fraction of each span's records its statistics were computed from (all spans
 # hash-split mode; see `span_statistics.sample_rate`).
 SAMPLE_RATE_PROPERTY = "span_sample_rate"
 SCHEMA_DIFF_FILE = "SchemaDiff.pb"
 ANOMALIES_FILE = "DriftAnomalies.pb"
 # In window mode, the split that holds the span before the newest.
-PREVIOUS_SPAN_SPLIT = "train_1"
+PREVIOUS_SPAN_SPLIT = recorded.PREVIOUS_SPAN_SPLIT
 
 Statistics = statistics_pb2.DatasetFeatureStatisticsList
 

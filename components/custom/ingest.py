@@ -34,12 +34,12 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_artifacts, standard_component_specs
 from tfx.utils import proto_utils
 
-from components.custom import beam_fns
+from components.custom import beam_fns, recorded
 from components.model import SCHEMA_FILE
 from components.support import files, spans
 
 # The Examples artifact's record of the files read: JSON, input split -> paths under input_base.
-SOURCE_FILES_PROPERTY = "source_files"
+SOURCE_FILES_PROPERTY = recorded.SOURCE_FILES_PROPERTY
 
 
 def content_fingerprint(matched: Dict[str, List[str]]) -> str:

@@ -52,7 +52,7 @@ from tfx.types import artifact_utils, standard_artifacts, standard_component_spe
 from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
 from tfx.utils import io_utils, proto_utils
 
-from components.custom import ingest, model_card, promotion, serving_check
+from components.custom import ingest, model_card, promotion, recorded, serving_check
 from components.model import features
 from components.support import files, registry, serving_config, spans
 from components.support.serving_config import SAVED_MODEL_FILE, push_lock, still_held, version_folders, versions
@@ -67,7 +67,7 @@ PROMOTION_KEY = "promotion"
 # the pipeline job's name (`pipeline.cloud.compiled_fixes`); a local run's is its run id.
 RUN_KEY = "run"
 # The PushedModel's fate in the record (`registry.Fate`), which the run report reads.
-FATE_PROPERTY = "fate"
+FATE_PROPERTY = recorded.FATE_PROPERTY
 SERVED_KEY = "served_blessing"
 DATA_VERDICT_KEY = "data_verdict"
 CODE_VERSION_KEY = "code_version"
@@ -76,9 +76,9 @@ STAGING_PREFIX = ".staging-"
 # reader takes for a version, so none sees it half gone.
 REMOVING_PREFIX = ".removing-"
 # The PushedModel artifact's properties, as TFX's own Pusher names them.
-PUSHED_PROPERTY = "pushed"
-DESTINATION_PROPERTY = "pushed_destination"
-VERSION_PROPERTY = "pushed_version"
+PUSHED_PROPERTY = recorded.PUSHED_PROPERTY
+DESTINATION_PROPERTY = recorded.DESTINATION_PROPERTY
+VERSION_PROPERTY = recorded.VERSION_PROPERTY
 # The version requests without a version got before this push, and after it (a pin keeps it).
 REPLACED_PROPERTY = "replaced_version"
 SERVING_PROPERTY = "serving_version"

@@ -35,16 +35,17 @@ from tfx.dsl.component.experimental.annotations import InputArtifact, OutputArti
 from tfx.dsl.component.experimental.decorators import component
 from tfx.types import standard_artifacts
 
+from components.custom import recorded
 from components.support import registry, serving_probe
 from components.support.serving_probe import DEFAULT_BUDGET_MS
 
 # The output: a ModelBlessing the Pusher reads (its parameter name below).
-BLESSING_KEY = "blessing"
+BLESSING_KEY = recorded.BLESSING_KEY
 # A blessing's verdict, as the Evaluator and TFX's Pusher name it.
-BLESSED_PROPERTY = evaluator_constants.ARTIFACT_PROPERTY_BLESSED_KEY
-REASON_PROPERTY = "serving_check"
+BLESSED_PROPERTY = recorded.BLESSED_PROPERTY
+REASON_PROPERTY = recorded.SERVING_CHECK_PROPERTY
 # An unblessed candidate's fate in the record (`registry.Fate`): which check refused it.
-FATE_PROPERTY = "fate"
+FATE_PROPERTY = recorded.FATE_PROPERTY
 P99_PROPERTY = "p99_latency_ms"
 # The longest the check's process may take (loading TensorFlow included).
 TIMEOUT_SECONDS = 300

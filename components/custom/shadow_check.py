@@ -22,13 +22,13 @@ from tfx.dsl.component.experimental.decorators import component
 from tfx.types import standard_artifacts
 
 from components.custom import baseline as serving_baseline
-from components.custom import serving_check
+from components.custom import recorded, serving_check
 from components.support import registry, shadow
 
-BLESSING_KEY = "blessing"
+BLESSING_KEY = recorded.BLESSING_KEY
 # What was measured (`shadow.Measures.to_json`), and the check's finding in one line.
-MEASURES_PROPERTY = "shadow_measures"
-REASON_PROPERTY = "shadow_check"
+MEASURES_PROPERTY = recorded.SHADOW_MEASURES_PROPERTY
+REASON_PROPERTY = recorded.SHADOW_CHECK_PROPERTY
 
 
 def _pass_on(given, blessing) -> None:

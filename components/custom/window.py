@@ -33,14 +33,14 @@ from tfx.dsl.component.experimental.decorators import component
 from tfx.proto import example_gen_pb2
 from tfx.types import standard_artifacts
 
-from components.custom import baseline, model_card
+from components.custom import baseline, model_card, recorded
 from components.support import registry, serving_config, spans
 
-NODE_ID = "SpanWindow"
+NODE_ID = recorded.WINDOW_NODE_ID
 # Output keys: ImportExampleGen's input_config (JSON), and the spans chosen
 # (`spans.format_numbers`: "10,11,12").
 INPUT_CONFIG_KEY = "input_config"
-SPANS_KEY = "spans_used"
+SPANS_KEY = recorded.SPANS_USED_KEY
 # 1 when a candidate trained on this window would be a new one (or no record is asked
 # about), else 0: the data gate's `fresh` parameter (`registry.decide`).
 FRESH_KEY = "fresh"

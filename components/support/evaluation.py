@@ -8,6 +8,8 @@ import dataclasses
 from typing import Dict, List, Tuple
 
 OVERALL = "Overall"
+# The metrics a run reports over all examples (`overall`), in its summary and `history`.
+HEADLINE = ("auc", "binary_accuracy", "example_count", "calibration")
 
 
 @dataclasses.dataclass
@@ -60,6 +62,15 @@ def slices(evaluation_uri: str) -> List[SliceMetrics]:
             (entry.baseline if baseline else entry.candidate)[item.key.name] = item.value.double_value.value
     overall = by_slice.pop(OVERALL, None)
     return ([overall] if overall else []) + [by_slice[name] for name in sorted(by_slice, key=slice_order)]
+
+
+def overall(evaluation_uri: str) -> Dict[str, float]:
+    """The headline metrics (`HEADLINE`) over all examples, the candidate's."""
+    import tensorflow_model_analysis as tfma
+
+    result = tfma.load_eval_result(evaluation_uri)
+    metrics = result.get_metrics_for_slice(slice_name=()) or {}
+    return {name: float(metrics[name]["doubleValue"]) for name in HEADLINE if "doubleValue" in metrics.get(name, {})}
 
 
 def thresholds(evaluation_uri: str) -> List[Threshold]:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from components.custom import pusher, window
+from components.custom.recorded import NodeId
 from pipeline import cloud_storage
 from pipeline.cloud import task as task_command
-from pipeline.pipeline import NodeId
 
 # KFP's placeholders for the pipeline job's id and name, resolved by the backend when a task runs.
 PIPELINE_JOB_ID = "{{$.pipeline_job_uuid}}"

@@ -24,9 +24,9 @@ from typing import Any, Dict, List, Optional
 import yaml
 
 from components.custom import window
+from components.custom.recorded import NodeId
 from pipeline import config
 from pipeline.cloud import compiled_fixes, secrets
-from pipeline.pipeline import NodeId
 
 # The ImportExampleGen task's parameter that keys it by the window's files.
 WINDOW_INPUTS_PARAMETER = "window_inputs"

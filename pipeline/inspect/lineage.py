@@ -19,14 +19,12 @@ from typing import Dict, List, Optional
 
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
-from tfx.types import standard_component_specs
 
-from components.custom import ingest, serving_check, shadow_check
-from components.custom import pusher as staged_pusher
+from components.custom import recorded
+from components.custom.recorded import NodeId
 from pipeline.config import MetadataConfig
 from pipeline.inspect import monitor_records, run_report
 from pipeline.outcome import Outcome, RunReport
-from pipeline.pipeline import NodeId
 
 PUSHED_MODEL_TYPE = "PushedModel"
 
@@ -59,7 +57,7 @@ def history(metadata: MetadataConfig, pipeline_name: str, limit: int) -> str:
     lines = []  # (milliseconds, line)
     for run_id in sorted(contexts, reverse=True)[:limit]:
         records = run_report.run_records(store, pipeline_name, run_id)
-        report = run_report.report_of(records, run_id)
+        report = run_report.report_of(records, run_id, details=False)
         when = _time(records.last_update) if records.last_update else "?"
         spans = f"{report.spans[0]}-{report.spans[-1]}" if len(report.spans) > 1 else ",".join(map(str, report.spans))
         auc = f"auc {report.eval_metrics['auc']:.4f}" if "auc" in report.eval_metrics else ""
@@ -111,11 +109,11 @@ def pushed_model(store: metadata_store.MetadataStore, model_dir: str, version: i
     model_dir = model_dir.rstrip("/")
     same_version = [
         artifact for artifact in store.get_artifacts_by_type(PUSHED_MODEL_TYPE)
-        if run_report.string_property(artifact, staged_pusher.VERSION_PROPERTY) == str(version)
+        if run_report.string_property(artifact, recorded.VERSION_PROPERTY) == str(version)
     ]
 
     def destination(artifact) -> str:
-        return run_report.string_property(artifact, staged_pusher.DESTINATION_PROPERTY).rstrip("/")
+        return run_report.string_property(artifact, recorded.DESTINATION_PROPERTY).rstrip("/")
 
     found = [a for a in same_version if destination(a) == f"{model_dir}/{version}"] or [
         a for a in same_version if destination(a).endswith(f"/{os.path.basename(model_dir)}/{version}")
@@ -133,52 +131,52 @@ def lineage(metadata: MetadataConfig, model_dir: str, version: int) -> str:
     push = store.producer(pushed.id)
     lines = [f"Version {version} in {model_dir}", f"  pushed by the Pusher, {store.describe(push)}"]
     pusher_inputs = run_report.inputs(store.store, push.id) if push else {}
-    model = pusher_inputs.get(standard_component_specs.MODEL_KEY)
-    blessing = pusher_inputs.get(standard_component_specs.MODEL_BLESSING_KEY)
+    model = pusher_inputs.get(recorded.MODEL_KEY)
+    blessing = pusher_inputs.get(recorded.MODEL_BLESSING_KEY)
     if model is None:
         return "\n".join(lines + ["  (the push's inputs are not recorded)"])
     train = store.producer(model.id)
     lines += [f"Model {model.uri}", f"  trained by the Trainer, {store.describe(train)}"]
     trainer_inputs = run_report.inputs(store.store, train.id) if train else {}
-    base = trainer_inputs.get(standard_component_specs.BASE_MODEL_KEY)
+    base = trainer_inputs.get(recorded.BASE_MODEL_KEY)
     if base is not None:
         lines.append(f"  warm-start candidate: model {base.uri}")
-    graph = trainer_inputs.get(standard_component_specs.TRANSFORM_GRAPH_KEY)
+    graph = trainer_inputs.get(recorded.TRANSFORM_GRAPH_KEY)
     if graph is not None:
         lines += [f"Transform graph {graph.uri}", f"  made by Transform, {store.describe(store.producer(graph.id))}"]
-    schema = trainer_inputs.get(standard_component_specs.SCHEMA_KEY)
+    schema = trainer_inputs.get(recorded.SCHEMA_KEY)
     if schema is not None:
         lines.append(f"Schema {schema.uri}")
-    examples = trainer_inputs.get(standard_component_specs.EXAMPLES_KEY)
+    examples = trainer_inputs.get(recorded.EXAMPLES_KEY)
     if examples is not None:
         ingested = store.producer(examples.id)
         lines += [f"Examples {examples.uri}", f"  ingested by ImportExampleGen, {store.describe(ingested)}"]
         if ingested is not None and "input_base" in ingested.custom_properties:
             lines.append(f"  from the data root {ingested.custom_properties['input_base'].string_value}")
         sources: Dict[str, List[str]] = json.loads(
-            run_report.string_property(examples, ingest.SOURCE_FILES_PROPERTY) or "{}")
+            run_report.string_property(examples, recorded.SOURCE_FILES_PROPERTY) or "{}")
         spans = sorted({path.split("/", 1)[0] for files in sources.values() for path in files})
         if spans:
             lines.append(f"  spans: {', '.join(spans)}")
         for split, files in sorted(sources.items()):
             lines += [f"  files of input split {split}:"] + [f"    {path}" for path in files]
     check = store.producer(blessing.id) if blessing is not None else None
-    shadow = run_report.string_property(blessing, shadow_check.REASON_PROPERTY) if check is not None else ""
+    shadow = run_report.string_property(blessing, recorded.SHADOW_CHECK_PROPERTY) if check is not None else ""
     if shadow:  # the Pusher's blessing came through the shadow check, then the serving check's
         lines.append(f"Shadow check: {shadow} ({store.describe(check)})")
-        blessing = run_report.inputs(store.store, check.id).get(standard_component_specs.MODEL_BLESSING_KEY)
+        blessing = run_report.inputs(store.store, check.id).get(recorded.MODEL_BLESSING_KEY)
         check = store.producer(blessing.id) if blessing is not None else None
     if check is not None:
-        lines.append(f"Serving check: {run_report.string_property(blessing, serving_check.REASON_PROPERTY)}"
+        lines.append(f"Serving check: {run_report.string_property(blessing, recorded.SERVING_CHECK_PROPERTY)}"
                      f" ({store.describe(check)})")
-        blessing = run_report.inputs(store.store, check.id).get(standard_component_specs.MODEL_BLESSING_KEY)
+        blessing = run_report.inputs(store.store, check.id).get(recorded.MODEL_BLESSING_KEY)
     if blessing is not None:
         evaluate = store.producer(blessing.id)
-        blessed = run_report.int_property(blessing, serving_check.BLESSED_PROPERTY) == 1
+        blessed = run_report.int_property(blessing, recorded.BLESSED_PROPERTY) == 1
         lines += [f"Evaluation: {'blessed' if blessed else 'NOT blessed'} by the Evaluator, {store.describe(evaluate)}"]
-        evaluation = run_report.outputs(store.store, evaluate.id).get(standard_component_specs.EVALUATION_KEY) \
+        evaluation = run_report.outputs(store.store, evaluate.id).get(recorded.EVALUATION_KEY) \
             if evaluate else None
         if evaluation is not None:
-            metrics = run_report.eval_metrics(evaluation.uri)
+            metrics = run_report.eval_metrics(evaluation)
             lines.append("  " + ", ".join(f"{name} {value:.4f}" for name, value in sorted(metrics.items())))
     return "\n".join(lines)

@@ -29,9 +29,9 @@ from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 from tfx.types import standard_component_specs
 
 from components.custom import gate, span_statistics
+from components.custom.recorded import NodeId
 from pipeline import config
 from pipeline.inspect import run_details, run_report
-from pipeline.pipeline import NodeId
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,11 +21,11 @@ from typing import Dict, List, Optional, Tuple
 from ml_metadata import metadata_store
 from tfx.types import standard_component_specs
 
+from components.custom.recorded import NodeId
 from components.support import evaluation as evaluation_output
 from pipeline import config
 from pipeline.inspect import report_page, run_report
 from pipeline.outcome import Outcome
-from pipeline.pipeline import NodeId
 
 # On a run's context: its evaluation's figures, kept by `gc` when it removes the files.
 EVAL_SUMMARY_PROPERTY = "eval_summary"

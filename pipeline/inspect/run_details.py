@@ -20,13 +20,13 @@ from tfx.types import standard_component_specs
 
 from components.custom import gate, ingest, serving_check, span_statistics
 from components.custom import pusher as staged_pusher
+from components.custom.recorded import NodeId
 from components.model.trainer.settings import TRAINING_SUMMARY_FILE
 from components.support import evaluation as evaluation_output
 from components.support.evaluation import SliceMetrics
 from pipeline.config import MetadataConfig
 from pipeline.inspect import run_report
 from pipeline.outcome import RunReport
-from pipeline.pipeline import NodeId
 
 
 @dataclasses.dataclass

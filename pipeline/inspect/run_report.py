@@ -12,19 +12,16 @@ import json
 import os
 from typing import Any, Dict, List, Optional
 
-import tensorflow as tf
 from google.protobuf import json_format
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
-from tfx.types import standard_component_specs
 
-from components.custom import baseline, gate, serving_check, shadow_check, window
-from components.custom import pusher as staged_pusher
+from components.custom import recorded
+from components.custom.recorded import NodeId
 from components.model.trainer.settings import TRAINING_SUMMARY_FILE
-from components.support import registry, spans
+from components.support import files, registry, spans
 from pipeline.config import MYSQL_PASSWORD_ENV, MYSQL_USER_ENV, MetadataConfig
 from pipeline.outcome import NodeRun, Outcome, RunReport
-from pipeline.pipeline import NodeId
 
 PIPELINE_RUN_CONTEXT = "pipeline_run"
 # Set on a run's context by `gc` (pipeline.run.retention) when it removed the run's files.
@@ -142,42 +139,40 @@ def live(artifact: Optional[metadata_store_pb2.Artifact]) -> bool:
 
 def _value(artifact: metadata_store_pb2.Artifact) -> str:
     """The value of a value artifact (`String`): the file at its URI."""
-    with tf.io.gfile.GFile(artifact.uri) as handle:
-        return handle.read()
+    return files.read_text(artifact.uri)
 
 
 def describe_anomalies(anomalies_uri: str) -> List[str]:
-    """ExampleValidator's findings, split by split."""
+    """ExampleValidator's findings, split by split (TFDV reads them)."""
+    from components.custom import gate
+
     lines = []
-    for split_dir in sorted(tf.io.gfile.glob(os.path.join(anomalies_uri, "Split-*"))):
-        split = os.path.basename(split_dir)[len("Split-"):]
+    for folder in sorted(name for name in files.listdir(anomalies_uri) if name.startswith("Split-")):
+        split = folder[len("Split-"):]
         lines += [f"[{split}] {line}" for line in gate.anomaly_lines(gate.split_anomalies(anomalies_uri, split))]
     return lines
 
 
 def _window_mode(anomalies_uri: str) -> bool:
-    return bool(tf.io.gfile.glob(os.path.join(anomalies_uri, f"Split-{gate.PREVIOUS_SPAN_SPLIT}")))
+    return f"Split-{recorded.PREVIOUS_SPAN_SPLIT}" in files.listdir(anomalies_uri)
 
 
-def eval_metrics(evaluation_uri: str) -> Dict[str, float]:
-    import tensorflow_model_analysis as tfma
+def eval_metrics(evaluation: metadata_store_pb2.Artifact) -> Dict[str, float]:
+    """The Evaluator's metrics over all examples: as it recorded them on its output, or
+    for an evaluation recorded without them, read from its files by TFMA."""
+    found = string_property(evaluation, recorded.METRICS_PROPERTY)
+    if found:
+        return json.loads(found)
+    from components.support import evaluation as evaluation_output
 
-    result = tfma.load_eval_result(evaluation_uri)
-    overall = result.get_metrics_for_slice(slice_name=()) or {}
-    values = {}
-    for name in ("auc", "binary_accuracy", "example_count", "calibration"):
-        metric = overall.get(name, {})
-        if "doubleValue" in metric:
-            values[name] = float(metric["doubleValue"])
-    return values
+    return evaluation_output.overall(evaluation.uri)
 
 
 def warm_start(model_run_uri: str) -> str:
-    path = os.path.join(model_run_uri, TRAINING_SUMMARY_FILE)
-    if not tf.io.gfile.exists(path):
+    path = files.join(model_run_uri, TRAINING_SUMMARY_FILE)
+    if not files.exists(path):
         return ""
-    with tf.io.gfile.GFile(path) as handle:
-        started = json.load(handle).get("warm_start", {})
+    started = json.loads(files.read_text(path)).get("warm_start", {})
     return f"{'yes' if started.get('used') else 'no'}: {started.get('reason', '')}"
 
 
@@ -226,64 +221,75 @@ def read_run(metadata: MetadataConfig, pipeline_name: str, run_id: str) -> RunRe
     return report_of(run_records(connect(metadata), pipeline_name, run_id), run_id)
 
 
-def report_of(records: RunRecords, run_id: str) -> RunReport:
-    """What run `run_id` decided, from its records."""
-    nodes, output, last_update = records.nodes, records.output, records.last_update
-    report = RunReport(outcome=Outcome.NOT_BLESSED, nodes=nodes, run_id=run_id)
-    if last_update:
-        report.finished = datetime.datetime.fromtimestamp(last_update / 1000).astimezone().isoformat(timespec="seconds")
-    spans_used = output(window.NODE_ID, window.SPANS_KEY)
-    if live(spans_used):
-        report.spans = spans.parse_numbers(_value(spans_used))
-    anomalies = output(NodeId.EXAMPLE_VALIDATOR, standard_component_specs.ANOMALIES_KEY)
-    verdict = output(NodeId.DATA_GATE, gate.VERDICT_KEY)
+def _rejected_data(records: RunRecords, report: RunReport, details: bool) -> bool:
+    """Whether the data gate or ExampleValidator rejected the run's data; gives `report`
+    the gate's checks of each span and the findings (ExampleValidator's only with `details`)."""
+    anomalies = records.output(NodeId.EXAMPLE_VALIDATOR, recorded.ANOMALIES_KEY)
+    verdict = records.output(NodeId.DATA_GATE, recorded.VERDICT_KEY)
     found: List[str] = []
     if verdict is not None:
-        checks = json.loads(string_property(verdict, gate.SPAN_CHECKS_PROPERTY) or "{}")
+        checks = json.loads(string_property(verdict, recorded.SPAN_CHECKS_PROPERTY) or "{}")
         report.span_checks = {span: checks[span] for span in sorted(checks, key=int)}
         if not report.spans:  # the spans' file was removed by `gc`: the gate checked each of them
             report.spans = [int(span) for span in report.span_checks]
         found += [f"[span {span}] {line}" for span, lines in report.span_checks.items() for line in lines]
-        found += string_property(verdict, gate.REPORT_PROPERTY).splitlines()
+        found += string_property(verdict, recorded.REPORT_PROPERTY).splitlines()
+    anomalous = False
     if live(anomalies):
-        blessed = json_property(anomalies, gate.BLESSED_PROPERTY) or {}
+        blessed = json_property(anomalies, recorded.BLESSED_PROPERTY) or {}
         # In window mode each split is a span, and the span lines above say it all.
-        if not all(int(v) == 1 for v in blessed.values()) and (verdict is None or not _window_mode(anomalies.uri)):
+        anomalous = not all(int(v) == 1 for v in blessed.values()) and (
+            verdict is None or not _window_mode(anomalies.uri))
+        if anomalous and details:
             found = describe_anomalies(anomalies.uri) + found
-    if found or (verdict is not None and int_property(verdict, gate.BLESSED_PROPERTY) != 1):
+    report.anomalies = found
+    return bool(found) or (anomalous and not details) or (
+        verdict is not None and int_property(verdict, recorded.BLESSED_PROPERTY) != 1)
+
+
+def report_of(records: RunRecords, run_id: str, details: bool = True) -> RunReport:
+    """What run `run_id` decided, from its records; without `details`, a run the data
+    rejected is not told why (ExampleValidator's findings, which TFDV reads)."""
+    nodes, output, last_update = records.nodes, records.output, records.last_update
+    report = RunReport(outcome=Outcome.NOT_BLESSED, nodes=nodes, run_id=run_id)
+    if last_update:
+        report.finished = datetime.datetime.fromtimestamp(last_update / 1000).astimezone().isoformat(timespec="seconds")
+    spans_used = output(recorded.WINDOW_NODE_ID, recorded.SPANS_USED_KEY)
+    if live(spans_used):
+        report.spans = spans.parse_numbers(_value(spans_used))
+    if _rejected_data(records, report, details):
         report.outcome = Outcome.DATA_REJECTED
-        report.anomalies = found
         return report
-    serving_baseline = output(NodeId.BASELINE, baseline.MODEL_KEY)
+    serving_baseline = output(NodeId.BASELINE, recorded.MODEL_KEY)
     if serving_baseline is not None:
-        report.baseline = string_property(serving_baseline, baseline.SERVING_PROPERTY)
-    model_run = output(NodeId.TRAINER, standard_component_specs.MODEL_RUN_KEY)
+        report.baseline = string_property(serving_baseline, recorded.SERVING_PROPERTY)
+    model_run = output(NodeId.TRAINER, recorded.MODEL_RUN_KEY)
     if live(model_run):
         report.warm_start = warm_start(model_run.uri)
-    evaluation = output(NodeId.EVALUATOR, standard_component_specs.EVALUATION_KEY)
+    evaluation = output(NodeId.EVALUATOR, recorded.EVALUATION_KEY)
     if live(evaluation):
-        report.eval_metrics = eval_metrics(evaluation.uri)
-    checked = output(NodeId.SERVING_CHECK, serving_check.BLESSING_KEY)
-    blessing = output(NodeId.EVALUATOR, standard_component_specs.BLESSING_KEY)
+        report.eval_metrics = eval_metrics(evaluation)
+    checked = output(NodeId.SERVING_CHECK, recorded.BLESSING_KEY)
+    blessing = output(NodeId.EVALUATOR, recorded.BLESSING_KEY)
     if checked is not None:
-        report.serving_check = string_property(checked, serving_check.REASON_PROPERTY)
-        evaluator_blessed = blessing is not None and int_property(blessing, serving_check.BLESSED_PROPERTY) == 1
-        if evaluator_blessed and int_property(checked, serving_check.BLESSED_PROPERTY) != 1:
+        report.serving_check = string_property(checked, recorded.SERVING_CHECK_PROPERTY)
+        evaluator_blessed = blessing is not None and int_property(blessing, recorded.BLESSED_PROPERTY) == 1
+        if evaluator_blessed and int_property(checked, recorded.BLESSED_PROPERTY) != 1:
             report.outcome = Outcome.SERVING_CHECK_FAILED
-    shadowed = output(NodeId.SHADOW_CHECK, shadow_check.BLESSING_KEY)
+    shadowed = output(NodeId.SHADOW_CHECK, recorded.BLESSING_KEY)
     if shadowed is not None:
-        report.shadow_check = string_property(shadowed, shadow_check.REASON_PROPERTY)
-        report.shadow_measures = json.loads(string_property(shadowed, shadow_check.MEASURES_PROPERTY) or "{}")
-        if string_property(shadowed, serving_check.FATE_PROPERTY) == registry.Fate.SHADOW_REFUSED.value:
+        report.shadow_check = string_property(shadowed, recorded.SHADOW_CHECK_PROPERTY)
+        report.shadow_measures = json.loads(string_property(shadowed, recorded.SHADOW_MEASURES_PROPERTY) or "{}")
+        if string_property(shadowed, recorded.FATE_PROPERTY) == registry.Fate.SHADOW_REFUSED.value:
             report.outcome = Outcome.SHADOW_REFUSED
-    pushed = output(NodeId.PUSHER, standard_component_specs.PUSHED_MODEL_KEY)
-    if pushed is not None and int_property(pushed, staged_pusher.PUSHED_PROPERTY) == 1:
+    pushed = output(NodeId.PUSHER, recorded.PUSHED_MODEL_KEY)
+    if pushed is not None and int_property(pushed, recorded.PUSHED_PROPERTY) == 1:
         # A Pusher served from cache pushed nothing in this run: what it pushed before serves.
         pusher_ran = any(node.node_id == NodeId.PUSHER and node.state == "ran" for node in nodes)
         report.outcome = Outcome.PUSHED if pusher_ran else Outcome.UP_TO_DATE
-        if string_property(pushed, staged_pusher.FATE_PROPERTY) == registry.Fate.AWAITING_APPROVAL.value:
+        if string_property(pushed, recorded.FATE_PROPERTY) == registry.Fate.AWAITING_APPROVAL.value:
             report.outcome = Outcome.AWAITING_APPROVAL
-        report.pushed_version_dir = string_property(pushed, staged_pusher.DESTINATION_PROPERTY)
+        report.pushed_version_dir = string_property(pushed, recorded.DESTINATION_PROPERTY)
     return report
 
 

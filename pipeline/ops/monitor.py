@@ -115,8 +115,9 @@ def training_data(run_config: config.RunConfig, version: int) -> TrainingData:
     ImportExampleGen output and its training splits' files."""
     import tensorflow as tf
 
+    from components.custom.recorded import NodeId
     from pipeline.inspect import lineage, run_report
-    from pipeline.pipeline import EVAL_SPLIT, NodeId
+    from pipeline.pipeline import EVAL_SPLIT
 
     store = run_report.connect(run_config.metadata)
     pushed = lineage.pushed_model(store, run_config.model_serving_dir, version)

@@ -39,9 +39,9 @@ from ml_metadata.proto import metadata_store_pb2
 from tfx.types import standard_component_specs
 
 from components.custom import pusher
+from components.custom.recorded import NodeId
 from pipeline import config
 from pipeline.inspect import report_page, run_report
-from pipeline.pipeline import NodeId
 from pipeline.run import run_state
 
 Artifact = metadata_store_pb2.Artifact

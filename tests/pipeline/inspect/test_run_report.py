@@ -1,12 +1,19 @@
-"""Reading one run back from MLMD costs the same in the first week and after a year."""
+"""Reading one run back from MLMD costs the same in the first week and after a year, and
+loads neither TensorFlow nor TFX."""
 
 from __future__ import annotations
+
+import json
+import subprocess
+import sys
 
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2 as mlmd
 
+from components.custom import recorded
 from pipeline import config
 from pipeline.inspect import run_report
+from tests.helpers import without_heavy_libraries
 from tests.mlmd_builder import PIPELINE, MetadataBuilder
 
 
@@ -43,3 +50,18 @@ def test_a_run_is_read_without_reading_the_other_runs_executions(tmp_path):
     assert set(records.outputs) == {"ImportExampleGen", "Trainer"}
     # Its own two executions, not the thirty runs' sixty.
     assert counting.executions_read <= 2
+
+
+def test_history_and_lineage_read_the_store_without_tensorflow_or_tfx(tmp_path):
+    """`history` and `lineage` (`pipeline.inspect.lineage`) and what they read through."""
+    code = "import pipeline.inspect.commands, pipeline.inspect.lineage, pipeline.inspect.monitor_records"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            env=without_heavy_libraries(tmp_path))
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_the_metrics_the_evaluator_recorded_are_read_from_the_store_not_its_files(tmp_path):
+    evaluation = mlmd.Artifact(uri=str(tmp_path / "no-such-evaluation"))
+    metrics = {"auc": 0.93, "example_count": 372.0}
+    evaluation.custom_properties[recorded.METRICS_PROPERTY].string_value = json.dumps(metrics)
+    assert run_report.eval_metrics(evaluation) == metrics

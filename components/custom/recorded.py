@@ -1,0 +1,76 @@
+"""What the pipeline's nodes record in the metadata store, by name: their ids, the keys of
+the artifacts they read and write, and the custom properties this package sets on them.
+The components take their names from here, and what reads the store back (the run
+report, `history`, `lineage`, `gc`) finds them here, without TFX or TensorFlow: those
+commands answer in a fraction of a second instead of the six TensorFlow takes to load.
+
+TFX's own keys are TFX's (`tfx.types.standard_component_specs`, its Evaluator's
+`ARTIFACT_PROPERTY_BLESSED_KEY`): tests/components/custom/test_recorded.py fails when TFX
+renames one.
+"""
+
+from __future__ import annotations
+
+
+class NodeId:
+    """Ids of the nodes other code names: the run report (`pipeline.inspect.run_report`)
+    reads their outputs."""
+
+    EXAMPLE_GEN = "ImportExampleGen"
+    STATISTICS_GEN = "StatisticsGen"
+    EXAMPLE_VALIDATOR = "ExampleValidator"
+    DATA_GATE = "DataGate"
+    BASELINE = "ServingBaseline"
+    TRANSFORM = "Transform"
+    TRAINER = "Trainer"
+    EVALUATOR = "Evaluator"
+    SERVING_CHECK = "ServingCheck"
+    SHADOW_CHECK = "ShadowCheck"
+    PUSHER = "Pusher"
+
+
+# SpanWindow's id (it runs before the data nodes, so no other code needs it in NodeId's order).
+WINDOW_NODE_ID = "SpanWindow"
+
+# TFX's keys of the standard components' inputs and outputs.
+EXAMPLES_KEY = "examples"
+SCHEMA_KEY = "schema"
+ANOMALIES_KEY = "anomalies"
+TRANSFORM_GRAPH_KEY = "transform_graph"
+BASE_MODEL_KEY = "base_model"
+MODEL_KEY = "model"
+MODEL_RUN_KEY = "model_run"
+EVALUATION_KEY = "evaluation"
+BLESSING_KEY = "blessing"
+MODEL_BLESSING_KEY = "model_blessing"
+PUSHED_MODEL_KEY = "pushed_model"
+
+# 1 on a blessing that lets a model through, as TFX's Evaluator sets it; the data gate's
+# verdict and the anomalies' per-split map use the same name.
+BLESSED_PROPERTY = "blessed"
+# A candidate's fate (`components.support.registry.Fate`), on the checks' blessings and
+# the Pusher's output.
+FATE_PROPERTY = "fate"
+
+# SpanWindow: the numbers of the spans the run used (a `String` artifact).
+SPANS_USED_KEY = "spans_used"
+# ImportExampleGen: each split's files, relative to the data root (JSON).
+SOURCE_FILES_PROPERTY = "source_files"
+# The data gate's verdict (an artifact of its own), its report and each span's findings.
+VERDICT_KEY = "verdict"
+REPORT_PROPERTY = "report"
+SPAN_CHECKS_PROPERTY = "span_checks"
+# In window mode, the newest training span's split, checked against the spans before it.
+PREVIOUS_SPAN_SPLIT = "train_1"
+# ServingBaseline's model: the version it copied, or `registry.NOTHING_SERVES`.
+SERVING_PROPERTY = "serving_version"
+# The Evaluator's headline metrics over all examples (JSON: name -> value), on its evaluation.
+METRICS_PROPERTY = "overall_metrics"
+# The serving check's and the shadow check's findings, on their blessings.
+SERVING_CHECK_PROPERTY = "serving_check"
+SHADOW_CHECK_PROPERTY = "shadow_check"
+SHADOW_MEASURES_PROPERTY = "shadow_measures"
+# The Pusher's output: pushed or not, where to, which version.
+PUSHED_PROPERTY = "pushed"
+DESTINATION_PROPERTY = "pushed_destination"
+VERSION_PROPERTY = "pushed_version"
