@@ -1,21 +1,20 @@
 """What the pipeline's nodes record in the metadata store, by name: their ids, the keys of
 the artifacts they read and write, and the custom properties this package sets on them.
-The components take their names from here, and what reads the store back (the run
-report, `history`, `lineage`, `gc`) finds them here, without TFX or TensorFlow: those
-commands answer in a fraction of a second instead of the six TensorFlow takes to load.
+The components take their names from here, and what reads them back (the run report,
+`history`, `lineage`) finds them here, without TFX or TensorFlow: those commands answer
+in a fraction of a second instead of the six TensorFlow takes to load. Properties that
+only the component itself reads stay in its module.
 
 TFX's own keys are TFX's (`tfx.types.standard_component_specs`, its Evaluator's
 `ARTIFACT_PROPERTY_BLESSED_KEY`): tests/components/custom/test_recorded.py fails when TFX
 renames one.
 """
 
-from __future__ import annotations
-
-
 class NodeId:
     """Ids of the nodes other code names: the run report (`pipeline.inspect.run_report`)
     reads their outputs."""
 
+    WINDOW = "SpanWindow"
     EXAMPLE_GEN = "ImportExampleGen"
     STATISTICS_GEN = "StatisticsGen"
     EXAMPLE_VALIDATOR = "ExampleValidator"
@@ -28,9 +27,6 @@ class NodeId:
     SHADOW_CHECK = "ShadowCheck"
     PUSHER = "Pusher"
 
-
-# SpanWindow's id (it runs before the data nodes, so no other code needs it in NodeId's order).
-WINDOW_NODE_ID = "SpanWindow"
 
 # TFX's keys of the standard components' inputs and outputs.
 EXAMPLES_KEY = "examples"

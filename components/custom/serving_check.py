@@ -73,7 +73,8 @@ def _probe(*args: str) -> subprocess.Popen:
 def start_spare() -> None:
     """Starts a probe process that imports TensorFlow now and checks the model the next
     check in this process hands it: a process as fresh as one started then, without the
-    3-4 s of start-up on the check's path. Call it before running a pipeline in this process."""
+    3-4 s of start-up on the check's path. A local run calls it once the data gate let the
+    run through (`pipeline.run.local_runner`)."""
     global _spare
     stop_spare()
     _spare = _probe(serving_probe.WAIT_FLAG)

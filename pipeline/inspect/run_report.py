@@ -147,14 +147,19 @@ def describe_anomalies(anomalies_uri: str) -> List[str]:
     from components.custom import gate
 
     lines = []
-    for folder in sorted(name for name in files.listdir(anomalies_uri) if name.startswith("Split-")):
+    for folder in sorted(name for name in _listing(anomalies_uri) if name.startswith("Split-")):
         split = folder[len("Split-"):]
         lines += [f"[{split}] {line}" for line in gate.anomaly_lines(gate.split_anomalies(anomalies_uri, split))]
     return lines
 
 
 def _window_mode(anomalies_uri: str) -> bool:
-    return f"Split-{recorded.PREVIOUS_SPAN_SPLIT}" in files.listdir(anomalies_uri)
+    return f"Split-{recorded.PREVIOUS_SPAN_SPLIT}" in _listing(anomalies_uri)
+
+
+def _listing(folder: str) -> List[str]:
+    """The folder's entries; none when it is gone (removed by hand though its artifact is live)."""
+    return files.listdir(folder) if files.isdir(folder) else []
 
 
 def eval_metrics(evaluation: metadata_store_pb2.Artifact) -> Dict[str, float]:
@@ -243,8 +248,7 @@ def _rejected_data(records: RunRecords, report: RunReport, details: bool) -> boo
         if anomalous and details:
             found = describe_anomalies(anomalies.uri) + found
     report.anomalies = found
-    return bool(found) or (anomalous and not details) or (
-        verdict is not None and int_property(verdict, recorded.BLESSED_PROPERTY) != 1)
+    return bool(found) or anomalous or (verdict is not None and int_property(verdict, recorded.BLESSED_PROPERTY) != 1)
 
 
 def report_of(records: RunRecords, run_id: str, details: bool = True) -> RunReport:
@@ -254,7 +258,7 @@ def report_of(records: RunRecords, run_id: str, details: bool = True) -> RunRepo
     report = RunReport(outcome=Outcome.NOT_BLESSED, nodes=nodes, run_id=run_id)
     if last_update:
         report.finished = datetime.datetime.fromtimestamp(last_update / 1000).astimezone().isoformat(timespec="seconds")
-    spans_used = output(recorded.WINDOW_NODE_ID, recorded.SPANS_USED_KEY)
+    spans_used = output(NodeId.WINDOW, recorded.SPANS_USED_KEY)
     if live(spans_used):
         report.spans = spans.parse_numbers(_value(spans_used))
     if _rejected_data(records, report, details):

@@ -25,6 +25,7 @@ from tfx.orchestration.portable import runtime_parameter_utils
 
 from components import compat
 from components.custom import baseline, pusher, serving_check
+from components.custom.recorded import NodeId
 from components.support import beam_place
 from pipeline import config, outcome
 from pipeline import pipeline as pipeline_lib
@@ -128,9 +129,9 @@ def _probe_ahead(large: bool) -> Iterator[None]:
     Evaluator runs; the check then times requests."""
     with contextlib.ExitStack() as hooks:
         if not large:
-            for node_id in (pipeline_lib.NodeId.BASELINE, pipeline_lib.NodeId.TRANSFORM, pipeline_lib.NodeId.TRAINER):
+            for node_id in (NodeId.BASELINE, NodeId.TRANSFORM, NodeId.TRAINER):
                 hooks.enter_context(tfx_patches.when_done(node_id, _start_probe))
-        hooks.enter_context(tfx_patches.when_done(pipeline_lib.NodeId.TRAINER, _hand_over_model))
+        hooks.enter_context(tfx_patches.when_done(NodeId.TRAINER, _hand_over_model))
         yield
 
 

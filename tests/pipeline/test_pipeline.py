@@ -5,6 +5,7 @@ import os
 from google.protobuf import wrappers_pb2
 from tfx.proto import example_gen_pb2
 
+from components.custom.recorded import NodeId
 from pipeline import code_version, config
 from pipeline import pipeline as pipeline_lib
 from pipeline.run import local_runner
@@ -19,15 +20,15 @@ def test_transform_and_trainer_read_the_window_splits():
 def test_the_nodes_other_code_names_have_the_ids_it_names_them_by(tmp_path):
     run_config = config.RunConfig(output_root=str(tmp_path)).resolved()
     ids = {component.id for component in local_runner.build_pipeline(run_config, ["span-1", "span-2"]).components}
-    expected = {value for name, value in vars(pipeline_lib.NodeId).items() if not name.startswith("_")}
-    assert len(expected) == 11 and expected <= ids
+    expected = {value for name, value in vars(NodeId).items() if not name.startswith("_")}
+    assert len(expected) == 12 and expected <= ids
 
 
 def test_transform_writes_no_analyzer_cache_that_no_run_would_read(tmp_path):
     run_config = config.RunConfig(output_root=str(tmp_path)).resolved()
     transform = next(
         component for component in local_runner.build_pipeline(run_config, ["span-1", "span-2"]).components
-        if component.id == pipeline_lib.NodeId.TRANSFORM
+        if component.id == NodeId.TRANSFORM
     )
     assert set(transform.outputs) == {"transform_graph"}
     assert "analyzer_cache" not in transform.inputs

@@ -12,6 +12,7 @@ from tensorflow_model_analysis import constants
 from tensorflow_model_analysis.proto import config_pb2
 
 from components.custom import eval_extractors
+from components.custom.recorded import NodeId
 from components.model import features
 from pipeline import config
 from pipeline import pipeline as pipeline_lib
@@ -53,7 +54,7 @@ def test_the_pipelines_config_reads_its_label_and_slice_features_only(tmp_path):
     evaluator = next(
         component
         for component in local_runner.build_pipeline(run_config, ["span-1"]).components
-        if component.id == pipeline_lib.NodeId.EVALUATOR
+        if component.id == NodeId.EVALUATOR
     )
     assert evaluator.exec_properties["module_path"] == eval_extractors.__name__
     assert callable(importlib.import_module(evaluator.exec_properties["module_path"]).custom_extractors)
