@@ -10,6 +10,7 @@ TFX's own keys are TFX's (`tfx.types.standard_component_specs`, its Evaluator's
 renames one.
 """
 
+
 class NodeId:
     """Ids of the nodes other code names: the run report (`pipeline.inspect.run_report`)
     reads their outputs."""

@@ -57,9 +57,9 @@ PROBE_MODULE = "components.support.serving_probe"
 # nodes before the check ran; None when there is none. `_handed` is the model it was
 # handed ahead of the check (`hand_over`), "" when none.
 _spare: Optional[subprocess.Popen] = None
+_handed = ""
 # What the log says when one is started.
 STARTED_AHEAD = "a probe process started ahead of the check"
-_handed = ""
 
 
 def _probe(*args: str) -> subprocess.Popen:
