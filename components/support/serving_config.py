@@ -113,18 +113,20 @@ def config_path(serving_dir: str) -> str:
 
 # TensorFlow's Cloud Storage file system keeps an object's size for this long
 # (GCS_STAT_CACHE_MAX_AGE, default 5 s) and reads that many bytes: a config another
-# process rewrote longer in that time reads truncated once.
+# process rewrote longer in that time reads truncated. A push rewrites it more than once,
+# and a fresh size can still be outrun by the next rewrite between the stat and the read,
+# so a remote config is read up to REMOTE_READS times before it is called unreadable.
 STAT_CACHE_SECONDS = 5.5
+REMOTE_READS = 4
 
 
 def read_config(serving_dir: str) -> Optional[model_server_config_pb2.ModelServerConfig]:
     path = config_path(serving_dir)
-    try:
-        return _read_config(path)
-    except text_format.ParseError as err:
-        if not files.is_remote(path):
-            raise _unreadable(path, err) from err
-    time.sleep(STAT_CACHE_SECONDS)
+    for _ in range(REMOTE_READS - 1 if files.is_remote(path) else 0):
+        try:
+            return _read_config(path)
+        except text_format.ParseError:
+            time.sleep(STAT_CACHE_SECONDS)
     try:
         return _read_config(path)
     except text_format.ParseError as err:

@@ -111,28 +111,36 @@ def test_a_config_that_is_not_one_is_named(tmp_path):
         serving_config.state(serving_dir, MODEL)
 
 
-def test_a_config_on_object_storage_read_truncated_once_is_read_again(tmp_path, monkeypatch):
+def test_a_config_on_object_storage_read_truncated_is_read_again_a_bounded_number_of_times(tmp_path, monkeypatch):
     """TensorFlow's Cloud Storage client keeps an object's size for a few seconds and reads
-    that many bytes: a config rewritten longer meanwhile reads short once (seen against
-    the emulator). It is read again after that time; a local one is not."""
+    that many bytes: a config rewritten longer meanwhile reads short (seen against the
+    emulator, twice in a row beside two pushes). It is read again after that time, up to
+    REMOTE_READS times; a local one is read once."""
     remote = f"ram://{tmp_path.name}/serving"
     local = str(tmp_path / "local-serving")
     for serving_dir in (remote, local):
         pusher.push(_model_folder(tmp_path), f"{serving_dir}/{MODEL}", version=100)
         serving_config.after_push(serving_dir, MODEL)
-    real_read, reads = serving_config._read_config, []
+    real_read, reads, short = serving_config._read_config, [], {"times": 0}
 
-    def short_once(path):
+    def read_short(path):
         reads.append(path)
-        if len(reads) == 1:
+        if len(reads) <= short["times"]:
             raise text_format.ParseError('1:20 : Expected "}".')
         return real_read(path)
 
-    monkeypatch.setattr(serving_config, "_read_config", short_once)
+    monkeypatch.setattr(serving_config, "_read_config", read_short)
     monkeypatch.setattr(serving_config, "STAT_CACHE_SECONDS", 0)
+    short["times"] = serving_config.REMOTE_READS - 1
     assert serving_config.state(remote, MODEL).serving == 100
-    assert len(reads) == 2
+    assert len(reads) == serving_config.REMOTE_READS
     reads.clear()
+    short["times"] = serving_config.REMOTE_READS
+    with pytest.raises(serving_config.ServingConfigError, match="is not a TF Serving model config"):
+        serving_config.state(remote, MODEL)
+    assert len(reads) == serving_config.REMOTE_READS
+    reads.clear()
+    short["times"] = 1
     with pytest.raises(serving_config.ServingConfigError, match="is not a TF Serving model config"):
         serving_config.state(local, MODEL)
     assert len(reads) == 1
