@@ -116,7 +116,8 @@ test-all-stacks: | stack
 # base made by mmdebstrap from Debian's packages (scripts/image); both installed with
 # apt-get when missing. Layers are cached: a re-build with the same lock rebuilds only the
 # package. The first stack's image runs every image test, the second's the schedule's
-# first two jobs (tests/image/test_vertex_other_stack.py).
+# jobs, its first two on Vertex AI and the rest on Kubeflow Pipelines
+# (tests/image/test_vertex_other_stack.py).
 IMAGE_STACKS ?= tfx-1.21 tfx-1.16
 IMAGE_REPO   := localhost/taxi-pipeline
 image:

@@ -120,12 +120,12 @@ def bucket(tmp_path_factory, pipeline_image, emulator, metadata_server, copy_spa
 # with nothing new. A module names what comes before those two by overriding the fixtures.
 @pytest.fixture(scope="module")
 def compiled(bucket, webhook, pipeline_image) -> Path:
-    return schedule.compile_job(bucket, pipeline_image, webhook[0], "pipeline.json")
+    return schedule.compile_job(bucket, pipeline_image, webhook[0], "pipeline")
 
 
 @pytest.fixture(scope="module")
-def first_job(bucket, compiled) -> vertex.JobResult:
-    return vertex.VertexJob(str(compiled), bucket.image, bucket, str(bucket.root / "harness")).run()
+def first_job(bucket, compiled, webhook) -> vertex.JobResult:
+    return schedule.run_job(bucket, compiled, webhook).job
 
 
 @pytest.fixture(scope="module")

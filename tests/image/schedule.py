@@ -1,9 +1,10 @@
 """The schedule's jobs both images run (tests/image/conftest.py's fixtures): a clean copy
-of data/'s slice, the same data again, a candidate that awaits approval and is approved,
-then `serving rollback`, each followed by a job with nothing new. How a job runs, and
-what those jobs must show. test_vertex_pipeline.py adds, in the first image, the jobs
-whose decisions are the gate's and the serving check's (a refused model, a span with an
-anomaly)."""
+of data/'s slice, the same data again, a model the serving check refuses, a candidate that
+awaits approval and is approved, then `serving rollback`, each followed by a job with
+nothing new. How a job runs on each target (Vertex AI, or Kubeflow Pipelines' backend:
+`Target`), and what those jobs must show, whichever target runs them.
+test_vertex_pipeline.py adds, in the first image, the job whose decision is the gate's
+alone (a span with an anomaly)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import pytest
 
 from components.model.trainer.settings import TRAINING_SUMMARY_FILE
 from tests.helpers import SLICE_SPANS, span_like, write_records
-from tests.image import vertex
+from tests.image import kubeflow, vertex
 from tests.image.vertex import BUCKET_NAME, MODEL, report
 
 # The images `make test-image` builds: the first stack's, and the other stack's.
@@ -41,17 +42,49 @@ def image_named(env: str, what: str) -> str:
     return image
 
 
-def compile_job(bucket, image: str, url: str, output: str, *extra: str) -> Path:
-    """The PipelineJob JSON, compiled inside the image by the image's own stack, its exit
-    handler reading the webhook's URL `url` from a Secret Manager secret; the JSON never
-    holds the URL."""
-    bucket.emulator.secrets[NOTIFY_SECRET] = url.encode()
-    bucket.run(["taxi-pipeline", "compile", "--image", image,
+# The Kubernetes Secret, and its key, that a Kubeflow Pipelines job's exit handler reads
+# the webhook's URL from (the harness's `kubernetes_secrets`).
+KUBERNETES_SECRET, KUBERNETES_KEY = "alert-webhook", "url"
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """Where the schedule's jobs run: `compile --target NAME`, where its alert's secret is
+    kept, and the harness's mode that runs the compiled file as that target's backend does."""
+
+    name: str
+    notify_secret: str
+    job_class: Any
+    # What `compile` writes for it: a PipelineJob's JSON, or a pipeline spec's YAML.
+    extension: str
+
+    def keep_secret(self, bucket, url: str) -> Dict[str, Any]:
+        """Keeps the webhook's URL where this target's jobs read it; the harness's options
+        for a job of this target."""
+        if self is VERTEX:
+            bucket.emulator.secrets[NOTIFY_SECRET] = url.encode()
+            return {}
+        return {"kubernetes_secrets": {(KUBERNETES_SECRET, KUBERNETES_KEY): url}}
+
+
+VERTEX = Target("vertex", NOTIFY_SECRET, vertex.VertexJob, "json")
+KUBEFLOW = Target("kubeflow", f"k8s:{KUBERNETES_SECRET}/{KUBERNETES_KEY}", kubeflow.KubeflowJob, "yaml")
+
+
+def compile_job(bucket, image: str, url: str, name: str, *extra: str, target: Target = VERTEX) -> Path:
+    """`name`.json (or .yaml, as the target's file is), compiled for `target` inside the
+    image by the image's own stack, its exit handler reading the webhook's URL `url` from
+    the target's secret; the file never holds the URL."""
+    output = f"{name}.{target.extension}"
+    target.keep_secret(bucket, url)
+    bucket.run(["taxi-pipeline", "compile", "--target", target.name, "--image", image,
                 "--pipeline-root", PIPELINE_ROOT, "--data-root", bucket.inside("data"),
-                "--serving-dir", bucket.inside(SERVING), "--window", str(WINDOW), "--notify-secret", NOTIFY_SECRET,
-                *extra, "--output", bucket.local(output)], bucket.root / f"compile-{output}.log")
+                "--serving-dir", bucket.inside(SERVING), "--window", str(WINDOW),
+                "--notify-secret", target.notify_secret, *extra, "--output", bucket.local(output)],
+               bucket.root / f"compile-{output}.log")
     compiled = (bucket.root / output).read_text()
-    assert NOTIFY_SECRET in compiled and url not in compiled
+    assert url not in compiled
+    assert (NOTIFY_SECRET if target is VERTEX else KUBERNETES_SECRET) in compiled
     return bucket.root / output
 
 
@@ -66,12 +99,20 @@ class ScheduledJob:
     alerts: List[Dict[str, Any]]
 
 
-def run_job(bucket, compiled: Path, webhook, job_class=vertex.VertexJob, **options) -> ScheduledJob:
-    """Runs one job (as Vertex AI runs it, unless `job_class` says otherwise): it, the
-    versions before and after it, and the alerts it posted."""
+def run_job(bucket, compiled: Path, webhook, target: Target = VERTEX) -> ScheduledJob:
+    """Runs one job as `target`'s backend runs it, with that backend's own cache (a
+    folder per target): it, the versions before and after it, and the alerts it posted."""
     versions, alerts = bucket.versions(), len(webhook[1])
-    job = job_class(str(compiled), bucket.image, bucket, str(bucket.root / "harness"), **options).run()
+    job = target.job_class(str(compiled), bucket.image, bucket, str(bucket.root / f"harness-{target.name}"),
+                           **target.keep_secret(bucket, webhook[0])).run()
     return ScheduledJob(job, versions, bucket.versions(), webhook[1][alerts:])
+
+
+def ran_without_pre_cache_hook(job: vertex.JobResult) -> bool:
+    """Whether ImportExampleGen executed with no `lifecycle.preCacheCheck` run before it,
+    as only Kubeflow Pipelines' backend runs it (Vertex AI runs TFX's driver there)."""
+    task = job.tasks["ImportExampleGen"]
+    return task.state == "SUCCEEDED" and not Path(task.log.replace(".log", ".driver.log")).exists()
 
 
 def pushed_version(job: vertex.JobResult) -> str:
@@ -110,7 +151,7 @@ class ApprovedJob:
     after: ScheduledJob
 
 
-def approve_a_candidate(bucket, webhook) -> ApprovedJob:
+def approve_a_candidate(bucket, webhook, target: Target = VERTEX) -> ApprovedJob:
     """Compiled with `--promotion approval` and logged traffic in the bucket for the shadow
     check: a clean span lands and its job's candidate passes every check and awaits
     approval; `serving approve` against the bucket; then a job with nothing new."""
@@ -120,22 +161,57 @@ def approve_a_candidate(bucket, webhook) -> ApprovedJob:
     # A candidate of a newer window flips some of these 200 requests against the model that
     # serves, at times past the default threshold; the thresholds are raised so that it
     # awaits whatever its flips (the shadow check's refusal: tests/test_decisions.py).
-    approving = compile_job(bucket, bucket.image.image, webhook[0], "approval.json",
+    approving = compile_job(bucket, bucket.image.image, webhook[0], "approval",
                             "--promotion", "approval", "--shadow-requests", bucket.inside("traffic", "*.gz"),
-                            "--max-flip-rate", "1", "--max-score-shift", "1")
+                            "--max-flip-rate", "1", "--max-score-shift", "1", target=target)
     span = new_span(bucket)
-    waiting = run_job(bucket, approving, webhook)
+    waiting = run_job(bucket, approving, webhook, target)
     approved = bucket.run(["taxi-pipeline", "serving", "approve", pushed_version(waiting.job), "--note", "reviewed",
                            "--by", "ana", "--serving-dir", bucket.inside(SERVING)], bucket.root / "approve.log")
-    return ApprovedJob(span, waiting, approved, run_job(bucket, approving, webhook))
+    return ApprovedJob(span, waiting, approved, run_job(bucket, approving, webhook, target))
 
 
-def roll_back(bucket, compiled: Path, webhook):
+def refuse_a_model(bucket, webhook, target: Target = VERTEX) -> ScheduledJob:
+    """A new, clean span, and a job whose serving check refuses the model the Evaluator
+    blesses: the same pipeline compiled with a latency budget no model meets."""
+    refusing = compile_job(bucket, bucket.image.image, webhook[0], "refusing", "--latency-budget-ms", "0.0001",
+                           target=target)
+    new_span(bucket)
+    return run_job(bucket, refusing, webhook, target)
+
+
+def refused(refused_job: ScheduledJob, approved_job: ApprovedJob, first_job: vertex.JobResult, bucket) -> None:
+    """Trained on the new span, warm-started from the serving model, blessed by the
+    Evaluator against it, refused by the serving check: nothing pushed, and the next job's
+    baseline is still the model that served."""
+    job = refused_job.job
+    states = report(job)
+    assert job.state == "SUCCEEDED", states
+    for name in ("Transform", "Trainer", "Evaluator", "ServingCheck", "Pusher"):
+        assert job.tasks[name].state == "SUCCEEDED", states
+    (baseline,) = job.tasks["ServingBaseline"].outputs["model"]
+    assert baseline["metadata"]["serving_version"] == pushed_version(first_job), baseline
+    assert warm_start(job, bucket)["used"] is True
+    (evaluated,) = job.tasks["Evaluator"].outputs["blessing"]
+    assert evaluated["metadata"]["blessed"] == 1, evaluated
+    assert evaluated["metadata"]["baseline_model"] == baseline["uri"], evaluated
+    (checked,) = job.tasks["ServingCheck"].outputs["blessing"]
+    assert checked["metadata"]["blessed"] == 0, checked
+    assert refused_job.versions_after == refused_job.versions_before
+    # The next job's Evaluator compares with the model that still serves, not the refused one.
+    later = approved_job.waiting.job
+    (later_baseline,) = later.tasks["ServingBaseline"].outputs["model"]
+    assert later_baseline["metadata"]["serving_version"] == pushed_version(first_job), report(later)
+    (compared,) = later.tasks["Evaluator"].outputs["blessing"]
+    assert compared["metadata"]["baseline_model"] == later_baseline["uri"], report(later)
+
+
+def roll_back(bucket, compiled: Path, webhook, target: Target = VERTEX):
     """`serving rollback` against the bucket, then the next scheduled job, with no span it
     was not trained on; the job, and the record as it left it."""
     bucket.run(["taxi-pipeline", "serving", "rollback", "--serving-dir", bucket.inside(SERVING)],
                bucket.root / "rollback.log")
-    return run_job(bucket, compiled, webhook), record(bucket)
+    return run_job(bucket, compiled, webhook, target), record(bucket)
 
 
 def first_job_pushed(first_job, bucket, webhook) -> None:

@@ -11,30 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.image import kubeflow, schedule
-from tests.image.schedule import PIPELINE_ROOT, SERVING, WINDOW
+from tests.image import schedule
+from tests.image.schedule import SERVING, WINDOW
 from tests.image.vertex import MODEL, report
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
-SECRET, KEY = "alert-webhook", "url"
-
 
 @pytest.fixture(scope="module")
 def compiled(bucket, webhook, pipeline_image) -> Path:
-    bucket.run(["taxi-pipeline", "compile", "--target", "kubeflow", "--image", pipeline_image,
-                "--pipeline-root", PIPELINE_ROOT, "--data-root", bucket.inside("data"),
-                "--serving-dir", bucket.inside(SERVING), "--window", str(WINDOW),
-                "--notify-secret", f"k8s:{SECRET}/{KEY}", "--output", bucket.local("pipeline.yaml")],
-               bucket.root / "compile.log")
-    compiled = bucket.root / "pipeline.yaml"
-    assert webhook[0] not in compiled.read_text()
-    return compiled
+    return schedule.compile_job(bucket, pipeline_image, webhook[0], "pipeline", target=schedule.KUBEFLOW)
 
 
 def _run(bucket, compiled, webhook) -> schedule.ScheduledJob:
-    return schedule.run_job(bucket, compiled, webhook, kubeflow.KubeflowJob,
-                            kubernetes_secrets={(SECRET, KEY): webhook[0]})
+    return schedule.run_job(bucket, compiled, webhook, schedule.KUBEFLOW)
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +45,7 @@ def test_a_clean_copy_of_the_data_pushes_a_model_and_alerts_through_the_kubernet
         "SpanWindow", "ImportExampleGen", "DataGate", "ServingBaseline", "Transform", "Trainer", "Evaluator",
         "ServingCheck", "ShadowCheck", "Pusher", "NotifyFinalStatus"}, states
     # No pre-cache hook ran; the executor recorded the window's fingerprint by content.
-    assert not Path(job.tasks["ImportExampleGen"].log.replace(".log", ".driver.log")).exists()
+    assert schedule.ran_without_pre_cache_hook(job), states
     (examples,) = job.tasks["ImportExampleGen"].outputs["examples"]
     fingerprint = examples["metadata"]["input_fingerprint"]
     assert fingerprint.count("split:") == WINDOW and fingerprint.count("sha256:") == WINDOW, fingerprint

@@ -1,12 +1,18 @@
-"""The schedule's jobs both images run (tests/image/schedule.py), in the other stack's
-image (TAXI_OTHER_STACK_IMAGE; `make test-image` builds tfx-1.16's): on that stack's
-TensorFlow, Beam and Cloud Storage clients, the compiled pipeline pushes a model on
-`gs://`, every object it wrote came through the emulator, the next job with no new span
-hits the cache and pushes nothing, a candidate awaits approval until `serving approve`
-against the bucket, and after `serving rollback` a job with nothing new trains nothing:
-the record of what serves is read and written on `gs://` by this stack's file systems.
-The jobs whose decisions are the gate's and the serving check's (a refused model, a span
-with an anomaly) run in the first image only (test_vertex_pipeline.py).
+"""The schedule's jobs in the other stack's image (TAXI_OTHER_STACK_IMAGE; `make
+test-image` builds tfx-1.16's), on that stack's TensorFlow, Beam and Cloud Storage
+clients. As Vertex AI runs them: the compiled pipeline pushes a model on `gs://`, every
+object it wrote came through the emulator, and the next job with no new span hits the
+cache and pushes nothing. The team then runs the same serving folder from Kubeflow
+Pipelines (`compile --target kubeflow`, run as KFP's backend runs it, with its own cache):
+a new span's model that the serving check refuses is not pushed, a candidate awaits
+approval until `serving approve` against the bucket, and after `serving rollback` a job
+with nothing new trains nothing. The record of what serves, read and written on `gs://`
+by this stack's file systems, is what both targets decide from.
+
+Each job of the schedule runs in each image, and on each target, without running every
+job on every target in every image: the first image runs the whole schedule on Vertex AI,
+and KFP's first two jobs (test_vertex_pipeline.py, test_kubeflow_pipeline.py); this one
+runs the first two on Vertex AI and the rest on KFP (docs/testing.md).
 """
 
 from __future__ import annotations
@@ -21,10 +27,31 @@ from tests.image.vertex import report
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
+
 @pytest.fixture(scope="module")
 def pipeline_image() -> str:
     """This module's image: the other stack's (the conftest's fixtures build on it)."""
     return schedule.image_named(schedule.OTHER_IMAGE_ENV, "image of the other stack")
+
+
+@pytest.fixture(scope="module")
+def kubeflow_compiled(bucket, webhook, pipeline_image):
+    return schedule.compile_job(bucket, pipeline_image, webhook[0], "pipeline", target=schedule.KUBEFLOW)
+
+
+@pytest.fixture(scope="module")
+def refused_job(bucket, unchanged_job, webhook):
+    return schedule.refuse_a_model(bucket, webhook, schedule.KUBEFLOW)
+
+
+@pytest.fixture(scope="module")
+def approved_job(bucket, refused_job, webhook) -> schedule.ApprovedJob:
+    return schedule.approve_a_candidate(bucket, webhook, schedule.KUBEFLOW)
+
+
+@pytest.fixture(scope="module")
+def rolled_back_job(bucket, kubeflow_compiled, approved_job, webhook):
+    return schedule.roll_back(bucket, kubeflow_compiled, webhook, schedule.KUBEFLOW)
 
 
 def test_a_clean_copy_of_the_data_pushes_a_model(first_job, bucket, webhook):
@@ -36,12 +63,20 @@ def test_a_job_with_no_new_span_trains_nothing_pushes_nothing_and_says_nothing_n
     schedule.nothing_new(unchanged_job, first_job, bucket)
 
 
-def test_a_candidate_awaits_approval_serves_once_approved_and_the_next_job_trains_nothing(approved_job, first_job,
-                                                                                       bucket):
+def test_on_kubeflow_a_model_the_serving_check_refuses_is_not_pushed_and_never_becomes_the_baseline(
+        refused_job, approved_job, first_job, bucket):
+    assert schedule.ran_without_pre_cache_hook(refused_job.job), report(refused_job.job)
+    schedule.refused(refused_job, approved_job, first_job, bucket)
+
+
+def test_on_kubeflow_a_candidate_awaits_approval_serves_once_approved_and_the_next_job_trains_nothing(
+        approved_job, first_job, bucket):
+    assert schedule.ran_without_pre_cache_hook(approved_job.waiting.job), report(approved_job.waiting.job)
     schedule.awaited_then_approved(approved_job, schedule.pushed_version(first_job), bucket)
 
 
-def test_after_a_rollback_against_the_bucket_a_job_with_nothing_new_trains_nothing(rolled_back_job, approved_job):
+def test_on_kubeflow_after_a_rollback_against_the_bucket_a_job_with_nothing_new_trains_nothing(
+        rolled_back_job, approved_job):
     schedule.rolled_back(rolled_back_job, approved_job)
 
 

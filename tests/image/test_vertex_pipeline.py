@@ -52,13 +52,8 @@ print(json.dumps({"examples": len(batch), "max_abs_diff": [float(np.max(np.abs(s
 """
 
 @pytest.fixture(scope="module")
-def refused_job(bucket, compiled, unchanged_job, webhook):
-    """A new, clean span, and a job whose serving check refuses the model the Evaluator
-    blesses: the same pipeline compiled with a latency budget no model meets."""
-    refusing = schedule.compile_job(bucket, bucket.image.image, webhook[0], "refusing.json",
-                                    "--latency-budget-ms", "0.0001")
-    schedule.new_span(bucket)
-    return schedule.run_job(bucket, refusing, webhook)
+def refused_job(bucket, unchanged_job, webhook):
+    return schedule.refuse_a_model(bucket, webhook)
 
 
 @pytest.fixture(scope="module")
@@ -123,28 +118,7 @@ def test_a_job_with_no_new_span_trains_nothing_pushes_nothing_and_says_nothing_n
 
 def test_a_model_the_serving_check_refuses_is_not_pushed_and_never_becomes_the_baseline(refused_job, approved_job,
                                                                                          first_job, bucket):
-    job = refused_job.job
-    states = report(job)
-    assert job.state == "SUCCEEDED", states
-    for name in ("Transform", "Trainer", "Evaluator", "ServingCheck", "Pusher"):
-        assert job.tasks[name].state == "SUCCEEDED", states
-    # Trained on the new span, warm-started from the serving model, blessed by the
-    # Evaluator against it, refused by the serving check: nothing pushed.
-    (baseline,) = job.tasks["ServingBaseline"].outputs["model"]
-    assert baseline["metadata"]["serving_version"] == schedule.pushed_version(first_job), baseline
-    assert schedule.warm_start(job, bucket)["used"] is True
-    (evaluated,) = job.tasks["Evaluator"].outputs["blessing"]
-    assert evaluated["metadata"]["blessed"] == 1, evaluated
-    assert evaluated["metadata"]["baseline_model"] == baseline["uri"], evaluated
-    (checked,) = job.tasks["ServingCheck"].outputs["blessing"]
-    assert checked["metadata"]["blessed"] == 0, checked
-    assert refused_job.versions_after == refused_job.versions_before
-    # The next job's Evaluator compares with the model that still serves, not the refused one.
-    later = approved_job.waiting.job
-    (later_baseline,) = later.tasks["ServingBaseline"].outputs["model"]
-    assert later_baseline["metadata"]["serving_version"] == schedule.pushed_version(first_job), report(later)
-    (compared,) = later.tasks["Evaluator"].outputs["blessing"]
-    assert compared["metadata"]["baseline_model"] == later_baseline["uri"], report(later)
+    schedule.refused(refused_job, approved_job, first_job, bucket)
 
 
 def test_a_new_span_with_an_anomaly_skips_training_and_pushes_nothing(anomaly_job, bucket):
