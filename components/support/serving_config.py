@@ -113,9 +113,10 @@ def config_path(serving_dir: str) -> str:
 
 # TensorFlow's Cloud Storage file system keeps an object's size for this long
 # (GCS_STAT_CACHE_MAX_AGE, default 5 s) and reads that many bytes: a config another
-# process rewrote longer in that time reads truncated. A push rewrites it more than once,
-# and a fresh size can still be outrun by the next rewrite between the stat and the read,
-# so a remote config is read up to REMOTE_READS times before it is called unreadable.
+# process rewrote longer in that time reads truncated. Pushes one after another rewrite it,
+# each time longer, and a fresh size can be outrun by the next push between the stat and
+# the read, so a remote config is read up to REMOTE_READS times before it is called
+# unreadable: a truly broken one is named after (REMOTE_READS - 1) * STAT_CACHE_SECONDS.
 STAT_CACHE_SECONDS = 5.5
 REMOTE_READS = 4
 

@@ -115,9 +115,11 @@ def bucket(tmp_path_factory, pipeline_image, emulator, metadata_server, copy_spa
 
 
 # The schedule's jobs (tests/image/schedule.py), in the image of the module that asks for
-# them: a clean copy of data/'s slice, the same data again, then (after `before_approval`)
-# a candidate approved and (after `before_rollback`) a rollback, each followed by a job
-# with nothing new. A module names what comes before those two by overriding the fixtures.
+# them: a clean copy of data/'s slice and the same data again, as Vertex AI runs them; then,
+# on `later_target` (Vertex AI unless the module says otherwise), a new span whose model
+# the serving check refuses, a candidate approved and (after `before_rollback`, which a
+# module may override to run a job of its own first) a rollback, each followed by a job
+# with nothing new.
 @pytest.fixture(scope="module")
 def compiled(bucket, webhook, pipeline_image) -> Path:
     return schedule.compile_job(bucket, pipeline_image, webhook[0], "pipeline")
@@ -135,14 +137,26 @@ def unchanged_job(bucket, compiled, first_job, webhook):
 
 
 @pytest.fixture(scope="module")
-def before_approval(unchanged_job):
-    """What the module runs before the approval's job."""
-    return unchanged_job
+def later_target() -> schedule.Target:
+    """The target that runs the jobs after the first two."""
+    return schedule.VERTEX
 
 
 @pytest.fixture(scope="module")
-def approved_job(bucket, before_approval, webhook) -> schedule.ApprovedJob:
-    return schedule.approve_a_candidate(bucket, webhook)
+def later_compiled(bucket, webhook, pipeline_image, compiled, later_target) -> Path:
+    if later_target == schedule.VERTEX:
+        return compiled
+    return schedule.compile_job(bucket, pipeline_image, webhook[0], "pipeline", target=later_target)
+
+
+@pytest.fixture(scope="module")
+def refused_job(bucket, unchanged_job, webhook, later_target) -> schedule.ScheduledJob:
+    return schedule.refuse_a_model(bucket, webhook, later_target)
+
+
+@pytest.fixture(scope="module")
+def approved_job(bucket, refused_job, webhook, later_target) -> schedule.ApprovedJob:
+    return schedule.approve_a_candidate(bucket, webhook, later_target)
 
 
 @pytest.fixture(scope="module")
@@ -152,5 +166,5 @@ def before_rollback(approved_job):
 
 
 @pytest.fixture(scope="module")
-def rolled_back_job(bucket, compiled, before_rollback, webhook):
-    return schedule.roll_back(bucket, compiled, webhook)
+def rolled_back_job(bucket, later_compiled, before_rollback, webhook, later_target):
+    return schedule.roll_back(bucket, later_compiled, webhook, later_target)

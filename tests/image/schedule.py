@@ -1,7 +1,7 @@
 """The schedule's jobs both images run (tests/image/conftest.py's fixtures): a clean copy
-of data/'s slice, the same data again, a model the serving check refuses, a candidate that
-awaits approval and is approved, then `serving rollback`, each followed by a job with
-nothing new. How a job runs on each target (Vertex AI, or Kubeflow Pipelines' backend:
+of data/'s slice, the same data again, a new span whose model the serving check refuses, a
+candidate that awaits approval and is approved, then `serving rollback`, each followed by a
+job with nothing new. How a job runs on each target (Vertex AI, or Kubeflow Pipelines' backend:
 `Target`), and what those jobs must show, whichever target runs them.
 test_vertex_pipeline.py adds, in the first image, the job whose decision is the gate's
 alone (a span with an anomaly)."""
@@ -14,7 +14,7 @@ import ipaddress
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
@@ -42,33 +42,26 @@ def image_named(env: str, what: str) -> str:
     return image
 
 
-# The Kubernetes Secret, and its key, that a Kubeflow Pipelines job's exit handler reads
-# the webhook's URL from (the harness's `kubernetes_secrets`).
-KUBERNETES_SECRET, KUBERNETES_KEY = "alert-webhook", "url"
-
-
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """Where the schedule's jobs run: `compile --target NAME`, where its alert's secret is
-    kept, and the harness's mode that runs the compiled file as that target's backend does."""
+    """Where the schedule's jobs run: `compile --target NAME`, the harness's mode that runs
+    the compiled file as that target's backend does, and where the alert's URL is kept."""
 
     name: str
-    notify_secret: str
     job_class: Any
     # What `compile` writes for it: a PipelineJob's JSON, or a pipeline spec's YAML.
     extension: str
-
-    def keep_secret(self, bucket, url: str) -> Dict[str, Any]:
-        """Keeps the webhook's URL where this target's jobs read it; the harness's options
-        for a job of this target."""
-        if self is VERTEX:
-            bucket.emulator.secrets[NOTIFY_SECRET] = url.encode()
-            return {}
-        return {"kubernetes_secrets": {(KUBERNETES_SECRET, KUBERNETES_KEY): url}}
+    # `compile --notify-secret`'s value, and what the compiled file says of it (never the URL).
+    notify_secret: str
+    secret_in_file: str
+    # The Kubernetes Secret and key KFP's backend sets the exit handler's variable from; None
+    # where the task reads the secret itself (Secret Manager, answered by the emulator's front).
+    kubernetes_secret: Optional[Tuple[str, str]] = None
 
 
-VERTEX = Target("vertex", NOTIFY_SECRET, vertex.VertexJob, "json")
-KUBEFLOW = Target("kubeflow", f"k8s:{KUBERNETES_SECRET}/{KUBERNETES_KEY}", kubeflow.KubeflowJob, "yaml")
+VERTEX = Target("vertex", vertex.VertexJob, "json", NOTIFY_SECRET, NOTIFY_SECRET)
+KUBEFLOW = Target("kubeflow", kubeflow.KubeflowJob, "yaml", "k8s:alert-webhook/url", "secretName: alert-webhook",
+                  ("alert-webhook", "url"))
 
 
 def compile_job(bucket, image: str, url: str, name: str, *extra: str, target: Target = VERTEX) -> Path:
@@ -76,15 +69,13 @@ def compile_job(bucket, image: str, url: str, name: str, *extra: str, target: Ta
     image by the image's own stack, its exit handler reading the webhook's URL `url` from
     the target's secret; the file never holds the URL."""
     output = f"{name}.{target.extension}"
-    target.keep_secret(bucket, url)
     bucket.run(["taxi-pipeline", "compile", "--target", target.name, "--image", image,
                 "--pipeline-root", PIPELINE_ROOT, "--data-root", bucket.inside("data"),
                 "--serving-dir", bucket.inside(SERVING), "--window", str(WINDOW),
                 "--notify-secret", target.notify_secret, *extra, "--output", bucket.local(output)],
                bucket.root / f"compile-{output}.log")
     compiled = (bucket.root / output).read_text()
-    assert url not in compiled
-    assert (NOTIFY_SECRET if target is VERTEX else KUBERNETES_SECRET) in compiled
+    assert url not in compiled and target.secret_in_file in compiled
     return bucket.root / output
 
 
@@ -101,11 +92,18 @@ class ScheduledJob:
 
 def run_job(bucket, compiled: Path, webhook, target: Target = VERTEX) -> ScheduledJob:
     """Runs one job as `target`'s backend runs it, with that backend's own cache (a
-    folder per target): it, the versions before and after it, and the alerts it posted."""
-    versions, alerts = bucket.versions(), len(webhook[1])
+    folder per target), the webhook's URL kept where the target's jobs read it: the job,
+    the versions before and after it, and the alerts it posted."""
+    url, received = webhook
+    if target.kubernetes_secret:
+        options = {"kubernetes_secrets": {target.kubernetes_secret: url}}
+    else:
+        bucket.emulator.secrets[target.notify_secret] = url.encode()
+        options = {}
+    versions, alerts = bucket.versions(), len(received)
     job = target.job_class(str(compiled), bucket.image, bucket, str(bucket.root / f"harness-{target.name}"),
-                           **target.keep_secret(bucket, webhook[0])).run()
-    return ScheduledJob(job, versions, bucket.versions(), webhook[1][alerts:])
+                           **options).run()
+    return ScheduledJob(job, versions, bucket.versions(), received[alerts:])
 
 
 def ran_without_pre_cache_hook(job: vertex.JobResult) -> bool:

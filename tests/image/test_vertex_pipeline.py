@@ -52,16 +52,6 @@ print(json.dumps({"examples": len(batch), "max_abs_diff": [float(np.max(np.abs(s
 """
 
 @pytest.fixture(scope="module")
-def refused_job(bucket, unchanged_job, webhook):
-    return schedule.refuse_a_model(bucket, webhook)
-
-
-@pytest.fixture(scope="module")
-def before_approval(refused_job):
-    return refused_job
-
-
-@pytest.fixture(scope="module")
 def anomaly_job(bucket, compiled, approved_job, webhook):
     """The next scheduled job, after a span with an anomaly landed; the span is taken out
     again after it."""

@@ -115,7 +115,7 @@ def test_a_config_on_object_storage_read_truncated_is_read_again_a_bounded_numbe
     """TensorFlow's Cloud Storage client keeps an object's size for a few seconds and reads
     that many bytes: a config rewritten longer meanwhile reads short (seen against the
     emulator, twice in a row beside two pushes). It is read again after that time, up to
-    REMOTE_READS times; a local one is read once."""
+    REMOTE_READS reads in all, each after a wait of the cache's age; a local one is read once."""
     remote = f"ram://{tmp_path.name}/serving"
     local = str(tmp_path / "local-serving")
     for serving_dir in (remote, local):
@@ -129,11 +129,13 @@ def test_a_config_on_object_storage_read_truncated_is_read_again_a_bounded_numbe
             raise text_format.ParseError('1:20 : Expected "}".')
         return real_read(path)
 
+    waits = []
     monkeypatch.setattr(serving_config, "_read_config", read_short)
-    monkeypatch.setattr(serving_config, "STAT_CACHE_SECONDS", 0)
+    monkeypatch.setattr(serving_config.time, "sleep", waits.append)
     short["times"] = serving_config.REMOTE_READS - 1
     assert serving_config.state(remote, MODEL).serving == 100
     assert len(reads) == serving_config.REMOTE_READS
+    assert waits == [serving_config.STAT_CACHE_SECONDS] * (serving_config.REMOTE_READS - 1)
     reads.clear()
     short["times"] = serving_config.REMOTE_READS
     with pytest.raises(serving_config.ServingConfigError, match="is not a TF Serving model config"):
