@@ -51,17 +51,27 @@ class Target:
     job_class: Any
     # What `compile` writes for it: a PipelineJob's JSON, or a pipeline spec's YAML.
     extension: str
-    # `compile --notify-secret`'s value, and what the compiled file says of it (never the URL).
-    notify_secret: str
-    secret_in_file: str
     # The Kubernetes Secret and key KFP's backend sets the exit handler's variable from; None
     # where the task reads the secret itself (Secret Manager, answered by the emulator's front).
     kubernetes_secret: Optional[Tuple[str, str]] = None
 
+    @property
+    def notify_secret(self) -> str:
+        """`compile --notify-secret`'s value."""
+        if self.kubernetes_secret:
+            return "k8s:{}/{}".format(*self.kubernetes_secret)
+        return NOTIFY_SECRET
 
-VERTEX = Target("vertex", vertex.VertexJob, "json", NOTIFY_SECRET, NOTIFY_SECRET)
-KUBEFLOW = Target("kubeflow", kubeflow.KubeflowJob, "yaml", "k8s:alert-webhook/url", "secretName: alert-webhook",
-                  ("alert-webhook", "url"))
+    @property
+    def secret_in_file(self) -> str:
+        """What the compiled file says of the secret (never the URL)."""
+        if self.kubernetes_secret:
+            return f"secretName: {self.kubernetes_secret[0]}"
+        return NOTIFY_SECRET
+
+
+VERTEX = Target("vertex", vertex.VertexJob, "json")
+KUBEFLOW = Target("kubeflow", kubeflow.KubeflowJob, "yaml", ("alert-webhook", "url"))
 
 
 def compile_job(bucket, image: str, url: str, name: str, *extra: str, target: Target = VERTEX) -> Path:
