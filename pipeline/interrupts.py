@@ -18,6 +18,7 @@ import sys
 import threading
 from typing import List, Optional
 
+from components.custom.recorded import NodeId
 from pipeline.outcome import ExitCode
 
 
@@ -166,9 +167,9 @@ def message(interrupt: BaseException, command: str, running: Optional[str] = Non
         return f"{said} before any component ran: nothing was trained or pushed; run it again"
     where = f" while {running} ran" if running else f" after {finished[-1]}"
     done = f" ({len(finished)} component(s) finished: {', '.join(finished)})" if finished else ""
-    if "Pusher" in finished:
+    if NodeId.PUSHER in finished:
         pushed = "the Pusher had finished, so its decision stands; the next run records it"
-    elif running == "Pusher":
+    elif running == NodeId.PUSHER:
         pushed = ("the Pusher was cut short: its version is whole in the serving folder or absent, never in part, "
                   "and the next run completes or redoes the push")
     else:

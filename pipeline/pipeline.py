@@ -168,7 +168,7 @@ def _data_checks(
         # a job has anything new to train on; the window asks the model's record.
         model_dir=serving_model_dir if not span_listing else "",
         inputs=inputs, static_inputs=static_inputs,
-    ).with_id(window.NODE_ID)
+    ).with_id(NodeId.WINDOW)
     example_gen = _example_gen(data_root, span_window, window_size, evaluation, code_version)
     statistics_gen = StatisticsGen(examples=example_gen.outputs["examples"])
     inferred_schema = SchemaGen(

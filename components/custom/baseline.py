@@ -34,7 +34,6 @@ from tfx.utils import io_utils, path_utils
 from components.custom import recorded
 from components.support import registry, serving_config
 
-NODE_ID = recorded.NodeId.BASELINE
 MODEL_KEY = recorded.MODEL_KEY
 # The version copied, or `registry.NOTHING_SERVES`.
 SERVING_PROPERTY = recorded.SERVING_PROPERTY

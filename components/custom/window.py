@@ -36,7 +36,6 @@ from tfx.types import standard_artifacts
 from components.custom import baseline, model_card, recorded
 from components.support import registry, serving_config, spans
 
-NODE_ID = recorded.NodeId.WINDOW
 # Output keys: ImportExampleGen's input_config (JSON), and the spans chosen
 # (`spans.format_numbers`: "10,11,12").
 INPUT_CONFIG_KEY = "input_config"

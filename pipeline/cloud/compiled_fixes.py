@@ -67,8 +67,8 @@ def span_window_uncached_in_job(job: Dict[str, Any]) -> Dict[str, Any]:
     sets no per-task option).
     """
     tasks = dag_tasks(job)
-    if window.NODE_ID in tasks:
-        tasks[window.NODE_ID]["cachingOptions"] = {"enableCache": False}
+    if NodeId.WINDOW in tasks:
+        tasks[NodeId.WINDOW]["cachingOptions"] = {"enableCache": False}
     return job
 
 
@@ -110,7 +110,7 @@ def span_window_keyed_by_job(job: Dict[str, Any]) -> Dict[str, Any]:
     would again be the first run's forever. With the job's id among its inputs, no two
     jobs' SpanWindow tasks have the same cache key, whatever caching is asked for.
     """
-    return _job_constant(job, window.NODE_ID, window.JOB_PARAMETER, PIPELINE_JOB_ID)
+    return _job_constant(job, NodeId.WINDOW, window.JOB_PARAMETER, PIPELINE_JOB_ID)
 
 
 def pusher_names_its_job(job: Dict[str, Any]) -> Dict[str, Any]:

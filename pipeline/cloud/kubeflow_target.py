@@ -37,10 +37,10 @@ def example_gen_keyed_by_window(job: Dict[str, Any]) -> Dict[str, Any]:
     SpanWindow's `inputs_used`, passed by value."""
     spec = job["pipelineSpec"]
     tasks = compiled_fixes.dag_tasks(job)
-    if NodeId.EXAMPLE_GEN not in tasks or window.NODE_ID not in tasks:
+    if NodeId.EXAMPLE_GEN not in tasks or NodeId.WINDOW not in tasks:
         return job
     compiled_fixes.string_parameter(job, NodeId.EXAMPLE_GEN, WINDOW_INPUTS_PARAMETER, {
-        "taskOutputParameter": {"producerTask": window.NODE_ID, "outputParameterKey": window.INPUTS_KEY}})
+        "taskOutputParameter": {"producerTask": NodeId.WINDOW, "outputParameterKey": window.INPUTS_KEY}})
     label = compiled_fixes.component_of(spec, tasks[NodeId.EXAMPLE_GEN])["executorLabel"]
     spec["deploymentSpec"]["executors"][label]["container"].pop("lifecycle", None)
     return job

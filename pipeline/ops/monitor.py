@@ -115,7 +115,7 @@ def training_data(run_config: config.RunConfig, version: int) -> TrainingData:
     ImportExampleGen output and its training splits' files."""
     import tensorflow as tf
 
-    from components.custom.recorded import NodeId
+    from components.custom.recorded import EXAMPLES_KEY, NodeId
     from pipeline.inspect import lineage, run_report
     from pipeline.pipeline import EVAL_SPLIT
 
@@ -129,7 +129,7 @@ def training_data(run_config: config.RunConfig, version: int) -> TrainingData:
     [execution] = store.get_executions_by_id([push.execution_id])
     run_id = lineage.run_of(store, execution)
     records = run_report.run_records(store, run_config.settings.pipeline_name, run_id)
-    examples = records.output(NodeId.EXAMPLE_GEN, "examples")
+    examples = records.output(NodeId.EXAMPLE_GEN, EXAMPLES_KEY)
     if examples is None or not run_report.live(examples):
         raise LookupError(f"the training data of version {version} (run {run_id}) is no longer in "
                           f"{run_config.pipeline_root}: monitor a newer version with --model")

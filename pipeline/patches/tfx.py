@@ -2,9 +2,10 @@
 of TFX built for Beam workers that never read it, and no import of what the pipeline never
 runs until it runs (`defer_imports`). What each patch changes and why: `patches`.
 
-The serving check's probe, started with the run, is handed the model this way as soon as
-the Trainer has written it (`pipeline.run.local_runner`): it loads it and replays its
-warmup requests while the Evaluator runs, on the core the Evaluator leaves idle.
+The serving check's probe, started once the data gate let the run through, is handed the
+model this way as soon as the Trainer has written it (`pipeline.run.local_runner`): it
+loads it and replays its warmup requests while the Evaluator runs, on the core the
+Evaluator leaves idle.
 
 When TFX changes under them,
 tests/pipeline/patches/test_tfx.py::test_the_launcher_patch_targets_tfx_s_publishing_of_a_run_node_only

@@ -24,8 +24,8 @@ from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 from tfx.orchestration.portable import runtime_parameter_utils
 
 from components import compat
-from components.custom import baseline, pusher, recorded, serving_check
-from components.custom.recorded import NodeId
+from components.custom import baseline, pusher, serving_check
+from components.custom.recorded import MODEL_KEY, NodeId
 from components.support import beam_place
 from pipeline import config, outcome
 from pipeline import pipeline as pipeline_lib
@@ -142,7 +142,7 @@ def _start_probe(_outputs: dict) -> None:
 def _hand_over_model(outputs: dict) -> None:
     from tfx.utils import path_utils
 
-    models = outputs.get(recorded.MODEL_KEY) or []
+    models = outputs.get(MODEL_KEY) or []
     if models:
         serving_check.hand_over(path_utils.serving_model_path(models[0].uri))
 
