@@ -30,7 +30,7 @@ $(error unknown stack '$(STACK)'; the stacks are: $(STACKS))
 endif
 endif
 
-.PHONY: run test test-fast test-all-stacks test-image image-tests image lint data benchmark bench-scale bench-soak lock clean venv stack test-tools
+.PHONY: run test test-fast bytecode test-all-stacks test-image image-tests image lint data benchmark bench-scale bench-soak lock clean venv stack test-tools
 
 # One line naming the stack; fails, saying why, when the machine cannot load it. Points
 # .venv at its environment (not inside the Debian root, and never over a real folder).
@@ -62,8 +62,14 @@ endif
 # the CPUs sat 17 % idle there; the whole suite keeps two busy until its last minutes, and
 # a third only shared them (docs/testing.md). A -n in PYTEST_ARGS, given after, still decides.
 SUITE_ARGS := $(if $(filter every-stack,$(SUITE)),-m "not slow or every_stack" -n 3)
-test: lint test-tools
+test: lint test-tools bytecode
 	$(BIN)/python -m pytest $(SUITE_ARGS) $(PYTEST_ARGS)
+
+# The package's bytecode, written before a suite: where PYTHONDONTWRITEBYTECODE is set
+# (CI's machine sets it), each of the few hundred processes a suite starts would compile
+# the package again (docs/testing.md, "What CI's time goes to").
+bytecode: $(STAMP)
+	@$(BIN)/python -m compileall -q -j 0 pipeline components tests benchmarks
 
 # Tests use real tools, not stand-ins: Debian's chromium renders the run page
 # (tests/test_operations.py) and a MariaDB server holds MLMD (tests/test_metadata_mysql.py).
@@ -80,7 +86,7 @@ test-tools:
 	      apt-get install -y -qq -o DPkg::Lock::Timeout=600 --no-install-recommends "$$@" >/dev/null' sh $$missing; \
 	  else echo "note: missing$$missing and no apt-get as root: the tests that use them will fail"; fi; fi
 
-test-fast: lint
+test-fast: lint bytecode
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 # This stack's whole suite, then every other stack's stack-dependent part (SUITE=every-stack),
@@ -116,7 +122,7 @@ test-all-stacks: | stack
 # base made by mmdebstrap from Debian's packages (scripts/image); both installed with
 # apt-get when missing. Layers are cached: a re-build with the same lock rebuilds only the
 # package. The first stack's image runs every image test, the second's the schedule's
-# jobs, its first two on Vertex AI and the rest on Kubeflow Pipelines
+# jobs the other way round: its first two on Kubeflow Pipelines and the rest on Vertex AI
 # (tests/image/test_vertex_other_stack.py).
 IMAGE_STACKS ?= tfx-1.21 tfx-1.16
 IMAGE_REPO   := localhost/taxi-pipeline

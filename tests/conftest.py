@@ -37,7 +37,7 @@ LONGEST_MODULES = ("tests/test_soak.py", "tests/test_crash_safety.py", "tests/te
                    "tests/pipeline/run/test_watch.py", "tests/test_retraining.py",
                    # `make image-tests`: each image's schedule, its jobs one after the other
                    "tests/image/test_vertex_pipeline.py", "tests/image/test_vertex_other_stack.py",
-                   "tests/image/test_kubeflow_pipeline.py", "tests/image/test_vertex_push.py")
+                   "tests/image/test_vertex_push.py")
 
 
 def pytest_configure(config: pytest.Config) -> None:

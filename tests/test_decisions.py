@@ -2,7 +2,7 @@
 "From blessed to serving: one decision"): a run trains only when an input changed, a pin
 or a rollback is not undone by the next run, `--promotion approval` leaves a candidate
 awaiting a person, and the shadow check refuses a candidate whose scores move on logged
-traffic."""
+traffic, as the serving check refuses one that is too slow."""
 
 from __future__ import annotations
 
@@ -38,24 +38,26 @@ def test_an_edit_the_gate_refused_then_reverted_trains_nothing(copy_of_finished_
 
 
 def test_a_rollback_holds_and_a_candidate_awaits_approval_until_a_person_approves_it(
-        copy_of_finished_run, taxi_pipeline):
+        copy_of_finished_run, finished_run, taxi_pipeline):
     ws = copy_of_finished_run
     (first,) = ws.versions()
-    pushed = taxi_pipeline("run", *ws.locations(), "--seed", "7")
+    # The finished run's data (read, never written): the steps before the Trainer from cache.
+    locations = ws.locations(data=finished_run.workspace.data)
+    pushed = taxi_pipeline("run", *locations, "--seed", "7")
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     second = ws.versions()[-1]
     rollback = taxi_pipeline("serving", "rollback", "--serving-dir", str(ws.serving))
     assert rollback.returncode == 0 and _serving(ws) == [int(first)], rollback.stdout + rollback.stderr
 
     # The inputs of the version rolled back from: nothing trains, nothing is pushed.
-    again = taxi_pipeline("run", *ws.locations(), "--seed", "7")
+    again = taxi_pipeline("run", *locations, "--seed", "7")
     assert again.returncode == 0, again.stdout + again.stderr
     assert (f"Nothing to train: version {second} was trained on these very inputs and served; version {first} "
             "serves now, as an operator set it") in again.stdout
     assert ws.versions() == [first, second]
 
     # Blessed whatever this seed's AUC: the drop allowed only judges, it is no input.
-    waiting = taxi_pipeline("run", *ws.locations(), "--seed", "8", "--promotion", "approval", "--max-auc-drop", "1")
+    waiting = taxi_pipeline("run", *locations, "--seed", "8", "--promotion", "approval", "--max-auc-drop", "1")
     assert waiting.returncode == 0, waiting.stdout + waiting.stderr
     third = ws.versions()[-1]
     assert f"awaits approval: {ws.model_dir / third}" in waiting.stdout
@@ -66,7 +68,7 @@ def test_a_rollback_holds_and_a_candidate_awaits_approval_until_a_person_approve
     assert f"{third}  pushed " in listed.stdout and "AWAITING APPROVAL" in listed.stdout
 
     # Nothing new while it awaits; the settings that only judge are not inputs.
-    unchanged = taxi_pipeline("run", *ws.locations(), "--seed", "8", "--min-auc", "0.5")
+    unchanged = taxi_pipeline("run", *locations, "--seed", "8", "--min-auc", "0.5")
     assert unchanged.returncode == 0, unchanged.stdout + unchanged.stderr
     assert f"version {third} was trained on these very inputs: awaiting approval" in unchanged.stdout
     assert f"awaits approval: {ws.model_dir / third}" in unchanged.stdout
@@ -90,12 +92,14 @@ def _night(example) -> bool:
 
 
 def test_a_candidate_the_evaluator_blesses_but_whose_scores_move_on_logged_traffic_is_not_pushed(
-        copy_of_finished_run, taxi_pipeline, tmp_path):
+        copy_of_finished_run, taxi_pipeline, tmp_path, webhook):
     """Trained on spans where night trips (hours 0-5, an eighth of the rows) were all
-    relabelled big tippers, while the logged traffic is night trips as they were."""
+    relabelled big tippers, while the logged traffic is night trips as they were. The same
+    candidate is then refused by the serving check, and at last pushed."""
     import tensorflow as tf
 
     ws = copy_of_finished_run
+    url, received = webhook
     versions = ws.versions()
     traffic = []
     for span in sorted(ws.data.glob("span-*")):
@@ -123,9 +127,20 @@ def test_a_candidate_the_evaluator_blesses_but_whose_scores_move_on_logged_traff
     assert ws.versions() == versions
     candidate = _record(ws)["candidates"][-1]
     assert candidate["fate"] == "refused by the shadow check" and candidate["version"] is None
+    raised = ("--max-flip-rate", "1", "--max-score-shift", "1")
+
+    # The same candidate (the Trainer's output reused) against a latency budget no model
+    # meets: the budget only judges a model, so --force; exit 6, the reason said and alerted.
+    slow = taxi_pipeline("run", *ws.locations(), *shadowed, *raised, "--force", "--latency-budget-ms", "0.0001",
+                         "--notify", url)
+    assert slow.returncode == 6, slow.stdout + slow.stderr
+    assert "FAILED the serving check (too slow: " in slow.stdout and "budget 0.0001 ms" in slow.stdout
+    assert ws.versions() == versions
+    (alert,) = received
+    assert alert["outcome"] == "failed the serving check" and alert["exit_code"] == 6
+    assert _record(ws)["candidates"][-1]["fate"] == "refused by the serving check"
 
     # The same candidate (the Trainer's output reused), judged with the thresholds raised.
-    passed = taxi_pipeline("run", *ws.locations(), *shadowed, "--force", "--max-flip-rate", "1",
-                           "--max-score-shift", "1")
+    passed = taxi_pipeline("run", *ws.locations(), *shadowed, *raised, "--force")
     assert passed.returncode == 0, passed.stdout + passed.stderr
     assert len(ws.versions()) == len(versions) + 1

@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import time
+from typing import List
 
 import pytest
 from ml_metadata import metadata_store
@@ -16,7 +17,8 @@ from ml_metadata.proto import metadata_store_pb2
 
 from pipeline import config
 from pipeline.run import watch
-from tests.helpers import assert_one_clear_line, free_ports, run_until
+from tests import pages
+from tests.helpers import SLICE_SPANS, Workspace, assert_one_clear_line, free_ports, run_until
 from tests.mlmd_builder import DELETED, LIVE, MetadataBuilder
 
 pytestmark = pytest.mark.slow
@@ -81,7 +83,7 @@ def mariadb(root):
 @pytest.fixture(scope="module")
 def mysql(tmp_path_factory):
     with mariadb(tmp_path_factory.mktemp("mariadb")) as server:
-        yield server.port
+        yield server
 
 
 def _store(port: int, database: str = DATABASE) -> metadata_store.MetadataStore:
@@ -91,19 +93,58 @@ def _store(port: int, database: str = DATABASE) -> metadata_store.MetadataStore:
     return metadata_store.MetadataStore(connection)
 
 
-def test_runs_from_two_output_roots_share_one_mysql_store(mysql, slice_workspace, taxi_pipeline, tmp_path):
-    ws = slice_workspace
+def _run_until_statistics(cli_argv, ws, address: str, then, env=None) -> subprocess.CompletedProcess:
+    """`run` on the MySQL store at `address`; `then()` once StatisticsGen started (the run
+    under way, with executions recorded): how the process ended."""
+    return run_until(cli_argv("run", *ws.locations(), "--metadata-mysql", address), "StatisticsGen", then,
+                     {**ACCOUNT, **(env or {})})
+
+
+@dataclasses.dataclass
+class Stalled:
+    """A run the module's server stopped answering mid-run, the alerts its watch posted,
+    and the next run, the server answering again: the first run a store records whole."""
+
+    workspace: Workspace
+    address: str
+    stalled: subprocess.CompletedProcess
+    alerts: List[dict]
+    # The serving folder's versions once the stalled run ended.
+    versions: List[str]
+    again: subprocess.CompletedProcess
+
+
+@pytest.fixture(scope="module")
+def stalled(mysql, tmp_path_factory, copy_spans, cli_argv, taxi_pipeline) -> Stalled:
+    ws = Workspace(tmp_path_factory.mktemp("stalled") / "ws")
+    copy_spans(ws.data, SLICE_SPANS)
+    address = f"127.0.0.1:{mysql.port}/{DATABASE}"
+    with contextlib.contextmanager(pages.serve_webhook)() as (url, alerts):
+        try:
+            result = _run_until_statistics(
+                cli_argv, ws, address, lambda: mysql.process.send_signal(signal.SIGSTOP),
+                {watch.SILENCE_ENV: "10", config.NOTIFY_URL_ENV: url})
+        finally:
+            mysql.process.send_signal(signal.SIGCONT)
+        versions = ws.versions()
+        again = taxi_pipeline("run", *ws.locations(), "--metadata-mysql", address, env=ACCOUNT)
+    return Stalled(ws, address, result, list(alerts), versions, again)
+
+
+def test_runs_from_two_output_roots_share_one_mysql_store(mysql, stalled, taxi_pipeline, last_run, tmp_path):
+    ws, address, first = stalled.workspace, stalled.address, stalled.again
     account = ACCOUNT
-    address = f"127.0.0.1:{mysql}/{DATABASE}"
-    first = taxi_pipeline("run", *ws.locations(), "--metadata-mysql", address, env=account)
     assert first.returncode == 0, first.stdout + first.stderr
     assert not ws.metadata.exists()  # nothing in SQLite
-    (log,) = (ws.out / "logs").glob("run-*.log")
-    assert "mysql" in log.read_text() and PASSWORD not in log.read_text()  # TFX logs the connection
-    store = _store(mysql)
+    logs = [path.read_text() for path in (ws.out / "logs").glob("run-*.log")]
+    assert len(logs) == 2 and all("mysql" in log and PASSWORD not in log for log in logs)  # TFX logs the connection
+    store = _store(mysql.port)
     nodes = {context.name.split(".", 1)[1] for context in store.get_contexts_by_type("node")}
     assert {"ImportExampleGen", "Trainer", "Evaluator", "ServingCheck", "Pusher"} <= nodes
-    (run,) = [context.name for context in store.get_contexts_by_type("pipeline_run")]
+    # The stalled run's and the one that pushed.
+    runs = [context.name for context in store.get_contexts_by_type("pipeline_run")]
+    run = last_run(ws.out)["run_id"]
+    assert len(runs) == 2 and run in runs, (runs, run)
 
     # Another host: its own output root, the same store. It sees the first run's history
     # and lineage.
@@ -128,13 +169,6 @@ def test_runs_from_two_output_roots_share_one_mysql_store(mysql, slice_workspace
     assert bad.returncode == 2 and "HOST:PORT/DATABASE" in bad.stderr
 
 
-def _run_until_statistics(cli_argv, ws, address: str, then, env=None) -> subprocess.CompletedProcess:
-    """`run` on the MySQL store at `address`; `then()` once StatisticsGen started (the run
-    under way, with executions recorded): how the process ended."""
-    return run_until(cli_argv("run", *ws.locations(), "--metadata-mysql", address), "StatisticsGen", then,
-                     {**ACCOUNT, **(env or {})})
-
-
 def test_a_server_that_goes_away_mid_run_is_named_and_nothing_is_pushed(
     tmp_path, slice_workspace, cli_argv, taxi_pipeline
 ):
@@ -152,43 +186,31 @@ def test_a_server_that_goes_away_mid_run_is_named_and_nothing_is_pushed(
     assert not ws.versions() and not (ws.out / "last_run.json").exists()
 
 
-def test_a_server_that_stops_answering_mid_run_ends_it_and_the_next_run_recovers(
-    tmp_path, slice_workspace, cli_argv, taxi_pipeline, webhook
-):
+def test_a_server_that_stops_answering_mid_run_ends_it_and_the_next_run_recovers(stalled):
     """A stopped server still accepts connections (its kernel does) and never answers: MLMD
     alone would wait in its query for good, the output root's lock held."""
-    ws = slice_workspace
-    url, alerts = webhook
-    with mariadb(tmp_path / "db") as server:
-        address = f"127.0.0.1:{server.port}/{DATABASE}"
-        try:
-            result = _run_until_statistics(
-                cli_argv, ws, address, lambda: server.process.send_signal(signal.SIGSTOP),
-                {watch.SILENCE_ENV: "10", config.NOTIFY_URL_ENV: url})
-        finally:
-            server.process.send_signal(signal.SIGCONT)
-        # Ended as a kill ends it (137 in a shell): MLMD holds the interpreter while it waits.
-        last = assert_one_clear_line(result, -signal.SIGKILL,
-                                     f"the metadata store mysql://{address} stopped answering mid-run (no answer for ")
-        seconds = int(last.split("(no answer for ", 1)[1].split(" s", 1)[0])
-        assert seconds >= 10, last
-        assert result.stderr.strip().splitlines()[-2].startswith("Full log: "), result.stderr
-        assert not ws.versions()
-        # The killed run could not alert: its watch did.
-        (alert,) = alerts
-        assert alert["outcome"] == "stalled" and alert["exit_code"] == 137 and alert["error"] == last[len("error: "):]
-        # The lock went with the process: the next run, the server back, runs and pushes.
-        again = taxi_pipeline("run", *ws.locations(), "--metadata-mysql", address, env=ACCOUNT)
-        assert again.returncode == 0, again.stdout + again.stderr
-        assert len(ws.versions()) == 1
+    result, address = stalled.stalled, stalled.address
+    # Ended as a kill ends it (137 in a shell): MLMD holds the interpreter while it waits.
+    last = assert_one_clear_line(result, -signal.SIGKILL,
+                                 f"the metadata store mysql://{address} stopped answering mid-run (no answer for ")
+    seconds = int(last.split("(no answer for ", 1)[1].split(" s", 1)[0])
+    assert seconds >= 10, last
+    assert result.stderr.strip().splitlines()[-2].startswith("Full log: "), result.stderr
+    assert not stalled.versions
+    # The killed run could not alert: its watch did.
+    (alert,) = stalled.alerts
+    assert alert["outcome"] == "stalled" and alert["exit_code"] == 137 and alert["error"] == last[len("error: "):]
+    # The lock went with the process: the next run, the server back, runs and pushes.
+    assert stalled.again.returncode == 0, stalled.again.stdout + stalled.again.stderr
+    assert len(stalled.workspace.versions()) == 1
 
 
 def test_gc_on_a_shared_store_counts_and_removes_only_its_own_roots_runs(mysql, tmp_path, monkeypatch):
     monkeypatch.setenv("TAXI_MLMD_USER", USER)
     monkeypatch.setenv("TAXI_MLMD_PASSWORD", PASSWORD)
-    address = config.MySqlAddress.parse(f"127.0.0.1:{mysql}/{GC_DATABASE}")
+    address = config.MySqlAddress.parse(f"127.0.0.1:{mysql.port}/{GC_DATABASE}")
     here, there = (
-        MetadataBuilder(_store(mysql, GC_DATABASE), config.RunConfig(
+        MetadataBuilder(_store(mysql.port, GC_DATABASE), config.RunConfig(
             output_root=str(tmp_path / name / "out"), serving_dir=str(tmp_path / name / "serving"),
             metadata_mysql=address))
         for name in ("here", "there"))

@@ -1,5 +1,6 @@
-"""What operators do between runs: edit the schema, copy data around, name folders their
-way, land a span with a problem of its own. Each as the command line meets it."""
+"""What operators do between runs: edit the schema, copy data around, land a span with a
+problem of its own. Each as the command line meets it. (Span folders named their way:
+tests/test_scale.py and tests/test_retraining.py.)"""
 
 import math
 import re
@@ -7,14 +8,7 @@ import re
 import pytest
 
 from components.model import features
-from tests.helpers import (
-    assert_ignored_in_log,
-    copy_padded_spans,
-    span_like,
-    unknown_payment,
-    write_leftovers,
-    write_records,
-)
+from tests.helpers import span_like, unknown_payment, write_records
 
 pytestmark = pytest.mark.slow
 
@@ -158,16 +152,3 @@ def test_a_new_span_whose_label_was_corrupted_upstream_is_rejected_naming_the_la
     assert line.startswith("[label span 16 -> 17] label 'big_tip': share of 1s 0.264 -> 0.736, L_INFTY=0.473")
     assert "label 'big_tip'" in result.stdout and "Data rejected; nothing was trained or pushed." in result.stdout
     assert {k: v for k, v in ws.good_state().items() if k in served} == served
-
-
-def test_span_folders_as_people_make_them(workspace, taxi_pipeline, last_run):
-    """Zero-padded numbers, hidden and bookkeeping files, editor leftovers, notes: over
-    every span, the spans are read and the rest is listed as ignored (in a window:
-    tests/test_retraining.py)."""
-    copy_padded_spans(workspace.data, (14, 15, 16))
-    leftovers = write_leftovers(workspace.data, "span-015", "span-016")
-
-    everything = taxi_pipeline("run", *workspace.locations())
-    assert everything.returncode in (0, 3), everything.stdout + everything.stderr
-    assert last_run(workspace.out)["spans"] == [14, 15, 16]
-    assert_ignored_in_log(everything, leftovers)

@@ -115,36 +115,46 @@ def bucket(tmp_path_factory, pipeline_image, emulator, metadata_server, copy_spa
 
 
 # The schedule's jobs (tests/image/schedule.py), in the image of the module that asks for
-# them: a clean copy of data/'s slice and the same data again, as Vertex AI runs them; then,
-# on `later_target` (Vertex AI unless the module says otherwise), a new span whose model
-# the serving check refuses, a candidate approved and (after `before_rollback`, which a
-# module may override to run a job of its own first) a rollback, each followed by a job
-# with nothing new.
+# them: on `first_target`, a clean copy of data/'s slice and the same data again; then, on
+# `later_target`, a new span whose model the serving check refuses, a candidate approved and
+# (after `before_rollback`, which a module may override to run a job of its own first) a
+# rollback, each followed by a job with nothing new. A module may choose either target.
 @pytest.fixture(scope="module")
-def compiled(bucket, webhook, pipeline_image) -> Path:
-    return schedule.compile_job(bucket, pipeline_image, webhook[0], "pipeline")
-
-
-@pytest.fixture(scope="module")
-def first_job(bucket, compiled, webhook) -> vertex.JobResult:
-    return schedule.run_job(bucket, compiled, webhook).job
-
-
-@pytest.fixture(scope="module")
-def unchanged_job(bucket, compiled, first_job, webhook):
-    """The next scheduled job, with no new span."""
-    return schedule.run_job(bucket, compiled, webhook)
+def first_target() -> schedule.Target:
+    """The target that runs the first two jobs."""
+    return schedule.VERTEX
 
 
 @pytest.fixture(scope="module")
 def later_target() -> schedule.Target:
     """The target that runs the jobs after the first two."""
-    return schedule.VERTEX
+    return schedule.KUBEFLOW
 
 
 @pytest.fixture(scope="module")
-def later_compiled(bucket, webhook, pipeline_image, compiled, later_target) -> Path:
-    if later_target == schedule.VERTEX:
+def compiled(bucket, webhook, pipeline_image, first_target) -> Path:
+    return schedule.compile_job(bucket, pipeline_image, webhook[0], "pipeline", target=first_target)
+
+
+@pytest.fixture(scope="module")
+def first_scheduled(bucket, compiled, webhook, first_target) -> schedule.ScheduledJob:
+    return schedule.run_job(bucket, compiled, webhook, first_target)
+
+
+@pytest.fixture(scope="module")
+def first_job(first_scheduled) -> vertex.JobResult:
+    return first_scheduled.job
+
+
+@pytest.fixture(scope="module")
+def unchanged_job(bucket, compiled, first_job, webhook, first_target):
+    """The next scheduled job, with no new span."""
+    return schedule.run_job(bucket, compiled, webhook, first_target)
+
+
+@pytest.fixture(scope="module")
+def later_compiled(bucket, webhook, pipeline_image, compiled, first_target, later_target) -> Path:
+    if later_target == first_target:
         return compiled
     return schedule.compile_job(bucket, pipeline_image, webhook[0], "pipeline", target=later_target)
 

@@ -54,6 +54,9 @@ class Target:
     # The Kubernetes Secret and key KFP's backend sets the exit handler's variable from; None
     # where the task reads the secret itself (Secret Manager, answered by the emulator's front).
     kubernetes_secret: Optional[Tuple[str, str]] = None
+    # Whether the backend runs ImportExampleGen's `lifecycle.preCacheCheck` hook (TFX's
+    # driver) before it: Vertex AI does, KFP's backend does not.
+    pre_cache_hook: bool = True
 
     @property
     def notify_secret(self) -> str:
@@ -71,7 +74,7 @@ class Target:
 
 
 VERTEX = Target("vertex", vertex.VertexJob, "json")
-KUBEFLOW = Target("kubeflow", kubeflow.KubeflowJob, "yaml", ("alert-webhook", "url"))
+KUBEFLOW = Target("kubeflow", kubeflow.KubeflowJob, "yaml", ("alert-webhook", "url"), pre_cache_hook=False)
 
 
 def compile_job(bucket, image: str, url: str, name: str, *extra: str, target: Target = VERTEX) -> Path:
@@ -116,11 +119,13 @@ def run_job(bucket, compiled: Path, webhook, target: Target = VERTEX) -> Schedul
     return ScheduledJob(job, versions, bucket.versions(), received[alerts:])
 
 
-def ran_without_pre_cache_hook(job: vertex.JobResult) -> bool:
-    """Whether ImportExampleGen executed with no `lifecycle.preCacheCheck` run before it,
-    as only Kubeflow Pipelines' backend runs it (Vertex AI runs TFX's driver there)."""
+def ran_on(job: vertex.JobResult, target: Target) -> bool:
+    """Whether ImportExampleGen executed as `target`'s backend runs it: after its
+    `lifecycle.preCacheCheck` hook (TFX's driver, its own log) where the target runs one, with
+    none before it where it does not; so a test notices a job that ran on the other target."""
     task = job.tasks["ImportExampleGen"]
-    return task.state == "SUCCEEDED" and not Path(task.log.replace(".log", ".driver.log")).exists()
+    driver = Path(task.log.replace(".log", ".driver.log"))
+    return task.state == "SUCCEEDED" and driver.exists() == target.pre_cache_hook
 
 
 def pushed_version(job: vertex.JobResult) -> str:
@@ -222,19 +227,27 @@ def roll_back(bucket, compiled: Path, webhook, target: Target = VERTEX):
     return run_job(bucket, compiled, webhook, target), record(bucket)
 
 
-def first_job_pushed(first_job, bucket, webhook) -> None:
-    """Job 1 on a clean copy of the data: every task ran, a whole model was pushed with its
-    card and config, and the exit handler named the version."""
+def first_job_pushed(scheduled: ScheduledJob, bucket, webhook, target: Target) -> None:
+    """Job 1 on a clean copy of the data, run on `target`: every task ran, a whole model was
+    pushed with its card and config, and the exit handler, its webhook's URL read from the
+    target's secret, named the version."""
+    first_job = scheduled.job
     states = report(first_job)
     assert first_job.state == "SUCCEEDED", states
     ran = {name for name, task in first_job.tasks.items() if task.state == "SUCCEEDED"}
-    assert {"ImportExampleGen", "DataGate", "Transform", "Trainer", "Evaluator", "ServingCheck", "Pusher",
-            "NotifyFinalStatus"} <= ran, states
-    # ImportExampleGen's preCacheCheck driver ran and fingerprinted the window's four spans.
+    assert {"SpanWindow", "ImportExampleGen", "DataGate", "ServingBaseline", "Transform", "Trainer", "Evaluator",
+            "ServingCheck", "ShadowCheck", "Pusher", "NotifyFinalStatus"} <= ran, states
+    # The window's four spans fingerprinted: by ImportExampleGen's preCacheCheck driver on
+    # Vertex AI; on KFP, which runs no such hook, by the executor, by the files' content.
+    assert ran_on(first_job, target), states
     (examples,) = first_job.tasks["ImportExampleGen"].outputs["examples"]
-    assert examples["metadata"]["input_fingerprint"].count("split:") == WINDOW
-    assert "Calculated fingerprint" in Path(first_job.tasks["ImportExampleGen"].log.replace(".log", ".driver.log"))\
-        .read_text(errors="replace")
+    fingerprint = examples["metadata"]["input_fingerprint"]
+    assert fingerprint.count("split:") == WINDOW, fingerprint
+    if target.pre_cache_hook:
+        driver = Path(first_job.tasks["ImportExampleGen"].log.replace(".log", ".driver.log"))
+        assert "Calculated fingerprint" in driver.read_text(errors="replace")
+    else:
+        assert fingerprint.count("sha256:") == WINDOW, fingerprint
     # Every task found its credentials where a Vertex machine has them, with no retry.
     for name, task in first_job.tasks.items():
         if task.log:
@@ -244,6 +257,7 @@ def first_job_pushed(first_job, bucket, webhook) -> None:
     (baseline,) = first_job.tasks["ServingBaseline"].outputs["model"]
     assert baseline["metadata"]["serving_version"] == "none", baseline
     version = pushed_version(first_job)
+    assert scheduled.versions_before == [] and scheduled.versions_after == [version]
     assert version in bucket.versions()
     assert bucket.read(bucket.inside(SERVING, MODEL, version, "saved_model.pb"))
     # Its model card, from the job's own examples, evaluation and serving check.
@@ -258,11 +272,11 @@ def first_job_pushed(first_job, bucket, webhook) -> None:
 
 
 def nothing_new(unchanged_job, first_job, bucket) -> None:
-    """Vertex's cache, as KFP keys it, and the gate: the window is read again (SpanWindow's
-    cache is off) and finds the serving model trained on exactly its spans; every task
-    before the gate hits the cache; the gate says "nothing new" (its verdict 0 is the
-    condition of everything after it), so nothing trains, nothing is pushed, and the alert
-    says why. Without it, the next job's baseline (the model the first job pushed) would
+    """The target's cache, keyed as its backend keys it, and the gate: the window is read
+    again (SpanWindow's cache is off) and finds the serving model trained on exactly its
+    spans; every task before the gate hits the cache; the gate says "nothing new" (its
+    verdict 0 is the condition of everything after it), so nothing trains, nothing is
+    pushed, and the alert says why. Without it, the next job's baseline (the model the first job pushed) would
     change the Trainer's cache key, and every job would train and push again."""
     job, alerts = unchanged_job.job, unchanged_job.alerts
     states = report(job)
@@ -270,7 +284,8 @@ def nothing_new(unchanged_job, first_job, bucket) -> None:
     assert job.tasks["SpanWindow"].state == "SUCCEEDED", states
     for name in ("ImportSchemaGen", "ImportExampleGen", "StatisticsGen", "ExampleValidator", "InferredSchemaGen"):
         assert job.tasks[name].state == "CACHED", states
-    # A hit hands on the first job's very artifacts.
+    # A hit, by the key the target's backend computes, hands on the first job's very artifacts.
+    assert job.tasks["ImportExampleGen"].cache_key == first_job.tasks["ImportExampleGen"].cache_key
     assert job.tasks["ImportExampleGen"].outputs["examples"] == first_job.tasks["ImportExampleGen"].outputs["examples"]
     (verdict,) = job.tasks["DataGate"].outputs["verdict"]
     assert verdict["metadata"]["blessed"] == 0 and "nothing new" in verdict["metadata"]["report"], verdict

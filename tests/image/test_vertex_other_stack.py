@@ -1,18 +1,17 @@
 """The schedule's jobs in the other stack's image (TAXI_OTHER_STACK_IMAGE; `make
 test-image` builds tfx-1.16's), on that stack's TensorFlow, Beam and Cloud Storage
-clients. As Vertex AI runs them: the compiled pipeline pushes a model on `gs://`, every
-object it wrote came through the emulator, and the next job with no new span hits the
-cache and pushes nothing. The team then runs the same serving folder from Kubeflow
-Pipelines (`compile --target kubeflow`, run as KFP's backend runs it, with its own cache):
-a new span's model that the serving check refuses is not pushed, a candidate awaits
-approval until `serving approve` against the bucket, and after `serving rollback` a job
-with nothing new trains nothing. The record of what serves, read and written on `gs://`
-by this stack's file systems, is what both targets decide from.
+clients, the other way round from the first image (test_vertex_pipeline.py). As Kubeflow
+Pipelines' backend runs `compile --target kubeflow`'s spec: the pipeline pushes a model on
+`gs://`, its alert's URL from a Kubernetes Secret, every object it wrote came through the
+emulator, and the next job with no new span hits KFP's cache by KFP's key and pushes
+nothing. The team then runs the same serving folder from Vertex AI, with its own cache: a
+new span's model that the serving check refuses is not pushed, a candidate awaits approval
+until `serving approve` against the bucket, and after `serving rollback` a job with nothing
+new trains nothing. The record of what serves, read and written on `gs://` by this stack's
+file systems, is what both targets decide from.
 
-Each job of the schedule runs in each image, and on each target, without running every
-job on every target in every image: the first image runs the whole schedule on Vertex AI,
-and KFP's first two jobs (test_vertex_pipeline.py, test_kubeflow_pipeline.py); this one
-runs the first two on Vertex AI and the rest on KFP (docs/beyond-one-machine.md has the
+So each job of the schedule runs on each target, and each target in each image, without
+running every job on every target in every image (docs/beyond-one-machine.md has the
 table, and why).
 """
 
@@ -36,37 +35,44 @@ def pipeline_image() -> str:
 
 
 @pytest.fixture(scope="module")
-def later_target() -> schedule.Target:
+def first_target() -> schedule.Target:
     return schedule.KUBEFLOW
 
 
-def test_a_clean_copy_of_the_data_pushes_a_model(first_job, bucket, webhook):
-    schedule.first_job_pushed(first_job, bucket, webhook)
+@pytest.fixture(scope="module")
+def later_target() -> schedule.Target:
+    return schedule.VERTEX
 
 
-def test_a_job_with_no_new_span_trains_nothing_pushes_nothing_and_says_nothing_new(unchanged_job, first_job,
-                                                                                   bucket):
+def test_on_kubeflow_a_clean_copy_of_the_data_pushes_a_model_and_alerts_through_the_kubernetes_secret(
+        first_scheduled, bucket, webhook, first_target):
+    schedule.first_job_pushed(first_scheduled, bucket, webhook, first_target)
+
+
+def test_on_kubeflow_a_job_with_no_new_span_trains_nothing_and_hits_kfp_s_cache(unchanged_job, first_job, bucket):
     schedule.nothing_new(unchanged_job, first_job, bucket)
 
 
-def test_on_kubeflow_a_model_the_serving_check_refuses_is_not_pushed_and_never_becomes_the_baseline(
-        refused_job, approved_job, first_job, bucket):
-    assert schedule.ran_without_pre_cache_hook(refused_job.job), report(refused_job.job)
+def test_on_vertex_a_model_the_serving_check_refuses_is_not_pushed_and_never_becomes_the_baseline(
+        refused_job, approved_job, first_job, bucket, later_target):
+    assert schedule.ran_on(refused_job.job, later_target), report(refused_job.job)
     schedule.refused(refused_job, approved_job, first_job, bucket)
 
 
-def test_on_kubeflow_a_candidate_awaits_approval_serves_once_approved_and_the_next_job_trains_nothing(
-        approved_job, first_job, bucket):
-    assert schedule.ran_without_pre_cache_hook(approved_job.waiting.job), report(approved_job.waiting.job)
+def test_on_vertex_a_candidate_awaits_approval_serves_once_approved_and_the_next_job_trains_nothing(
+        approved_job, first_job, bucket, later_target):
+    assert schedule.ran_on(approved_job.waiting.job, later_target), report(approved_job.waiting.job)
     schedule.awaited_then_approved(approved_job, schedule.pushed_version(first_job), bucket)
 
 
-def test_on_kubeflow_after_a_rollback_against_the_bucket_a_job_with_nothing_new_trains_nothing(
+def test_on_vertex_after_a_rollback_against_the_bucket_a_job_with_nothing_new_trains_nothing(
         rolled_back_job, approved_job):
     schedule.rolled_back(rolled_back_job, approved_job)
 
 
-def test_every_object_the_job_wrote_came_through_the_emulator_from_this_machine(first_job, bucket):
+def test_every_object_the_jobs_wrote_came_through_the_emulator_from_this_machine(first_job, rolled_back_job,
+                                                                                  bucket):
+    """After every job: those on Vertex AI read the alert's URL from Secret Manager."""
     schedule.all_traffic_local(first_job, bucket)
 
 

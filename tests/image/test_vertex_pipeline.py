@@ -1,17 +1,23 @@
-"""The compiled pipeline, run as Vertex AI runs it: the JSON that `taxi-pipeline compile`
-writes inside the pipeline image, unchanged, each task in a fresh container of that image
-with the JSON's own command and arguments, with Vertex's cache on (tests/image/vertex.py
+"""The compiled pipeline in the first image: the JSON that `taxi-pipeline compile` writes
+inside the pipeline image, unchanged, each task in a fresh container of that image with
+the JSON's own command and arguments, with the target's cache on (tests/image/vertex.py
 says what the harness stands in for). The pipeline root, the data root and the serving
 folder are `gs://` URIs on a Cloud Storage emulator (tests/image/gcs.py), which the tasks
 reach through TensorFlow's and Beam's own Cloud Storage clients.
 
 The jobs run once, in module fixtures (those both images run are tests/image/conftest.py's),
-in the order a schedule would run them: a clean copy of data/'s slice; the same data
-again; a new span whose model the serving check refuses; compiled with `--promotion
-approval`, a clean new span whose candidate trains from the model that serves and awaits
-a person, `serving approve` against the bucket, then a job with nothing new; a new span
-with an anomaly, then taken out; `serving rollback` against the bucket, then a job with
-nothing new. The tests only read what happened.
+in the order a schedule would run them. As Vertex AI runs them: a clean copy of data/'s
+slice, then the same data again. The team then runs the same serving folder from Kubeflow
+Pipelines (`compile --target kubeflow`, run as KFP's backend runs it, with its own cache):
+a new span whose model the serving check refuses; compiled with `--promotion approval`, a
+clean new span whose candidate trains from the model that serves and awaits a person,
+`serving approve` against the bucket, then a job with nothing new; on Vertex AI again, a
+new span with an anomaly, then taken out; `serving rollback` against the bucket, then a
+KFP job with nothing new. The tests only read what happened.
+
+The other stack's image runs the same schedule the other way round, KFP first
+(test_vertex_other_stack.py): each job runs on each target, and each target in each
+image (docs/beyond-one-machine.md has the table).
 """
 
 from __future__ import annotations
@@ -52,12 +58,12 @@ print(json.dumps({"examples": len(batch), "max_abs_diff": [float(np.max(np.abs(s
 """
 
 @pytest.fixture(scope="module")
-def anomaly_job(bucket, compiled, approved_job, webhook):
-    """The next scheduled job, after a span with an anomaly landed; the span is taken out
-    again after it."""
+def anomaly_job(bucket, compiled, approved_job, webhook, first_target):
+    """The next scheduled job, on the first two jobs' target, after a span with an anomaly
+    landed; the span is taken out again after it."""
     # One example in 20 paid in an unknown currency: an anomaly of that span on its own.
     span = schedule.new_span(bucket, unknown_payment)
-    scheduled = schedule.run_job(bucket, compiled, webhook)
+    scheduled = schedule.run_job(bucket, compiled, webhook, first_target)
     schedule.remove_span(bucket, span)
     return scheduled
 
@@ -67,19 +73,22 @@ def before_rollback(anomaly_job):
     return anomaly_job
 
 
-def test_after_a_rollback_against_the_bucket_a_job_with_nothing_new_trains_nothing(rolled_back_job, approved_job):
+def test_on_kubeflow_after_a_rollback_against_the_bucket_a_job_with_nothing_new_trains_nothing(
+        rolled_back_job, approved_job):
     schedule.rolled_back(rolled_back_job, approved_job)
 
 
-def test_a_candidate_awaits_approval_serves_once_approved_and_the_next_job_trains_nothing(approved_job, first_job,
-                                                                                       bucket):
+def test_on_kubeflow_a_candidate_awaits_approval_serves_once_approved_and_the_next_job_trains_nothing(
+        approved_job, first_job, bucket, later_target):
     """Also the refused model's consequence: the version that served before it is still
     the baseline and the warm start."""
+    assert schedule.ran_on(approved_job.waiting.job, later_target), report(approved_job.waiting.job)
     schedule.awaited_then_approved(approved_job, schedule.pushed_version(first_job), bucket)
 
 
-def test_a_clean_copy_of_the_data_pushes_a_model(first_job, bucket, webhook):
-    schedule.first_job_pushed(first_job, bucket, webhook)
+def test_a_clean_copy_of_the_data_pushes_a_model(
+        first_scheduled, bucket, webhook, first_target):
+    schedule.first_job_pushed(first_scheduled, bucket, webhook, first_target)
 
 
 def test_the_pushed_model_scores_as_a_local_run_on_the_same_spans(first_job, bucket):
@@ -106,15 +115,17 @@ def test_a_job_with_no_new_span_trains_nothing_pushes_nothing_and_says_nothing_n
     schedule.nothing_new(unchanged_job, first_job, bucket)
 
 
-def test_a_model_the_serving_check_refuses_is_not_pushed_and_never_becomes_the_baseline(refused_job, approved_job,
-                                                                                         first_job, bucket):
+def test_on_kubeflow_a_model_the_serving_check_refuses_is_not_pushed_and_never_becomes_the_baseline(
+        refused_job, approved_job, first_job, bucket, later_target):
+    assert schedule.ran_on(refused_job.job, later_target), report(refused_job.job)
     schedule.refused(refused_job, approved_job, first_job, bucket)
 
 
-def test_a_new_span_with_an_anomaly_skips_training_and_pushes_nothing(anomaly_job, bucket):
+def test_a_new_span_with_an_anomaly_skips_training_and_pushes_nothing(anomaly_job, bucket, first_target):
     job, versions_before = anomaly_job.job, anomaly_job.versions_before
     states = report(job)
     assert job.state == "SUCCEEDED", states
+    assert schedule.ran_on(job, first_target), states
     # The gate ran on the window that holds the new span, and its verdict said no.
     (verdict,) = job.tasks["DataGate"].outputs["verdict"]
     assert verdict["metadata"]["blessed"] == 0, verdict
