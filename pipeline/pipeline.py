@@ -19,7 +19,7 @@ from tfx.dsl.experimental.conditionals.conditional import Cond
 from tfx.orchestration import pipeline as tfx_pipeline
 from tfx.proto import example_gen_pb2, trainer_pb2, transform_pb2
 
-from components.custom import baseline, gate, ingest, serving_check, shadow_check, window
+from components.custom import baseline, gate, ingest, recorded, serving_check, shadow_check, window
 from components.custom import evaluator as evaluator_lib
 from components.custom import pusher as staged_pusher
 from components.custom.recorded import NodeId
@@ -170,9 +170,9 @@ def _data_checks(
         inputs=inputs, static_inputs=static_inputs,
     ).with_id(NodeId.WINDOW)
     example_gen = _example_gen(data_root, span_window, window_size, evaluation, code_version)
-    statistics_gen = StatisticsGen(examples=example_gen.outputs["examples"])
+    statistics_gen = StatisticsGen(examples=example_gen.outputs[recorded.EXAMPLES_KEY])
     inferred_schema = SchemaGen(
-        statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True
+        statistics=statistics_gen.outputs[recorded.STATISTICS_KEY], infer_feature_shape=True
     ).with_id("InferredSchemaGen")
     # The node keeps TFX's id: a store's history of schema imports stays one node's.
     schema = ingest.ImportSchema(
@@ -180,12 +180,12 @@ def _data_checks(
         code_version=code_version,
     ).with_id("ImportSchemaGen")
     example_validator = ExampleValidator(
-        statistics=statistics_gen.outputs["statistics"], schema=schema.outputs["schema"]
+        statistics=statistics_gen.outputs[recorded.STATISTICS_KEY], schema=schema.outputs[recorded.SCHEMA_KEY]
     ).with_id(NodeId.EXAMPLE_VALIDATOR)
     data_gate = gate.DataGate(
-        statistics=statistics_gen.outputs["statistics"],
-        schema=schema.outputs["schema"],
-        anomalies=example_validator.outputs["anomalies"],
+        statistics=statistics_gen.outputs[recorded.STATISTICS_KEY],
+        schema=schema.outputs[recorded.SCHEMA_KEY],
+        anomalies=example_validator.outputs[recorded.ANOMALIES_KEY],
         # By value, not as an artifact: SpanWindow runs in every job (its cache is off),
         # so its artifacts are new each time, and on Vertex a new input artifact misses
         # the cache for the gate and everything after it, even when the window did not move.
@@ -213,7 +213,7 @@ class Training:
 def _training(data: DataChecks, settings: Settings, code_version: str, serving_model_dir: str,
               serving: str) -> Training:
     """Transform → Trainer (warm-started from the serving model) → Evaluator against it."""
-    examples, schema = data.example_gen.outputs["examples"], data.schema.outputs["schema"]
+    examples, schema = data.example_gen.outputs[recorded.EXAMPLES_KEY], data.schema.outputs[recorded.SCHEMA_KEY]
     splits = window_splits(settings.window_size)
     transform = Transform(
         examples=examples,
@@ -245,7 +245,7 @@ def _training(data: DataChecks, settings: Settings, code_version: str, serving_m
     trainer = Trainer(
         run_fn=RUN_FN,
         examples=examples,
-        transform_graph=transform.outputs["transform_graph"],
+        transform_graph=transform.outputs[recorded.TRANSFORM_GRAPH_KEY],
         schema=schema,
         base_model=serving_baseline.outputs[baseline.MODEL_KEY] if settings.warm_start else None,
         train_args=trainer_pb2.TrainArgs(splits=list(splits.train)),
@@ -258,7 +258,7 @@ def _training(data: DataChecks, settings: Settings, code_version: str, serving_m
     ).with_id(NodeId.TRAINER)
     evaluator = Evaluator(
         examples=examples,
-        model=trainer.outputs["model"],
+        model=trainer.outputs[recorded.MODEL_KEY],
         baseline_model=serving_baseline.outputs[baseline.MODEL_KEY],
         example_splits=[splits.eval],
         eval_config=_eval_config(settings.evaluation),
@@ -275,10 +275,10 @@ def _pushing(data: DataChecks, training: Training, serving_model_dir: str, setti
     """ServingCheck (the blessed model, served as TF Serving serves it) → ShadowCheck (it
     and the serving model on logged traffic) → Pusher, which writes each version's model
     card from the data checks' and the evaluation's outputs."""
-    model = training.trainer.outputs["model"]
+    model = training.trainer.outputs[recorded.MODEL_KEY]
     checked = serving_check.ServingCheck(
         model=model,
-        model_blessing=training.evaluator.outputs["blessing"],
+        model_blessing=training.evaluator.outputs[recorded.BLESSING_KEY],
         latency_budget_ms=settings.latency_budget_ms,
         code_version=code_version,
     ).with_id(NodeId.SERVING_CHECK)
@@ -299,10 +299,10 @@ def _pushing(data: DataChecks, training: Training, serving_model_dir: str, setti
         model_blessing=shadowed.outputs[shadow_check.BLESSING_KEY],
         serving_model_dir=serving_model_dir,
         keep_versions=settings.keep_versions,
-        examples=data.example_gen.outputs["examples"],
-        statistics=data.statistics_gen.outputs["statistics"],
-        evaluation=training.evaluator.outputs["evaluation"],
-        schema=data.schema.outputs["schema"],
+        examples=data.example_gen.outputs[recorded.EXAMPLES_KEY],
+        statistics=data.statistics_gen.outputs[recorded.STATISTICS_KEY],
+        evaluation=training.evaluator.outputs[recorded.EVALUATION_KEY],
+        schema=data.schema.outputs[recorded.SCHEMA_KEY],
         data_verdict=data.data_gate.outputs[gate.VERDICT_KEY],
         code_version=code_version,
         # By value, as the gate takes them (see `_data_checks`).

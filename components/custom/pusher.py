@@ -75,13 +75,13 @@ STAGING_PREFIX = ".staging-"
 # A local version being deleted is first renamed to this prefix and its number: a name no
 # reader takes for a version, so none sees it half gone.
 REMOVING_PREFIX = ".removing-"
-# The PushedModel artifact's properties, as TFX's own Pusher names them.
+# The PushedModel artifact's properties: TFX's own Pusher's, and the versions that served
+# before and after the push.
 PUSHED_PROPERTY = recorded.PUSHED_PROPERTY
 DESTINATION_PROPERTY = recorded.DESTINATION_PROPERTY
 VERSION_PROPERTY = recorded.VERSION_PROPERTY
-# The version requests without a version got before this push, and after it (a pin keeps it).
-REPLACED_PROPERTY = "replaced_version"
-SERVING_PROPERTY = "serving_version"
+REPLACED_PROPERTY = recorded.REPLACED_PROPERTY
+SERVING_PROPERTY = recorded.SERVING_PROPERTY
 _FINGERPRINT = "fingerprint.pb"
 
 

@@ -31,6 +31,7 @@ class NodeId:
 
 # TFX's keys of the standard components' inputs and outputs.
 EXAMPLES_KEY = "examples"
+STATISTICS_KEY = "statistics"
 SCHEMA_KEY = "schema"
 ANOMALIES_KEY = "anomalies"
 TRANSFORM_GRAPH_KEY = "transform_graph"
@@ -59,7 +60,8 @@ REPORT_PROPERTY = "report"
 SPAN_CHECKS_PROPERTY = "span_checks"
 # In window mode, the newest training span's split, checked against the spans before it.
 PREVIOUS_SPAN_SPLIT = "train_1"
-# ServingBaseline's model: the version it copied, or `registry.NOTHING_SERVES`.
+# ServingBaseline's model: the version it copied, or `registry.NOTHING_SERVES`; the
+# Pusher's output: the version requests without a version get after the push (a pin keeps it).
 SERVING_PROPERTY = "serving_version"
 # The Evaluator's headline metrics over all examples (JSON: name -> value), on its evaluation.
 METRICS_PROPERTY = "overall_metrics"
@@ -71,3 +73,5 @@ SHADOW_MEASURES_PROPERTY = "shadow_measures"
 PUSHED_PROPERTY = "pushed"
 DESTINATION_PROPERTY = "pushed_destination"
 VERSION_PROPERTY = "pushed_version"
+# The Pusher's output: the version requests without a version got before the push.
+REPLACED_PROPERTY = "replaced_version"

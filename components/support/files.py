@@ -32,7 +32,10 @@ def isdir(path: str) -> bool:
     return _gfile().isdir(path) if is_remote(path) else os.path.isdir(path)
 
 
-def listdir(folder: str) -> List[str]:
+def listdir(folder: str, missing_ok: bool = False) -> List[str]:
+    """The folder's entries; with `missing_ok`, none when it is not there."""
+    if missing_ok and not isdir(folder):
+        return []
     if is_remote(folder):
         return [name.rstrip("/") for name in _gfile().listdir(folder)]
     return os.listdir(folder)

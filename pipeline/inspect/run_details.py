@@ -18,8 +18,7 @@ import tensorflow_data_validation as tfdv
 from tensorflow_metadata.proto.v0 import anomalies_pb2, statistics_pb2
 from tfx.types import standard_component_specs
 
-from components.custom import gate, ingest, serving_check, span_statistics
-from components.custom import pusher as staged_pusher
+from components.custom import gate, ingest, recorded, serving_check, span_statistics
 from components.custom.recorded import NodeId
 from components.model.trainer.settings import TRAINING_SUMMARY_FILE
 from components.support import evaluation as evaluation_output
@@ -212,8 +211,8 @@ def read(
         details.blessed = run_report.int_property(blessing, serving_check.BLESSED_PROPERTY) == 1
     pushed = records.output(NodeId.PUSHER, standard_component_specs.PUSHED_MODEL_KEY)
     pusher_ran = any(node.node_id == NodeId.PUSHER and node.state == "ran" for node in records.nodes)
-    if pusher_ran and pushed is not None and run_report.int_property(pushed, staged_pusher.PUSHED_PROPERTY) == 1:
-        details.pushed_version = _optional_int(pushed, staged_pusher.VERSION_PROPERTY)
-        details.replaced_version = _optional_int(pushed, staged_pusher.REPLACED_PROPERTY)
-        details.serving_version = _optional_int(pushed, staged_pusher.SERVING_PROPERTY)
+    if pusher_ran and pushed is not None and run_report.int_property(pushed, recorded.PUSHED_PROPERTY) == 1:
+        details.pushed_version = _optional_int(pushed, recorded.VERSION_PROPERTY)
+        details.replaced_version = _optional_int(pushed, recorded.REPLACED_PROPERTY)
+        details.serving_version = _optional_int(pushed, recorded.SERVING_PROPERTY)
     return details

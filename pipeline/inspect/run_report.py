@@ -159,7 +159,7 @@ def _window_mode(anomalies_uri: str) -> bool:
 
 def _listing(folder: str) -> List[str]:
     """The folder's entries; none when it is gone (removed by hand though its artifact is live)."""
-    return files.listdir(folder) if files.isdir(folder) else []
+    return files.listdir(folder, missing_ok=True)
 
 
 def eval_metrics(evaluation: metadata_store_pb2.Artifact) -> Dict[str, float]:

@@ -40,6 +40,7 @@ from tfx.types import standard_component_specs
 
 from components.custom import pusher
 from components.custom.recorded import NodeId
+from components.support import files
 from pipeline import config
 from pipeline.inspect import report_page, run_report
 from pipeline.run import run_state
@@ -217,18 +218,11 @@ def plan(
             paths.append(os.path.join(root, node, *SCRATCH, str(execution_id)))
             node_dir = os.path.join(root, node)
             if node_dir not in keys:
-                keys[node_dir] = [key for key in _listdir(node_dir) if not key.startswith(".")]
+                keys[node_dir] = [key for key in files.listdir(node_dir, missing_ok=True) if not key.startswith(".")]
             paths += [os.path.join(node_dir, key, str(execution_id)) for key in keys[node_dir]]
     paths = sorted({p for p in paths if p.startswith(root) and not _overlaps(p, protected)})
     return Plan(kept_runs=kept, removed_runs=removed, runs=graph.runs, artifacts=doomed, kept_artifacts=len(keep),
                 paths=paths)
-
-
-def _listdir(path: str) -> List[str]:
-    try:
-        return [name.rstrip("/") for name in tf.io.gfile.listdir(path)]
-    except tf.errors.NotFoundError:
-        return []
 
 
 def _overlaps(path: str, protected: Iterable[str]) -> bool:
@@ -243,7 +237,7 @@ def _bytes(path: str) -> int:
     if not tf.io.gfile.isdir(path):
         return tf.io.gfile.stat(path).length
     return sum(tf.io.gfile.stat(os.path.join(folder, name)).length
-               for folder, _, files in tf.io.gfile.walk(path) for name in files)
+               for folder, _, names in tf.io.gfile.walk(path) for name in names)
 
 
 def _delete(path: str) -> bool:

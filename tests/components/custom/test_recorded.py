@@ -6,8 +6,8 @@ from tfx.types import standard_component_specs
 
 from components.custom import baseline, gate, recorded, serving_check, shadow_check, window
 
-TFX_KEYS = ("EXAMPLES_KEY", "SCHEMA_KEY", "ANOMALIES_KEY", "TRANSFORM_GRAPH_KEY", "BASE_MODEL_KEY", "MODEL_KEY",
-            "MODEL_RUN_KEY", "EVALUATION_KEY", "BLESSING_KEY", "MODEL_BLESSING_KEY", "PUSHED_MODEL_KEY")
+TFX_KEYS = ("EXAMPLES_KEY", "STATISTICS_KEY", "SCHEMA_KEY", "ANOMALIES_KEY", "TRANSFORM_GRAPH_KEY", "BASE_MODEL_KEY",
+            "MODEL_KEY", "MODEL_RUN_KEY", "EVALUATION_KEY", "BLESSING_KEY", "MODEL_BLESSING_KEY", "PUSHED_MODEL_KEY")
 
 
 def test_tfx_s_keys_and_blessed_property_are_tfx_s():
