@@ -18,7 +18,10 @@ from tests.image.vertex import Image
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 PACKAGE = "taxi-tfx-pipeline"
-REPORT = ('echo "$TAXI_PIPELINE_STACK"; python -c "import platform; print(platform.python_version())"; '
+# Each fact on a line of its own prefix: the container runtime may add lines of its own
+# (crun's "Close_Fd sealing memfd copy: Device or resource busy", for one).
+REPORT = ('echo "stack=$TAXI_PIPELINE_STACK"; '
+          'python -c "import platform; print(\'python=\' + platform.python_version())"; '
           "pip list --format=freeze --exclude pip --exclude setuptools --exclude wheel")
 
 
@@ -27,11 +30,13 @@ def test_the_image_holds_the_locks_versions_and_no_test_packages(env, tmp_path):
     image = schedule.image_named(env, "image")
     log = tmp_path / "report.log"
     assert Image(image, {}).run(["sh", "-c", REPORT], str(log), timeout=120) == 0, log.read_text()
-    stack, python, *freeze = [line.strip() for line in log.read_text().splitlines() if line.strip()]
-    installed = _pins(freeze)
+    lines = [line.strip() for line in log.read_text().splitlines()]
+    (stack,) = [line.removeprefix("stack=") for line in lines if line.startswith("stack=")]
+    (python,) = [line.removeprefix("python=") for line in lines if line.startswith("python=")]
+    installed = _pins(lines)
     lock = _pins((REPO_ROOT / "locks" / f"{stack}.txt").read_text().splitlines())
 
-    assert installed.pop(canonicalize_name(PACKAGE), None) == importlib.metadata.version(PACKAGE), freeze
+    assert installed.pop(canonicalize_name(PACKAGE), None) == importlib.metadata.version(PACKAGE), lines
     assert {name: (version, lock.get(name)) for name, version in installed.items() if lock.get(name) != version} == {}
     requirements = [Requirement(text) for text in importlib.metadata.requires(PACKAGE) or ()]
     test_only = {canonicalize_name(r.name) for r in requirements if r.marker and "extra" in str(r.marker)}
