@@ -147,19 +147,15 @@ def describe_anomalies(anomalies_uri: str) -> List[str]:
     from components.custom import gate
 
     lines = []
-    for folder in sorted(name for name in _listing(anomalies_uri) if name.startswith("Split-")):
+    # missing_ok: the folder removed by hand though its artifact is live.
+    for folder in sorted(name for name in files.listdir(anomalies_uri, missing_ok=True) if name.startswith("Split-")):
         split = folder[len("Split-"):]
         lines += [f"[{split}] {line}" for line in gate.anomaly_lines(gate.split_anomalies(anomalies_uri, split))]
     return lines
 
 
 def _window_mode(anomalies_uri: str) -> bool:
-    return f"Split-{recorded.PREVIOUS_SPAN_SPLIT}" in _listing(anomalies_uri)
-
-
-def _listing(folder: str) -> List[str]:
-    """The folder's entries; none when it is gone (removed by hand though its artifact is live)."""
-    return files.listdir(folder, missing_ok=True)
+    return f"Split-{recorded.PREVIOUS_SPAN_SPLIT}" in files.listdir(anomalies_uri, missing_ok=True)
 
 
 def eval_metrics(evaluation: metadata_store_pb2.Artifact) -> Dict[str, float]:

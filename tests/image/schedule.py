@@ -124,8 +124,12 @@ def ran_on(job: vertex.JobResult, target: Target) -> bool:
     `lifecycle.preCacheCheck` hook (TFX's driver, its own log) where the target runs one, with
     none before it where it does not; so a test notices a job that ran on the other target."""
     task = job.tasks["ImportExampleGen"]
-    driver = Path(task.log.replace(".log", ".driver.log"))
-    return task.state == "SUCCEEDED" and driver.exists() == target.pre_cache_hook
+    return task.state == "SUCCEEDED" and _driver_log(job).exists() == target.pre_cache_hook
+
+
+def _driver_log(job: vertex.JobResult) -> Path:
+    """The log of ImportExampleGen's pre-cache hook (TFX's driver), beside its executor's."""
+    return Path(job.tasks["ImportExampleGen"].log.replace(".log", ".driver.log"))
 
 
 def pushed_version(job: vertex.JobResult) -> str:
@@ -244,8 +248,7 @@ def first_job_pushed(scheduled: ScheduledJob, bucket, webhook, target: Target) -
     fingerprint = examples["metadata"]["input_fingerprint"]
     assert fingerprint.count("split:") == WINDOW, fingerprint
     if target.pre_cache_hook:
-        driver = Path(first_job.tasks["ImportExampleGen"].log.replace(".log", ".driver.log"))
-        assert "Calculated fingerprint" in driver.read_text(errors="replace")
+        assert "Calculated fingerprint" in _driver_log(first_job).read_text(errors="replace")
     else:
         assert fingerprint.count("sha256:") == WINDOW, fingerprint
     # Every task found its credentials where a Vertex machine has them, with no retry.
