@@ -35,6 +35,11 @@ DEFAULT_FILE_NAME = "data_tfrecord"
 SPAN_COLUMN = "__span__"
 # Records decoded into one record batch.
 DECODE_BATCH = 1000
+_GZIP = tf.io.TFRecordOptions(compression_type="GZIP")
+# ImportExampleGen's output: zlib's fastest level. Deflating at its default level (6) was
+# most of the split's time; level 1 writes about 20% more bytes, and readers inflate
+# either as fast (docs/performance.md, "GZIP at level 1").
+SPLIT_OUTPUT = tf.io.TFRecordOptions(compression_type="GZIP", compression_level=1)
 
 
 def split_index(record: bytes, buckets: List[int]) -> int:
@@ -58,7 +63,7 @@ class SplitFile(beam.DoFn):
     def process(self, item: Tuple[int, str]) -> Iterator[Tuple[int, int]]:
         index, path = item
         name = output_name(index, self._total)
-        writers = [tf.io.TFRecordWriter(os.path.join(uri, name), "GZIP") for uri in self._split_uris]
+        writers = [tf.io.TFRecordWriter(os.path.join(uri, name), SPLIT_OUTPUT) for uri in self._split_uris]
         counts = [0] * len(writers)
         try:
             for record in records(path):
@@ -116,9 +121,6 @@ def by_span(record_batch: pa.RecordBatch) -> Iterable[Tuple[str, pa.RecordBatch]
         yield str(span), pa.RecordBatch.from_arrays(
             [record_batch.column(i) for i in kept], schema=pa.schema([record_batch.schema.field(i) for i in kept])
         )
-
-
-_GZIP = tf.io.TFRecordOptions(compression_type="GZIP")
 
 
 def records(path: str, options: Optional[tf.io.TFRecordOptions] = _GZIP) -> Iterator[bytes]:
