@@ -78,6 +78,11 @@ def sized_evaluation(evaluation: EvaluationConfig, rows: int) -> EvaluationConfi
     return dataclasses.replace(evaluation, train_buckets=buckets - 1, eval_buckets=1)
 
 
+def eval_rows(evaluation: EvaluationConfig, rows: int) -> int:
+    """About how many of `rows` fall in the eval split of `evaluation`'s hash buckets."""
+    return rows * evaluation.eval_buckets // (evaluation.train_buckets + evaluation.eval_buckets)
+
+
 @dataclasses.dataclass(frozen=True)
 class ShadowConfig:
     """The shadow check before a push (`components.custom.shadow_check`); thresholds

@@ -2,9 +2,10 @@
 how, in this process (the default) or beyond it.
 
 - A local run: `LOCAL_BEAM_ARGS` (`local_beam_args`: with this project's `setup.py`),
-  Beam's in-memory engine in this process; from `MULTI_PROCESS_ROWS` rows on, worker
-  processes for the Evaluator (`parallel_beam_args`) and a thread per core for
-  ImportExampleGen (`threaded_beam_args`).
+  Beam's in-memory engine in this process; worker processes for an Evaluator that scores
+  `EVALUATOR_WORKERS_ROWS` rows or more (`parallel_beam_args`), and from
+  `MULTI_PROCESS_ROWS` rows on a thread per core for ImportExampleGen
+  (`threaded_beam_args`).
 - The compiled pipeline: `VERTEX_BEAM_ARGS`, the same engine in each component's container.
 - Beyond this process: a runner picked on the command line with `--beam KIND` and its
   settings (`BeamTarget`), its options put together with the local ones by `command_line`.
@@ -82,26 +83,34 @@ def local_beam_args() -> Tuple[str, ...]:
     return LOCAL_BEAM_ARGS + ((f"--setup_file={setup_py}",) if os.path.isfile(setup_py) else ())
 
 
-# From this many rows on, the Evaluator runs its Beam work in worker processes, one per
-# core, and ImportExampleGen on a thread per core; below, and for the other components
-# always, in this process. The Evaluator spends its time in TFMA's Python per example,
-# which worker processes share out; ImportExampleGen's is in TensorFlow's C++ reader and
-# GZIP writer, which threads share out without the start-up of processes. StatisticsGen
-# and Transform decode their records on a thread per core in this process (see
-# `pipeline.patches.tfxio`), and were slower in worker processes, which add their start-up
-# (a few seconds per component) and memory: at 1M rows StatisticsGen 14.9 s there against
-# 10.8 s here, Transform 17.9 s against 11.9 s. The data gate reads a sample.
+# From this many rows on, ImportExampleGen runs on a thread per core; below, and for the
+# other components but the Evaluator always, in this process. ImportExampleGen's work is
+# in TensorFlow's C++ reader and GZIP writer, which threads share out without the
+# start-up of processes. StatisticsGen and Transform decode their records on a thread per
+# core in this process (see `pipeline.patches.tfxio`), and were slower in worker
+# processes, which add their start-up (a few seconds per component) and memory: at 1M
+# rows StatisticsGen 14.9 s there against 10.8 s here, Transform 17.9 s against 11.9 s.
+# The data gate reads a sample.
 MULTI_PROCESS_ROWS = 300_000
+# From this many rows scored on (its eval rows times the models it evaluates: the
+# candidate, and the serving model when one serves), the Evaluator runs its Beam work in
+# worker processes, one per core: it spends its time in TFMA's Python per example, which
+# the workers share out, after about 6 s of start-up each (imports, the models loaded).
+# The eval split is held near 50,000 rows (`config.sized_evaluation`), so at 1M rows and
+# beyond a first run scores 50,000 rows, where the Evaluator took as long in this process
+# (16.5 s against 16.7-16.9 s) and the run's peak memory was 1 GB lower, and a retrain
+# scores 100,000, where the workers took 21.9 s against 26.7 s in this process.
+EVALUATOR_WORKERS_ROWS = 100_000
 
 
-def parallel_beam_args(beam_args: Sequence[str], rows: int, cores: Optional[int] = None) -> Tuple[str, ...]:
-    """The Evaluator's Beam options for `rows` rows: from
-    `MULTI_PROCESS_ROWS` on, on several cores, the DirectRunner's multi_processing mode
+def parallel_beam_args(beam_args: Sequence[str], scored: int, cores: Optional[int] = None) -> Tuple[str, ...]:
+    """The Evaluator's Beam options when it scores `scored` rows: from
+    `EVALUATOR_WORKERS_ROWS` on, on several cores, the DirectRunner's multi_processing mode
     with one worker per core, followed by `beam_args` (so that a mode, worker count or
     runner the user gave still wins: Beam reads a repeated option's last value); else
     nothing (the pipeline's options)."""
     cores = cores or os.cpu_count() or 1
-    if not _shared_out(rows, cores):
+    if scored < EVALUATOR_WORKERS_ROWS or cores < 2:
         return ()
     return ("--direct_running_mode=multi_processing", f"--direct_num_workers={cores}") + tuple(beam_args)
 

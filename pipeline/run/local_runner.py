@@ -15,7 +15,7 @@ import logging
 import os
 import time
 from concurrent.futures import Future
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Optional, Sequence, Tuple
 
 from tfx.dsl.compiler import compiler, constants
 from tfx.orchestration import pipeline as tfx_pipeline
@@ -26,7 +26,7 @@ from tfx.orchestration.portable import runtime_parameter_utils
 from components import compat
 from components.custom import baseline, pusher, serving_check
 from components.custom.recorded import MODEL_KEY, NodeId
-from components.support import beam_place
+from components.support import beam_place, registry
 from pipeline import config, outcome
 from pipeline import pipeline as pipeline_lib
 from pipeline.beam import options as beam_options
@@ -88,7 +88,8 @@ def run(
         report = recovered
     else:
         rows = record_check.result() if record_check is not None else preflight.check_records(plan.files)
-        run_config = _sized(run_config, rows)
+        serving = baseline.serving_now(run_config.model_serving_dir)
+        run_config = _sized(run_config, rows, models=1 if serving == registry.NOTHING_SERVES else 2)
         if not plan.cache:
             logging.warning("%s", plan.cache_note)
         run_id = new_run_id(plan.fingerprint)
@@ -98,7 +99,7 @@ def run(
         with watch.watching(run_config.metadata, run_config.settings.beam_args, logs.current_path(""), command,
                             notify_url):
             try:
-                with _probe_ahead(rows >= beam_options.MULTI_PROCESS_ROWS):
+                with _probe_ahead(rows, bool(run_config.settings.parallel_beam_args)):
                     ORCHESTRATORS[orchestrator]().run_with_ir(ir)
             finally:
                 serving_check.stop_spare()
@@ -116,21 +117,28 @@ def run(
 
 
 @contextlib.contextmanager
-def _probe_ahead(large: bool) -> Iterator[None]:
+def _probe_ahead(rows: int, evaluator_in_workers: bool) -> Iterator[None]:
     """The serving check's probe imports TensorFlow on the core the nodes before the check
-    leave idle, instead of on the run's path: 3-4 s of a short run. It starts once the
-    data gate has let the run through, when the first node after the gate that executes
-    (not one from the cache) is done: a run the gate refuses, or one killed before,
-    starts no process of 0.5 GB for nothing. Not for a large run (`large`), where those
-    seconds are noise and its memory would stand beside the Beam workers' (started when
-    the Trainer is done, at 1M rows: ServingCheck 3.4 -> 0.5 s but the Evaluator
-    21.8 -> 23.7 s beside it, peak 3.14 -> 3.71 GB). Handed the model as soon as the
+    leave idle, instead of on the run's path: 3-4 s of a run. It starts once the data gate
+    has let the run through, when the first node after the gate that executes (not one
+    from the cache) is done: a run the gate refuses, or one killed before, starts no
+    process of 0.5 GB for nothing. From `MULTI_PROCESS_ROWS` rows on it starts when the
+    Trainer is done, beside an Evaluator in this process (which keeps one core busy), not
+    beside the Trainer's two-core data preparation; and not at all beside the Evaluator's
+    Beam workers (`evaluator_in_workers`), which its import slowed more than it saved, and
+    beside which its memory would stand (at 1M rows: ServingCheck 3.4 -> 0.5 s but the
+    Evaluator 21.8 -> 23.7 s, peak 3.14 -> 3.71 GB). Handed the model as soon as the
     Trainer wrote it, it loads the model and replays its warmup requests while the
     Evaluator runs; the check then times requests."""
+    if evaluator_in_workers:
+        starts: Tuple[str, ...] = ()
+    elif rows >= beam_options.MULTI_PROCESS_ROWS:
+        starts = (NodeId.TRAINER,)
+    else:
+        starts = (NodeId.BASELINE, NodeId.TRANSFORM, NodeId.TRAINER)
     with contextlib.ExitStack() as hooks:
-        if not large:
-            for node_id in (NodeId.BASELINE, NodeId.TRANSFORM, NodeId.TRAINER):
-                hooks.enter_context(tfx_patches.when_done(node_id, _start_probe))
+        for node_id in starts:
+            hooks.enter_context(tfx_patches.when_done(node_id, _start_probe))
         hooks.enter_context(tfx_patches.when_done(NodeId.TRAINER, _hand_over_model))
         yield
 
@@ -180,14 +188,15 @@ def _draw_page(output_root: str, details) -> None:
         logging.exception("the run's page could not be written")
 
 
-def _sized(run_config: config.RunConfig, rows: int) -> config.RunConfig:
-    """`run_config` sized for `rows`: worker processes for the Beam components that gain
-    from them (`beam_options.parallel_beam_args`), threads for ImportExampleGen
-    (`beam_options.threaded_beam_args`) and the eval split (`config.sized_evaluation`)."""
+def _sized(run_config: config.RunConfig, rows: int, models: int = 1) -> config.RunConfig:
+    """`run_config` sized for `rows`: the eval split (`config.sized_evaluation`), worker
+    processes for the Evaluator when it scores enough rows (its eval rows times `models`,
+    the candidate and the serving model if one serves: `beam_options.parallel_beam_args`)
+    and threads for ImportExampleGen (`beam_options.threaded_beam_args`)."""
     settings = run_config.settings
-    parallel = beam_options.parallel_beam_args(settings.beam_args, rows)
-    ingest = beam_options.threaded_beam_args(settings.beam_args, rows)
     evaluation = config.sized_evaluation(settings.evaluation, rows)
+    parallel = beam_options.parallel_beam_args(settings.beam_args, config.eval_rows(evaluation, rows) * models)
+    ingest = beam_options.threaded_beam_args(settings.beam_args, rows)
     logging.info("%d rows: Beam runs %s", rows, _describe_beam(settings.beam_args, parallel, ingest))
     if evaluation != settings.evaluation:
         logging.info("%d rows: the eval split is 1 hash bucket of %d (about %d rows)", rows,
@@ -210,11 +219,12 @@ def _describe_beam(beam_args: Sequence[str], parallel: Sequence[str], ingest: Se
         return (f"{(runner or '').rsplit('.', 1)[-1]} {direct.direct_running_mode} with "
                 f"{direct.direct_num_workers} worker(s) {where}")
 
-    if not parallel:
+    if not parallel and not ingest:
         return f"{described(beam_args)} for every component"
+    workers = (f"{described(parallel)} for the Evaluator (>= {beam_options.EVALUATOR_WORKERS_ROWS} rows scored), "
+               if parallel else "")
     threads = f"{described(ingest)} for ImportExampleGen, " if ingest else ""
-    return (f"{described(parallel)} for the Evaluator (>= {beam_options.MULTI_PROCESS_ROWS} rows), "
-            f"{threads}{described(beam_args)} for the others")
+    return f"{workers}{threads}{described(beam_args)} for the others"
 
 
 def _unrecorded(run_config: config.RunConfig, plan: run_state.RunPlan) -> Optional[outcome.RunReport]:

@@ -150,8 +150,8 @@ def _direct(args):
     return direct.direct_running_mode, direct.direct_num_workers
 
 
-def test_worker_processes_one_per_core_from_the_row_threshold_on():
-    rows = beam_options.MULTI_PROCESS_ROWS
+def test_the_evaluator_gets_worker_processes_one_per_core_from_the_scored_rows_threshold_on():
+    rows = beam_options.EVALUATOR_WORKERS_ROWS
     assert beam_options.parallel_beam_args(beam_options.LOCAL_BEAM_ARGS, rows - 1, cores=4) == ()
     above = beam_options.parallel_beam_args(beam_options.LOCAL_BEAM_ARGS, rows, cores=4)
     assert _direct(beam_options.LOCAL_BEAM_ARGS + above) == ("multi_processing", 4)
@@ -178,8 +178,15 @@ def test_ingestion_gets_a_thread_per_core_from_the_row_threshold_on():
     assert _direct(user + beam_options.threaded_beam_args(user, 10**7, cores=8))[0] == "in_memory"
 
 
-@pytest.mark.parametrize("sized", [True, False])
-def test_only_the_evaluation_gets_worker_processes_and_ingestion_threads(tmp_path, monkeypatch, sized):
+@pytest.mark.parametrize("rows, models, evaluator", [
+    (10**4, 2, "in_memory"),
+    # The eval split held near 50,000 rows: a first run's Evaluator scores it alone...
+    (10**6, 1, "in_memory"),
+    # ...a retrain's scores it with the serving model too.
+    (10**6, 2, "multi_processing"),
+])
+def test_only_the_evaluation_gets_worker_processes_and_ingestion_threads(tmp_path, monkeypatch, rows, models,
+                                                                         evaluator):
     from tfx.dsl.components.base.base_beam_component import BaseBeamComponent
 
     from pipeline import pipeline as pipeline_lib
@@ -187,16 +194,14 @@ def test_only_the_evaluation_gets_worker_processes_and_ingestion_threads(tmp_pat
 
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     run_config = config.RunConfig(data_root=str(tmp_path), output_root=str(tmp_path / "out")).resolved()
-    run_config = local_runner._sized(run_config, 10**6 if sized else 10**4)
+    run_config = local_runner._sized(run_config, rows, models)
     built = pipeline_lib.create_pipeline(**run_config.pipeline_args(["span-1"]))
     modes = {node.id: _direct(node.executor_spec.beam_pipeline_args)[0]
              for node in built.components if isinstance(node, BaseBeamComponent)}
-    if sized:
-        assert {node for node, mode in modes.items() if mode == "multi_processing"} == {"Evaluator"}
-        assert modes["ImportExampleGen"] == "multi_threading"
-        assert modes["Transform"] == "in_memory"
-    else:
-        assert set(modes.values()) == {"in_memory"}
+    assert modes.pop("Evaluator") == evaluator
+    assert modes.pop("ImportExampleGen") == ("multi_threading" if rows >= beam_options.MULTI_PROCESS_ROWS
+                                             else "in_memory")
+    assert set(modes.values()) == {"in_memory"}
 
 
 @pytest.mark.parametrize("args, here", [
