@@ -3,6 +3,7 @@ same verdicts either way."""
 
 import glob
 import shutil
+import zlib
 
 import pytest
 import tensorflow as tf
@@ -106,3 +107,33 @@ def test_a_check_started_ahead_neither_holds_the_process_nor_hides_an_unexpected
     monkeypatch.setattr(preflight, "check_records", broken)
     with pytest.raises(RuntimeError, match="unexpected"):
         preflight.start_check(span_files).result(timeout=60)
+
+
+def test_a_whole_file_is_known_by_its_trailer_and_others_are_read_through(span_files, tmp_path, monkeypatch):
+    read_through = []
+    original = preflight.gzip_problem
+    monkeypatch.setattr(preflight, "gzip_problem", lambda path: read_through.append(path) or original(path))
+    expected = _per_file(span_files)
+    assert read_through == []
+    # Two GZIP members: the trailer is the last member's, so the stream is read through,
+    # and the file is whole.
+    two_members = str(tmp_path / "two-members.gz")
+    with open(two_members, "wb") as out:
+        for path in span_files[:2]:
+            with open(path, "rb") as member:
+                out.write(member.read())
+    assert preflight._check_file(two_members) == _per_file(span_files[:2])
+    assert read_through == [two_members]
+    # Cut where TensorFlow's reader stops without an error: after whole records, at a
+    # flush of the deflated stream, before its last block and trailer.
+    records = tmp_path / "records.tfrecord"
+    with tf.io.TFRecordWriter(str(records)) as out:
+        for record in tf.compat.v1.io.tf_record_iterator(span_files[0], "GZIP"):
+            out.write(record)
+    deflate = zlib.compressobj(6, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    cut = tmp_path / "cut-between-records.gz"
+    cut.write_bytes(deflate.compress(records.read_bytes()) + deflate.flush(zlib.Z_SYNC_FLUSH))
+    with pytest.raises(preflight.BadDataError, match=r"cut-between-records\.gz is truncated"):
+        preflight._check_file(str(cut))
+    assert read_through[-1] == str(cut)
+    assert expected > 0
