@@ -43,7 +43,10 @@ from components.model.trainer.settings import TrainConfig
 
 
 def _latest(pattern: str) -> str:
-    found = sorted(glob.glob(pattern), key=lambda path: int(os.path.basename(path.rstrip("/"))))
+    """The numbered folder matching `pattern` with the highest number (a model folder also
+    holds its record and TF Serving's files, which are not versions)."""
+    numbered = [path for path in glob.glob(pattern) if os.path.basename(path.rstrip("/")).isdigit()]
+    found = sorted(numbered, key=lambda path: int(os.path.basename(path.rstrip("/"))))
     if not found:
         raise SystemExit(f"nothing matches {pattern}; run `make run` first")
     return found[-1]
