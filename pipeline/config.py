@@ -78,8 +78,12 @@ def sized_evaluation(evaluation: EvaluationConfig, rows: int) -> EvaluationConfi
     return dataclasses.replace(evaluation, train_buckets=buckets - 1, eval_buckets=1)
 
 
-def eval_rows(evaluation: EvaluationConfig, rows: int) -> int:
-    """About how many of `rows` fall in the eval split of `evaluation`'s hash buckets."""
+def eval_rows(evaluation: EvaluationConfig, rows: int, window_size: Optional[int] = None) -> int:
+    """About how many of `rows` the eval split holds: in window mode the newest of
+    `window_size` spans (as if the window's rows were shared evenly), else the share of
+    `evaluation`'s hash buckets."""
+    if window_size is not None:
+        return rows // window_size
     return rows * evaluation.eval_buckets // (evaluation.train_buckets + evaluation.eval_buckets)
 
 

@@ -195,7 +195,8 @@ def _sized(run_config: config.RunConfig, rows: int, models: int = 1) -> config.R
     and threads for ImportExampleGen (`beam_options.threaded_beam_args`)."""
     settings = run_config.settings
     evaluation = config.sized_evaluation(settings.evaluation, rows)
-    parallel = beam_options.parallel_beam_args(settings.beam_args, config.eval_rows(evaluation, rows) * models)
+    scored = config.eval_rows(evaluation, rows, settings.window_size) * models
+    parallel = beam_options.parallel_beam_args(settings.beam_args, scored)
     ingest = beam_options.threaded_beam_args(settings.beam_args, rows)
     logging.info("%d rows: Beam runs %s", rows, _describe_beam(settings.beam_args, parallel, ingest))
     if evaluation != settings.evaluation:

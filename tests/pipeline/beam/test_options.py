@@ -2,6 +2,7 @@
 named by its flag; beyond this process, this package is staged as one archive; the local
 defaults, and more workers for a run of many rows."""
 
+import dataclasses
 import os
 import tarfile
 
@@ -178,24 +179,29 @@ def test_ingestion_gets_a_thread_per_core_from_the_row_threshold_on():
     assert _direct(user + beam_options.threaded_beam_args(user, 10**7, cores=8))[0] == "in_memory"
 
 
-@pytest.mark.parametrize("rows, models, evaluator", [
-    (10**4, 2, "in_memory"),
+@pytest.mark.parametrize("rows, models, window_size, evaluator", [
+    (10**4, 2, None, "in_memory"),
     # The eval split held near 50,000 rows: a first run's Evaluator scores it alone...
-    (10**6, 1, "in_memory"),
+    (10**6, 1, None, "in_memory"),
     # ...a retrain's scores it with the serving model too.
-    (10**6, 2, "multi_processing"),
+    (10**6, 2, None, "multi_processing"),
+    # A window's eval split is its newest span: a quarter of the rows here.
+    (10**6, 1, 4, "multi_processing"),
 ])
 def test_only_the_evaluation_gets_worker_processes_and_ingestion_threads(tmp_path, monkeypatch, rows, models,
-                                                                         evaluator):
+                                                                         window_size, evaluator):
     from tfx.dsl.components.base.base_beam_component import BaseBeamComponent
 
     from pipeline import pipeline as pipeline_lib
     from pipeline.run import local_runner
 
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    run_config = config.RunConfig(data_root=str(tmp_path), output_root=str(tmp_path / "out")).resolved()
+    settings = dataclasses.replace(config.RunConfig().settings, window_size=window_size)
+    run_config = config.RunConfig(data_root=str(tmp_path), output_root=str(tmp_path / "out"),
+                                  settings=settings).resolved()
     run_config = local_runner._sized(run_config, rows, models)
-    built = pipeline_lib.create_pipeline(**run_config.pipeline_args(["span-1"]))
+    spans = [f"span-{number}" for number in range(1, (window_size or 1) + 1)]
+    built = pipeline_lib.create_pipeline(**run_config.pipeline_args(spans))
     modes = {node.id: _direct(node.executor_spec.beam_pipeline_args)[0]
              for node in built.components if isinstance(node, BaseBeamComponent)}
     assert modes.pop("Evaluator") == evaluator
