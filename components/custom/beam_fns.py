@@ -37,8 +37,8 @@ SPAN_COLUMN = "__span__"
 DECODE_BATCH = 1000
 _GZIP = tf.io.TFRecordOptions(compression_type="GZIP")
 # ImportExampleGen's output: zlib's fastest level. Deflating at its default level (6) was
-# most of the split's time; level 1 writes about 20% more bytes, and readers inflate
-# either as fast (docs/performance.md, "GZIP at level 1").
+# most of the split's time; level 1 writes more bytes, which readers inflate as fast
+# (docs/performance.md, "ImportExampleGen's GZIP at level 1").
 SPLIT_OUTPUT = tf.io.TFRecordOptions(compression_type="GZIP", compression_level=1)
 
 

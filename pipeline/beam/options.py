@@ -98,9 +98,9 @@ MULTI_PROCESS_ROWS = 300_000
 # the workers share out, after about 6 s of start-up each (imports, the models loaded).
 # The eval split (`config.eval_rows`; in window mode the newest span) is held near 50,000
 # rows in all-spans mode (`config.sized_evaluation`), so there, at 1M rows and beyond, a
-# first run scores 50,000 rows, where the Evaluator took as long in this process (16.5 s
-# against 16.7-16.9 s) and the run's peak memory was 1 GB lower, and a retrain scores
-# 100,000, where the workers took 21.9 s against 26.7 s in this process.
+# first run scores 50,000 rows, which the Evaluator scores as fast in this process, with
+# two workers' memory less, and a retrain 100,000, which the workers score faster
+# (docs/performance.md, "the Evaluator sized by the rows it scores").
 EVALUATOR_WORKERS_ROWS = 100_000
 
 

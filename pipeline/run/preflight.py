@@ -238,8 +238,9 @@ def _ends_whole(path: str, stream_bytes: int) -> bool:
     TensorFlow's reader has read those bytes whole (every record's CRCs checked); a file
     cut anywhere else ends in deflated data, whose last four bytes match by a chance of
     one in 2**32. A file of several GZIP members (the last one's length) or cut just there
-    does not match, and `gzip_problem` reads the stream through: at 1M rows that read is
-    0.9 s of the check's CPU time, 9 s at 10M."""
+    does not match, and `gzip_problem` reads the stream through: reading every file
+    through again was a second inflate of all the data, beside the run's imports
+    (docs/performance.md, "the record check's trailer")."""
     import tensorflow as tf
 
     size = tf.io.gfile.stat(path).length
