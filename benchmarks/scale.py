@@ -221,7 +221,7 @@ def plot(measured: Sequence[Measured], pairs: Sequence[Pair], path: str) -> None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ours = sorted((m for m in measured if m.label.startswith("taxi-pipeline")), key=lambda m: m.rows)
+    ours = sorted(measured, key=lambda m: m.rows)
     figure, axis = plt.subplots(figsize=(8, 5), dpi=100)
     for component in ("before",) + COMPONENTS:
         points = [(m.rows, m.components[component]) for m in ours if component in m.components]
@@ -245,12 +245,11 @@ def plot(measured: Sequence[Measured], pairs: Sequence[Pair], path: str) -> None
 
 
 def _table(measured: Sequence[Measured]) -> List[str]:
-    ours = [m for m in measured if m.label.startswith("taxi-pipeline")]
-    names = ["before"] + [c for c in COMPONENTS if any(c in m.components for m in ours)]
+    names = ["before"] + [c for c in COMPONENTS if any(c in m.components for m in measured)]
     header = ["rows", "result", "wall", "peak RSS (all processes)"] + [
         "start-up + record check" if n == "before" else n for n in names]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for m in ours:
+    for m in measured:
         result = "pushed" if m.exit_code == 0 and "Pushed" in m.tail else f"exit {m.exit_code}"
         cells = [f"{m.rows:,}", result, f"{m.seconds:.0f} s", f"{m.peak_mb / 1024:.2f} GB"] + [
             f"{m.components.get(n, float('nan')):.1f}" for n in names]

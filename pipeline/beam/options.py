@@ -84,13 +84,15 @@ def local_beam_args() -> Tuple[str, ...]:
 
 
 # From this many rows on, ImportExampleGen runs on a thread per core; below, and for the
-# other components but the Evaluator always, in this process. ImportExampleGen's work is
-# in TensorFlow's C++ reader and GZIP writer, which threads share out without the
-# start-up of processes. StatisticsGen and Transform decode their records on a thread per
-# core in this process (see `pipeline.patches.tfxio`), and were slower in worker
-# processes, which add their start-up (a few seconds per component) and memory: at 1M
-# rows StatisticsGen 14.9 s there against 10.8 s here, Transform 17.9 s against 11.9 s.
-# The data gate reads a sample.
+# other components but the Evaluator always, in this process. Its work is TensorFlow's
+# reader and GZIP writer and a hash per record: threads cost no start-up, but at zlib's
+# level 1 the per-record Python holds the GIL most of the time, so two threads gain
+# little (docs/performance.md, "ImportExampleGen's split is bound by the GIL").
+# StatisticsGen and Transform decode their records on a thread per core in this process
+# (see `pipeline.patches.tfxio`), and were slower in worker processes, which add their
+# start-up (a few seconds per component) and memory: at 1M rows StatisticsGen 14.9 s
+# there against 10.8 s here, Transform 17.9 s against 11.9 s. The data gate reads a
+# sample.
 MULTI_PROCESS_ROWS = 300_000
 # From this many rows scored on (its eval rows times the models it evaluates: the
 # candidate, and the serving model when one serves), the Evaluator runs its Beam work in

@@ -40,20 +40,23 @@ ORCHESTRATORS = dict(zip(config.ORCHESTRATORS, (LocalDagRunner, BeamDagRunner)))
 
 
 def build_pipeline(
-    run_config: config.RunConfig, span_listing: Sequence[str], enable_cache: bool = True, inputs: str = ""
+    run_config: config.RunConfig, span_listing: Sequence[str], enable_cache: bool = True, inputs: str = "",
+    serving: Optional[str] = None,
 ) -> tfx_pipeline.Pipeline:
+    """The run's pipeline; `serving` is the version that serves as the run planned with it
+    (`baseline.serving_now`, read now when not given)."""
     return pipeline_lib.create_pipeline(
         **run_config.pipeline_args(span_listing, inputs),
-        serving=baseline.serving_now(run_config.model_serving_dir),
+        serving=baseline.serving_now(run_config.model_serving_dir) if serving is None else serving,
         metadata_connection_config=run_report.connection_config(run_config.metadata),
         enable_cache=enable_cache,
     )
 
 
 def compile_ir(run_config: config.RunConfig, span_listing: Sequence[str], run_id: str, enable_cache: bool = True,
-               inputs: str = ""):
+               inputs: str = "", serving: Optional[str] = None):
     """The pipeline's IR with `run_id` as its pipeline_run context."""
-    ir = compiler.Compiler().compile(build_pipeline(run_config, span_listing, enable_cache, inputs))
+    ir = compiler.Compiler().compile(build_pipeline(run_config, span_listing, enable_cache, inputs, serving))
     runtime_parameter_utils.substitute_runtime_parameter(ir, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: run_id})
     return ir
 
@@ -93,7 +96,8 @@ def run(
         if not plan.cache:
             logging.warning("%s", plan.cache_note)
         run_id = new_run_id(plan.fingerprint)
-        ir = compile_ir(run_config, plan.folders, run_id, enable_cache=plan.cache, inputs=plan.inputs)
+        ir = compile_ir(run_config, plan.folders, run_id, enable_cache=plan.cache, inputs=plan.inputs,
+                        serving=serving)
         os.makedirs(run_config.output_root, exist_ok=True)  # MLMD's SQLite file is local
         # A MySQL store or a Beam service that stops answering would hold the run for good.
         with watch.watching(run_config.metadata, run_config.settings.beam_args, logs.current_path(""), command,
@@ -201,7 +205,7 @@ def _sized(run_config: config.RunConfig, rows: int, models: int = 1) -> config.R
     logging.info("%d rows: Beam runs %s", rows, _describe_beam(settings.beam_args, parallel, ingest))
     if evaluation != settings.evaluation:
         logging.info("%d rows: the eval split is 1 hash bucket of %d (about %d rows)", rows,
-                     evaluation.train_buckets + 1, rows // (evaluation.train_buckets + 1))
+                     evaluation.train_buckets + 1, config.eval_rows(evaluation, rows))
     return dataclasses.replace(
         run_config,
         settings=dataclasses.replace(settings, parallel_beam_args=parallel, ingest_beam_args=ingest,
