@@ -75,7 +75,10 @@ def when_done(node_id: str, work: Callable[[dict], object]) -> Iterator[None]:
     try:
         yield
     finally:
-        _when_done[node_id].remove(work)
+        works = _when_done[node_id]
+        works.remove(work)
+        if not works:
+            del _when_done[node_id]
 
 
 def _calling_back(original: Callable) -> Callable:
