@@ -15,6 +15,9 @@ latency p50/p99 of one example, and throughput on batches of 1000; for scale, th
 of an empty signature (the fixed cost of any call from Python on this machine).
 
 Also printed: the trace count of each step and the eval AUC of the pushed model.
+
+With `--profile`: where a batch of 1000's time goes inside `serving_default` (and the
+baseline's), by op type, from TensorFlow's profiler trace of its calls.
 """
 
 from __future__ import annotations
@@ -178,12 +181,16 @@ def benchmark_serving(serve: Callable[..., object], labels: np.ndarray, unlabele
     }
 
 
+def _batch_of_1000(unlabeled: List[bytes]) -> tf.Tensor:
+    return tf.constant((unlabeled * (1000 // len(unlabeled) + 1))[:1000])
+
+
 def serving_speed(serve: Callable[..., object], unlabeled: List[bytes]) -> Dict[str, float]:
     """Latency of single serialized examples and throughput on batches of 1000."""
     singles = [tf.constant([e]) for e in unlabeled[:1000]]
     latencies = _latencies_ms([lambda single=single: serve(examples=single) for single in singles])
 
-    batch = tf.constant((unlabeled * (1000 // len(unlabeled) + 1))[:1000])
+    batch = _batch_of_1000(unlabeled)
     serve(examples=batch)
     rounds = 50
     started = time.perf_counter()
@@ -194,6 +201,46 @@ def serving_speed(serve: Callable[..., object], unlabeled: List[bytes]) -> Dict[
         "p99 ms (1 example)": float(np.percentile(latencies, 99)),
         "examples/s (batches of 1000)": rounds * 1000 / (time.perf_counter() - started),
     }
+
+
+def op_profile(
+    serve: Callable[..., object], unlabeled: List[bytes], calls: int = 200
+) -> List[Tuple[str, float, float]]:
+    """Where a batch of 1000's time goes inside `serve`: per op type, the microseconds
+    its kernels ran per call, summed over the threads that ran them, and how many ran
+    per call; from TensorFlow's profiler trace of `calls` calls, after untimed ones.
+    The last row is every kernel together."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    batch = _batch_of_1000(unlabeled)
+    for _ in range(50):
+        serve(examples=batch)
+    with tempfile.TemporaryDirectory() as log_dir:
+        # Level 3: every kernel, the cheap ones too (level 2 leaves out those the executor
+        # has found inexpensive).
+        tf.profiler.experimental.start(log_dir, tf.profiler.experimental.ProfilerOptions(host_tracer_level=3))
+        for _ in range(calls):
+            serve(examples=batch)
+        tf.profiler.experimental.stop()
+        (trace,) = glob.glob(os.path.join(log_dir, "plugins", "profile", "*", "*.xplane.pb"))
+        with open(trace, "rb") as handle:
+            space = xplane_pb2.XSpace.FromString(handle.read())
+    micros: Dict[str, float] = {}
+    counts: Dict[str, float] = {}
+    for plane in space.planes:
+        names = {key: meta.name for key, meta in plane.event_metadata.items()}
+        for line in plane.lines:
+            if not line.name.startswith("tf_Compute"):  # the executor's threads
+                continue
+            for event in line.events:
+                name = names.get(event.metadata_id, "")
+                if ":" not in name or "::" in name:  # a kernel is "scope/op:OpType"
+                    continue
+                op_type = name.rpartition(":")[2]
+                micros[op_type] = micros.get(op_type, 0.0) + event.duration_ps / 1e6 / calls
+                counts[op_type] = counts.get(op_type, 0.0) + 1 / calls
+    rows = sorted(((op, micros[op], counts[op]) for op in micros), key=lambda row: -row[1])
+    return rows + [("all kernels", sum(micros.values()), sum(counts.values()))]
 
 
 def example_model_auc(serve: Callable[..., object], records: List[bytes], label: str) -> Tuple[float, int]:
@@ -252,6 +299,7 @@ def main() -> None:
     parser.add_argument("--baseline-model", help="another exported model to compare serving with")
     parser.add_argument("--baseline-examples", help="glob of its GZIP eval TFRecords")
     parser.add_argument("--baseline-label", default="tips", help="its label feature, removed before serving")
+    parser.add_argument("--profile", action="store_true", help="where a batch's time goes, by op type")
     args = parser.parse_args()
     pipeline_root = os.path.join(args.output_root, "pipeline_root")
 
@@ -292,6 +340,18 @@ def main() -> None:
                 print(f"  {name:10s} p50 {measured['p50 ms (1 example)']:.3f} ms, "
                       f"p99 {measured['p99 ms (1 example)']:.3f} ms, "
                       f"{measured['examples/s (batches of 1000)']:,.0f} ex/s in batches of 1000")
+    if args.profile:
+        contenders = {model_dir: (serve, unlabeled)}
+        if args.baseline_model:
+            contenders[args.baseline_model] = (
+                tf.saved_model.load(args.baseline_model).signatures["serving_default"],
+                [export.strip_label(record, args.baseline_label)
+                 for record in _records(sorted(glob.glob(args.baseline_examples)), 1000)])
+        for name, (signature, examples) in contenders.items():
+            print(f"{name}: microseconds of kernels per batch of 1000, summed over threads, by op type:")
+            rows = op_profile(signature, examples)
+            for op_type, micros, count in rows[:12] + rows[-1:]:
+                print(f"  {op_type:30s} {micros:8.0f} us  ({count:.0f} per call)")
 
 
 if __name__ == "__main__":
