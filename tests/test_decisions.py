@@ -36,6 +36,17 @@ def test_an_edit_the_gate_refused_then_reverted_trains_nothing(copy_of_finished_
     assert f"Nothing to train: version {versions[-1]} serves, trained on these very inputs" in reverted.stdout
     assert ws.versions() == versions and len(_record(ws)["candidates"]) == 1
 
+    # The version that serves, deleted by hand: the next run is not "up to date" with it,
+    # it makes a version that can serve, and says what it found.
+    (ws.model_dir / versions[-1]).rename(ws.root / "moved-aside")
+    pushed = taxi_pipeline("run", *ws.locations())
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    assert (f"When the run started, models.config loaded version {versions[-1]} of {ws.model_dir}, which was not "
+            "there (deleted or moved?): the run compared with no baseline. models.config no longer names it."
+            ) in pushed.stdout
+    (new,) = ws.versions()
+    assert _serving(ws) == [int(new)] and f"Pushed a new model version: {ws.model_dir / new}" in pushed.stdout
+
 
 def test_a_rollback_holds_and_a_candidate_awaits_approval_until_a_person_approves_it(
         copy_of_finished_run, finished_run, taxi_pipeline):

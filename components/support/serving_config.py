@@ -83,8 +83,25 @@ class ServingState:
 
     @property
     def serving(self) -> Optional[int]:
-        """The version a request with no version or label gets (TF Serving: the highest loaded)."""
-        return max(self.loaded) if self.loaded else None
+        """The version a request with no version or label gets: TF Serving's highest loaded
+        one, of those it can load (whole in the folder)."""
+        servable = [version for version in self.loaded if version in self.on_disk]
+        return max(servable) if servable else None
+
+    @property
+    def missing(self) -> List[int]:
+        """The versions `models.config` loads that are not whole in the folder (deleted or
+        moved by hand): TF Serving cannot serve them."""
+        return [version for version in self.loaded if version not in self.on_disk]
+
+    def missing_note(self, model_dir: str) -> str:
+        """What `missing` means and what to do, or ""."""
+        if not self.missing:
+            return ""
+        named = ", ".join(map(str, self.missing))
+        return (f"{CONFIG_FILE} loads version {named} of {model_dir}, which is not there (deleted or moved?): "
+                "TF Serving cannot serve it. Put it back, or serve another (`taxi-pipeline serving pin VERSION`, "
+                "`serving unpin`); a push writes the config anew too, unless a version is pinned.")
 
 
 def version_folders(model_dir: str) -> List[int]:
@@ -323,6 +340,22 @@ def _note_serving(model_dir: str, version: int, pinned: bool) -> None:
     if (record.serving, record.pinned) != (version, pinned):
         record.serving, record.pinned = version, pinned
         registry.write(model_dir, record)
+
+
+def refuse_a_lost_pin(serving_dir: str, model_name: str) -> None:
+    """Raises when the model is pinned to a version that is not whole in its folder: TF
+    Serving serves nothing, and a run's pushes would never serve while the pin stands."""
+    current = state(serving_dir, model_name)
+    if current.pinned is None or current.pinned in current.on_disk:
+        return
+    model_dir = os.path.join(serving_dir, model_name)
+    ways = ("`taxi-pipeline serving unpin` (the newest version serves) or `serving pin VERSION`"
+            if registry.servable(registry.read(model_dir), current.on_disk)
+            else f"remove {os.path.join(model_dir, PIN_FILE)} (no other version there may serve)")
+    raise ServingConfigError(
+        f"{model_dir} is pinned to version {current.pinned}, which is not there (deleted or moved?): TF Serving "
+        f"serves nothing, and no version a run pushes serves while the pin stands. Put it back, or {ways}; "
+        "then run again. Nothing that was serving changed.")
 
 
 def refuse_unservable(model_dir: str, version: int) -> None:

@@ -37,8 +37,9 @@ def describe(current: serving_config.ServingState, model_dir: str) -> str:
     """One line per version on disk, newest first: when it was pushed, its labels, which
     one a request with no version gets, and what the record says of it (awaiting
     approval, approved or rejected, by whom)."""
+    missing = current.missing_note(model_dir)
     if not current.on_disk:
-        return f"No model versions in {model_dir}."
+        return "\n".join(line for line in (f"No model versions in {model_dir}.", missing) if line)
     record = registry.read(model_dir)
     labels_of: Dict[int, List[str]] = {}
     for label, version in sorted(current.labels.items()):
@@ -55,7 +56,7 @@ def describe(current: serving_config.ServingState, model_dir: str) -> str:
         lines.append(f"{version}  pushed {pushed:%Y-%m-%d %H:%M:%S}  {' '.join(m for m in marks if m)}".rstrip())
     mode = (f"pinned to version {current.pinned} (`serving unpin` serves the newest again)"
             if current.pinned is not None else "following the newest version")
-    return "\n".join([f"{model_dir}: {mode}", *lines])
+    return "\n".join([f"{model_dir}: {mode}", *lines, *([missing] if missing else [])])
 
 
 def _fate(candidate: registry.Candidate) -> str:

@@ -26,7 +26,7 @@ from tfx.orchestration.portable import runtime_parameter_utils
 from components import compat
 from components.custom import baseline, pusher, serving_check
 from components.custom.recorded import MODEL_KEY, NodeId
-from components.support import beam_place, registry
+from components.support import beam_place, registry, serving_config
 from pipeline import config, outcome
 from pipeline import pipeline as pipeline_lib
 from pipeline.beam import options as beam_options
@@ -92,6 +92,7 @@ def run(
     else:
         rows = record_check.result() if record_check is not None else preflight.check_records(plan.files)
         serving = baseline.serving_now(run_config.model_serving_dir)
+        missing = _serving_state(run_config).missing
         run_config = _sized(run_config, rows, models=1 if serving == registry.NOTHING_SERVES else 2)
         if not plan.cache:
             logging.warning("%s", plan.cache_note)
@@ -108,6 +109,8 @@ def run(
             finally:
                 serving_check.stop_spare()
             report = run_report.read_run(run_config.metadata, run_config.settings.pipeline_name, run_id)
+        if missing:
+            report.note = report.note or _missing_note(run_config, missing, serving)
     report.window_size = run_config.settings.window_size
     report.stack = compat.describe()
     report.ignored = plan.ignored
@@ -118,6 +121,22 @@ def run(
         report.page = write_page(run_config, report, later=page_later)
     run_state.save(run_config.output_root, report)
     return report
+
+
+def _serving_state(run_config: config.RunConfig) -> serving_config.ServingState:
+    return serving_config.state(*os.path.split(run_config.model_serving_dir.rstrip("/")))
+
+
+def _missing_note(run_config: config.RunConfig, missing: Sequence[int], serving: str) -> str:
+    """What the run made of versions `models.config` loaded that were not in the folder;
+    `serving`: the baseline it compared with (`baseline.serving_now`)."""
+    model_dir = run_config.model_serving_dir
+    compared = ("no baseline" if serving == registry.NOTHING_SERVES
+                else f"version {serving}, the newest one loaded that is there")
+    still = _serving_state(run_config).missing_note(model_dir)
+    return (f"When the run started, {serving_config.CONFIG_FILE} loaded version {', '.join(map(str, missing))} of "
+            f"{model_dir}, which was not there (deleted or moved?): the run compared with {compared}. "
+            + (still or f"{serving_config.CONFIG_FILE} no longer names it."))
 
 
 @contextlib.contextmanager

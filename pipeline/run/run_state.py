@@ -32,7 +32,7 @@ from typing import Dict, List, Optional
 import components
 import pipeline as pipeline_package
 from components.model.trainer.settings import SAVED_MODEL_FILE
-from components.support import files, registry, spans
+from components.support import files, registry, serving_config, spans
 from pipeline import code_version
 from pipeline import config as config_lib
 from pipeline.outcome import Outcome, RunReport
@@ -142,6 +142,7 @@ class RunPlan:
 def plan(run_config: config_lib.RunConfig) -> RunPlan:
     """Lists the data (or raises naming the problem) and decides whether a run is needed."""
     started = time.perf_counter()
+    serving_config.refuse_a_lost_pin(*os.path.split(run_config.model_serving_dir.rstrip("/")))
     found = preflight.checked_spans(run_config.data_root)
     ignored = preflight.ignored_entries(run_config.data_root, found)
     window_size = run_config.settings.window_size
@@ -197,6 +198,9 @@ def decided_before(last: Optional[RunReport], run_fingerprint: str, inputs: str,
     if last is not None and last.fingerprint == run_fingerprint and last.outcome is Outcome.DATA_REJECTED:
         return _as_reused(last)
     record = registry.read(model_serving_dir)
+    if record.serving is not None and not files.exists(
+            files.join(files.join(model_serving_dir, str(record.serving)), SAVED_MODEL_FILE)):
+        return None  # what served is gone from the folder: nothing serves what was decided
     if not record.candidates:
         return reusable_report(last, run_fingerprint, model_serving_dir)
     decision = registry.decide(record, inputs)

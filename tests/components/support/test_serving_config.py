@@ -206,3 +206,36 @@ def test_the_config_s_temporary_name_is_unique_per_host_process_and_write(tmp_pa
     temporary = [name for name in renamed if name.startswith(serving_config.CONFIG_FILE)]
     assert len(temporary) == 2 and temporary[0] != temporary[1]
     assert all(f".tmp-{socket.gethostname()}-{os.getpid()}-" in name for name in temporary), temporary
+
+
+def test_a_loaded_version_deleted_by_hand_is_not_what_serves_and_is_named(tmp_path):
+    """TF Serving serves the highest loaded version it can load: one deleted by hand is
+    not it, and what reads the folder says which is missing and what to do."""
+    serving_dir = _serving(tmp_path, [100, 200])
+    model_dir = os.path.join(serving_dir, MODEL)
+    serving_config.follow(serving_dir, MODEL)
+    assert serving_config.state(serving_dir, MODEL).missing_note(model_dir) == ""
+    os.rmdir(os.path.join(model_dir, "200"))
+    current = serving_config.state(serving_dir, MODEL)
+    assert (current.loaded, current.missing, current.serving) == ([100, 200], [200], 100)
+    assert serving_config.serving_version(model_dir) == 100
+    note = current.missing_note(model_dir)
+    assert f"loads version 200 of {model_dir}, which is not there" in note and "serving pin VERSION" in note
+    os.rmdir(os.path.join(model_dir, "100"))
+    assert serving_config.state(serving_dir, MODEL).serving is None
+    assert serving_config.serving_version(model_dir) is None
+
+
+def test_a_pin_to_a_version_that_is_gone_stops_a_run_naming_the_ways_out(tmp_path):
+    serving_dir = _serving(tmp_path, [100, 200])
+    model_dir = os.path.join(serving_dir, MODEL)
+    serving_config.pin(serving_dir, MODEL, 200)
+    serving_config.refuse_a_lost_pin(serving_dir, MODEL)  # there: nothing to say
+    os.rmdir(os.path.join(model_dir, "200"))
+    with pytest.raises(serving_config.ServingConfigError, match=r"pinned to version 200, which is not there .*"
+                       r"`taxi-pipeline serving unpin`"):
+        serving_config.refuse_a_lost_pin(serving_dir, MODEL)
+    os.rmdir(os.path.join(model_dir, "100"))
+    with pytest.raises(serving_config.ServingConfigError, match=r"remove .*\.pinned \(no other version"):
+        serving_config.refuse_a_lost_pin(serving_dir, MODEL)
+    serving_config.refuse_a_lost_pin(os.path.join(str(tmp_path), "never-pushed"), MODEL)

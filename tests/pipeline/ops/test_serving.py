@@ -93,3 +93,11 @@ print(sorted(name for name in ("tensorflow", "tfx", "apache_beam") if name in sy
     assert said.startswith("pin: serving version 100 (was version 200)")
     assert imported == "[]"
     assert serving_config.state(serving_dir, MODEL).pinned == 100
+
+
+def test_list_names_a_loaded_version_that_is_gone_and_marks_what_serves_instead(tmp_path):
+    serving_dir = _folder(tmp_path)  # following: loads 100 and 200
+    (tmp_path / "serving" / MODEL / "200").rmdir()
+    said = serving.command(serving_dir, MODEL, "list", None).splitlines()
+    assert said[1].startswith("300 ") and said[2].startswith("100 ") and said[2].endswith("SERVING")
+    assert said[-1].startswith(f"models.config loads version 200 of {serving_dir}/{MODEL}, which is not there")

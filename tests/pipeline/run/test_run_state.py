@@ -3,6 +3,7 @@
 
 import pytest
 
+from components.model.trainer.settings import SAVED_MODEL_FILE
 from components.support import registry
 from components.support.registry import Candidate, Fate
 from pipeline.outcome import ExitCode, Outcome, RunReport
@@ -10,11 +11,15 @@ from pipeline.run import run_state
 
 
 def _model_dir(tmp_path, *candidates, serving=None, pinned=False):
+    """A model folder with `candidates` in its record, each one pushed a whole version."""
     model_dir = tmp_path / "serving" / "big_tip"
     model_dir.mkdir(parents=True)
     record = registry.Record()
     for candidate in candidates:
         record.add(candidate)
+        if candidate.version is not None:
+            (model_dir / str(candidate.version)).mkdir()
+            (model_dir / str(candidate.version) / SAVED_MODEL_FILE).write_bytes(b"graph")
     record.serving, record.pinned = serving, pinned
     registry.write(str(model_dir), record)
     return str(model_dir)
@@ -48,3 +53,12 @@ def test_the_last_run_decides_only_for_a_refused_data_or_a_folder_without_a_reco
     empty = tmp_path / "empty" / "big_tip"
     empty.mkdir(parents=True)
     assert run_state.decided_before(pushed, "f", "other", str(empty)) is None  # no whole version to serve
+
+
+def test_nothing_was_decided_when_the_version_the_record_says_serves_is_gone(tmp_path):
+    """Deleted or moved by hand: a run must make a model that can serve, not report one
+    that cannot (the run itself: tests/test_decisions.py)."""
+    model_dir = _model_dir(tmp_path, Candidate("a", [1], Fate.SERVED, version=100, run="run-1"), serving=100)
+    assert run_state.decided_before(None, "fingerprint", "a", model_dir).outcome is Outcome.UP_TO_DATE
+    (tmp_path / "serving" / "big_tip" / "100" / SAVED_MODEL_FILE).unlink()
+    assert run_state.decided_before(None, "fingerprint", "a", model_dir) is None
