@@ -182,6 +182,9 @@ def test_a_killed_gc_leaves_nothing_a_run_can_read_and_the_next_gc_finishes(soak
     assert history.returncode == 0, history.stderr
     assert "files removed by gc" in history.stdout
     assert "files removed" not in history.stdout.splitlines()[0]  # the newest run is kept
+    # A removed run that pushed still shows its AUC: the figure gc kept in MLMD.
+    removed_pushes = [line for line in history.stdout.splitlines() if "files removed" in line and " pushed " in line]
+    assert removed_pushes and all(" auc 0." in line for line in removed_pushes), history.stdout
     versions = sorted(int(v) for v in os.listdir(serving / "big_tip") if v.isdigit())
     for version in versions:
         traced = taxi_pipeline("lineage", str(version), *where)

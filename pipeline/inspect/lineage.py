@@ -60,7 +60,9 @@ def history(metadata: MetadataConfig, pipeline_name: str, limit: int) -> str:
         report = run_report.report_of(records, run_id, details=False)
         when = _time(records.last_update) if records.last_update else "?"
         spans = f"{report.spans[0]}-{report.spans[-1]}" if len(report.spans) > 1 else ",".join(map(str, report.spans))
-        auc = f"auc {report.eval_metrics['auc']:.4f}" if "auc" in report.eval_metrics else ""
+        # After gc, the figure it kept of the evaluation it removed.
+        found_auc = report.eval_metrics.get("auc", run_report.kept_auc(contexts[run_id]))
+        auc = f"auc {found_auc:.4f}" if found_auc is not None else ""
         version = f"version {os.path.basename(report.pushed_version_dir)}" if report.pushed_version_dir else ""
         removed = contexts[run_id].custom_properties.get(run_report.REMOVED_PROPERTY)
         gone = f"(files removed by gc {removed.string_value[:10]})" if removed is not None else ""

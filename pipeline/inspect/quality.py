@@ -5,7 +5,7 @@ baseline) on the same new data, which that model never saw: its AUC there, overa
 per slice, is the served model's realized quality on the newest span before it was
 replaced, and the candidate's is beside it. The figures come from each run's evaluation
 artifact, found through MLMD; for a run whose files `gc` removed, from the summary `gc`
-kept on the run's context (`EVAL_SUMMARY_PROPERTY`) before it deleted them. So the page
+kept on the run's context (`run_report.EVAL_SUMMARY_PROPERTY`) before it deleted them. So the page
 covers every run the store recorded, on SQLite or MySQL.
 """
 
@@ -27,8 +27,6 @@ from pipeline import config
 from pipeline.inspect import report_page, run_report
 from pipeline.outcome import Outcome
 
-# On a run's context: its evaluation's figures, kept by `gc` when it removes the files.
-EVAL_SUMMARY_PROPERTY = "eval_summary"
 PAGE_FILE = "history.html"
 TEMPLATE = "quality.html.j2"
 METRIC = "auc"
@@ -75,7 +73,7 @@ def points(store: metadata_store.MetadataStore, pipeline_name: str) -> List[Qual
     for context in sorted(store.get_contexts_by_type(run_report.PIPELINE_RUN_CONTEXT), key=lambda c: c.name):
         records = run_report.run_records(store, pipeline_name, context.name)
         evaluation = records.output(NodeId.EVALUATOR, standard_component_specs.EVALUATION_KEY)
-        kept = context.custom_properties.get(EVAL_SUMMARY_PROPERTY)
+        kept = context.custom_properties.get(run_report.EVAL_SUMMARY_PROPERTY)
         if run_report.live(evaluation):
             figures = summary(evaluation.uri)
         elif kept is not None:

@@ -19,13 +19,16 @@ from ml_metadata.proto import metadata_store_pb2
 from components.custom import recorded
 from components.custom.recorded import NodeId
 from components.model.trainer.settings import TRAINING_SUMMARY_FILE
+from components.support import evaluation as evaluation_output
 from components.support import files, registry, spans
 from pipeline.config import MYSQL_PASSWORD_ENV, MYSQL_USER_ENV, MetadataConfig
 from pipeline.outcome import NodeRun, Outcome, RunReport
 
 PIPELINE_RUN_CONTEXT = "pipeline_run"
-# Set on a run's context by `gc` (pipeline.run.retention) when it removed the run's files.
+# Set on a run's context by `gc` (pipeline.run.retention) when it removed the run's files,
+# and the evaluation's figures it kept there first (`pipeline.inspect.quality.summary`).
 REMOVED_PROPERTY = "gc_removed"
+EVAL_SUMMARY_PROPERTY = "eval_summary"
 # Characters of the inputs' fingerprint that end a run id (`local_runner.new_run_id`).
 RUN_KEY_LENGTH = 16
 NODE_CONTEXT = "node"
@@ -312,3 +315,10 @@ def finished_run(
         if decided:
             return report if run_id.endswith(suffix) else None
     return None
+
+
+def kept_auc(context: metadata_store_pb2.Context) -> Optional[float]:
+    """The candidate's overall AUC that `gc` kept on a run's context, if it kept one."""
+    kept = context.custom_properties.get(EVAL_SUMMARY_PROPERTY)
+    overall = json.loads(kept.string_value)["candidate"].get(evaluation_output.OVERALL) if kept is not None else None
+    return overall[0] if overall else None

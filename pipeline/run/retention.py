@@ -304,10 +304,10 @@ def _keep_evaluations(store: metadata_store.MetadataStore, pipeline_name: str, f
         context = found.runs[run_id]
         records = run_report.run_records(store, pipeline_name, run_id)
         evaluation = records.output(NodeId.EVALUATOR, standard_component_specs.EVALUATION_KEY)
-        if quality.EVAL_SUMMARY_PROPERTY in context.custom_properties or not run_report.live(evaluation):
+        if run_report.EVAL_SUMMARY_PROPERTY in context.custom_properties or not run_report.live(evaluation):
             continue
         if tf.io.gfile.exists(evaluation.uri):
-            context.custom_properties[quality.EVAL_SUMMARY_PROPERTY].string_value = json.dumps(
+            context.custom_properties[run_report.EVAL_SUMMARY_PROPERTY].string_value = json.dumps(
                 quality.summary(evaluation.uri))
             contexts.append(context)
     if contexts:

@@ -65,3 +65,15 @@ def test_the_metrics_the_evaluator_recorded_are_read_from_the_store_not_its_file
     metrics = {"auc": 0.93, "example_count": 372.0}
     evaluation.custom_properties[recorded.METRICS_PROPERTY].string_value = json.dumps(metrics)
     assert run_report.eval_metrics(evaluation) == metrics
+
+
+def test_the_auc_gc_kept_on_a_run_s_context_is_the_candidate_s_overall_one():
+    context = mlmd.Context(name="run")
+    assert run_report.kept_auc(context) is None
+    context.custom_properties[run_report.EVAL_SUMMARY_PROPERTY].string_value = json.dumps(
+        {"candidate": {"Overall": [0.91, 300.0], "payment_type:Cash": [0.8, 90.0]},
+         "baseline": {"Overall": [0.9, 300.0]}})
+    assert run_report.kept_auc(context) == 0.91
+    context.custom_properties[run_report.EVAL_SUMMARY_PROPERTY].string_value = json.dumps(
+        {"candidate": {}, "baseline": {}})
+    assert run_report.kept_auc(context) is None
