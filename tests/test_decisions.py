@@ -42,7 +42,7 @@ def test_an_edit_the_gate_refused_then_reverted_trains_nothing(copy_of_finished_
     pushed = taxi_pipeline("run", *ws.locations())
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     assert (f"When the run started, models.config loaded version {versions[-1]} of {ws.model_dir}, which was not "
-            "there (deleted or moved?): the run compared with no baseline. models.config no longer names it."
+            "there (deleted or moved?): the run's baseline was none. models.config no longer names it."
             ) in pushed.stdout
     (new,) = ws.versions()
     assert _serving(ws) == [int(new)] and f"Pushed a new model version: {ws.model_dir / new}" in pushed.stdout

@@ -132,7 +132,7 @@ def SpanWindow(  # a component is named like a class
         files = [path for span in spans.list_spans(data_root, only=numbers) for path, _ in span.files]
         inputs = registry.inputs_digest(static_inputs, registry.runtime_versions(), spans.files_digest(files))
     inputs_used.value = inputs
-    decision = registry.decide(registry.read(model_dir), inputs) if model_dir else None
+    decision = serving_config.decide(model_dir, inputs) if model_dir else None
     if decision is not None:
         logging.info("nothing new to train: %s", decision.says)
     fresh.value = 0 if decision is not None else 1

@@ -65,6 +65,11 @@ BATCHING_DEFAULTS = {
 }
 
 
+# How a version deleted or moved by hand comes back: whole, or TF Serving (and a push's
+# clean-up of partial copies, `components.custom.pusher`) may see half of it.
+PUT_IT_BACK = ("Move it back whole (on object storage copy it with its saved_model.pb last, while no run pushes)")
+
+
 class ServingConfigError(ValueError):
     """An operator's request that cannot be carried out (an unknown version, ...)."""
 
@@ -100,8 +105,14 @@ class ServingState:
             return ""
         named = ", ".join(map(str, self.missing))
         return (f"{CONFIG_FILE} loads version {named} of {model_dir}, which is not there (deleted or moved?): "
-                "TF Serving cannot serve it. Put it back, or serve another (`taxi-pipeline serving pin VERSION`, "
+                f"TF Serving cannot serve it. {PUT_IT_BACK}, or serve another (`taxi-pipeline serving pin VERSION`, "
                 "`serving unpin`); a push writes the config anew too, unless a version is pinned.")
+
+    def require_serving(self, model_dir: str) -> int:
+        """`serving`, or an error saying why no version serves."""
+        if self.serving is None:
+            raise ServingConfigError(self.missing_note(model_dir) or f"no version of {model_dir} may serve yet")
+        return self.serving
 
 
 def version_folders(model_dir: str) -> List[int]:
@@ -342,6 +353,11 @@ def _note_serving(model_dir: str, version: int, pinned: bool) -> None:
         registry.write(model_dir, record)
 
 
+def decide(model_dir: str, inputs: str) -> Optional[registry.Decision]:
+    """`registry.decide` on the model's record, given the versions that are there."""
+    return registry.decide(registry.read(model_dir), inputs, versions(model_dir))
+
+
 def refuse_a_lost_pin(serving_dir: str, model_name: str) -> None:
     """Raises when the model is pinned to a version that is not whole in its folder: TF
     Serving serves nothing, and a run's pushes would never serve while the pin stands."""
@@ -354,7 +370,7 @@ def refuse_a_lost_pin(serving_dir: str, model_name: str) -> None:
             else f"remove {os.path.join(model_dir, PIN_FILE)} (no other version there may serve)")
     raise ServingConfigError(
         f"{model_dir} is pinned to version {current.pinned}, which is not there (deleted or moved?): TF Serving "
-        f"serves nothing, and no version a run pushes serves while the pin stands. Put it back, or {ways}; "
+        f"serves nothing, and no version a run pushes serves while the pin stands. {PUT_IT_BACK}, or {ways}; "
         "then run again. Nothing that was serving changed.")
 
 
@@ -388,8 +404,10 @@ def rollback_target(current: ServingState, version: Optional[int] = None,
     that the record lets serve."""
     if version is not None:
         return version
+    # Every loaded version gone (deleted or moved by hand): back from the newest of them.
+    reference = current.serving if current.serving is not None else max(current.missing, default=None)
     older = [v for v in registry.servable(record or registry.Record(), current.on_disk)
-             if current.serving is not None and v < current.serving]
+             if reference is not None and v < reference]
     if not older:
         raise ServingConfigError(
             f"nothing to roll back to: version {current.serving} is the oldest in the serving folder"

@@ -103,7 +103,7 @@ def served_version(run_config: config.RunConfig, model: str) -> int:
     if not current.on_disk:
         raise ValueError(f"no model versions in {model_dir}: nothing has served yet (run the pipeline first)")
     if model == "serving":
-        return current.serving
+        return current.require_serving(model_dir)
     if not model.isdigit() or int(model) not in current.on_disk:
         raise ValueError(f"--model must be 'serving' or a version in {model_dir} "
                          f"({', '.join(map(str, current.on_disk))}), got {model!r}")

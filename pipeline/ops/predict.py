@@ -49,7 +49,7 @@ def model_path(serving_dir: str, model_name: str, model: str) -> str:
     if not current.on_disk:
         raise ValueError(f"no model versions in {model_dir}: run the pipeline first")
     if model == "serving":
-        return os.path.join(model_dir, str(current.serving))
+        return os.path.join(model_dir, str(current.require_serving(model_dir)))
     if not model.isdigit() or int(model) not in current.on_disk:
         raise ValueError(f"--model must be 'serving' or a version in {model_dir} "
                          f"({', '.join(map(str, current.on_disk))}), got {model!r}")

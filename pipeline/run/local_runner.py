@@ -131,11 +131,11 @@ def _missing_note(run_config: config.RunConfig, missing: Sequence[int], serving:
     """What the run made of versions `models.config` loaded that were not in the folder;
     `serving`: the baseline it compared with (`baseline.serving_now`)."""
     model_dir = run_config.model_serving_dir
-    compared = ("no baseline" if serving == registry.NOTHING_SERVES
-                else f"version {serving}, the newest one loaded that is there")
+    baseline_was = ("none" if serving == registry.NOTHING_SERVES
+                    else f"version {serving}, the newest one loaded that is there")
     still = _serving_state(run_config).missing_note(model_dir)
     return (f"When the run started, {serving_config.CONFIG_FILE} loaded version {', '.join(map(str, missing))} of "
-            f"{model_dir}, which was not there (deleted or moved?): the run compared with {compared}. "
+            f"{model_dir}, which was not there (deleted or moved?): the run's baseline was {baseline_was}. "
             + (still or f"{serving_config.CONFIG_FILE} no longer names it."))
 
 

@@ -198,12 +198,9 @@ def decided_before(last: Optional[RunReport], run_fingerprint: str, inputs: str,
     if last is not None and last.fingerprint == run_fingerprint and last.outcome is Outcome.DATA_REJECTED:
         return _as_reused(last)
     record = registry.read(model_serving_dir)
-    if record.serving is not None and not files.exists(
-            files.join(files.join(model_serving_dir, str(record.serving)), SAVED_MODEL_FILE)):
-        return None  # what served is gone from the folder: nothing serves what was decided
     if not record.candidates:
         return reusable_report(last, run_fingerprint, model_serving_dir)
-    decision = registry.decide(record, inputs)
+    decision = serving_config.decide(model_serving_dir, inputs)
     if decision is None:
         return None
     candidate = decision.candidate
@@ -219,6 +216,8 @@ def decided_before(last: Optional[RunReport], run_fingerprint: str, inputs: str,
     report = _as_reused(report)
     if not unchanged:  # else the last run is said to be unchanged (`commands.summary`)
         report.note = f"Nothing to train: {decision.says} (`--force` trains anyway)."
+    missing = serving_config.state(*os.path.split(model_serving_dir.rstrip("/"))).missing_note(model_serving_dir)
+    report.note = " ".join(part for part in (report.note, missing) if part)
     return report
 
 

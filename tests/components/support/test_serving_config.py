@@ -221,9 +221,13 @@ def test_a_loaded_version_deleted_by_hand_is_not_what_serves_and_is_named(tmp_pa
     assert serving_config.serving_version(model_dir) == 100
     note = current.missing_note(model_dir)
     assert f"loads version 200 of {model_dir}, which is not there" in note and "serving pin VERSION" in note
+    assert current.require_serving(model_dir) == 100
     os.rmdir(os.path.join(model_dir, "100"))
     assert serving_config.state(serving_dir, MODEL).serving is None
     assert serving_config.serving_version(model_dir) is None
+    # What `predict` and `monitor` of the serving version say.
+    with pytest.raises(serving_config.ServingConfigError, match="loads version 100, 200 of .*not there"):
+        serving_config.state(serving_dir, MODEL).require_serving(model_dir)
 
 
 def test_a_pin_to_a_version_that_is_gone_stops_a_run_naming_the_ways_out(tmp_path):
@@ -235,6 +239,8 @@ def test_a_pin_to_a_version_that_is_gone_stops_a_run_naming_the_ways_out(tmp_pat
     with pytest.raises(serving_config.ServingConfigError, match=r"pinned to version 200, which is not there .*"
                        r"`taxi-pipeline serving unpin`"):
         serving_config.refuse_a_lost_pin(serving_dir, MODEL)
+    # A rollback goes back from the version that is gone.
+    assert serving_config.rollback_target(serving_config.state(serving_dir, MODEL)) == 100
     os.rmdir(os.path.join(model_dir, "100"))
     with pytest.raises(serving_config.ServingConfigError, match=r"remove .*\.pinned \(no other version"):
         serving_config.refuse_a_lost_pin(serving_dir, MODEL)

@@ -1,11 +1,14 @@
 """What a run would repeat, decided from the model's record before anything is imported
 (the runs themselves: tests/test_decisions.py)."""
 
+import shutil
+
 import pytest
 
 from components.model.trainer.settings import SAVED_MODEL_FILE
-from components.support import registry
+from components.support import registry, serving_config
 from components.support.registry import Candidate, Fate
+from pipeline import config
 from pipeline.outcome import ExitCode, Outcome, RunReport
 from pipeline.run import run_state
 
@@ -60,5 +63,20 @@ def test_nothing_was_decided_when_the_version_the_record_says_serves_is_gone(tmp
     that cannot (the run itself: tests/test_decisions.py)."""
     model_dir = _model_dir(tmp_path, Candidate("a", [1], Fate.SERVED, version=100, run="run-1"), serving=100)
     assert run_state.decided_before(None, "fingerprint", "a", model_dir).outcome is Outcome.UP_TO_DATE
-    (tmp_path / "serving" / "big_tip" / "100" / SAVED_MODEL_FILE).unlink()
+    shutil.rmtree(tmp_path / "serving" / "big_tip" / "100")
     assert run_state.decided_before(None, "fingerprint", "a", model_dir) is None
+
+
+def test_a_run_pinned_to_a_version_that_is_gone_stops_before_it_reads_the_data(tmp_path):
+    serving_dir = tmp_path / "serving"
+    _model_dir(tmp_path, Candidate("a", [1], Fate.SERVED, version=100), Candidate("b", [2], Fate.SERVED, version=200))
+    serving_config.pin(str(serving_dir), "big_tip", 100)
+    shutil.rmtree(serving_dir / "big_tip" / "100")
+    run_config = config.RunConfig(data_root=str(tmp_path / "no-data"), output_root=str(tmp_path / "out"),
+                                  serving_dir=str(serving_dir))
+    with pytest.raises(serving_config.ServingConfigError,
+                       match=r"pinned to version 100, which is not there .*`taxi-pipeline serving unpin`"):
+        run_state.plan(run_config)
+    serving_config.follow(str(serving_dir), "big_tip")  # unpinned: the run goes on to the data
+    with pytest.raises(ValueError, match="no-data"):
+        run_state.plan(run_config)
