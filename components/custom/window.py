@@ -41,7 +41,7 @@ from components.support import registry, serving_config, spans
 INPUT_CONFIG_KEY = "input_config"
 SPANS_KEY = recorded.SPANS_USED_KEY
 # 1 when a candidate trained on this window would be a new one (or no record is asked
-# about), else 0: the data gate's `fresh` parameter (`registry.decide`).
+# about), else 0: the data gate's `fresh` parameter (`serving_config.decide`).
 FRESH_KEY = "fresh"
 # The candidate's inputs (`registry.inputs_digest`), which the Pusher records.
 INPUTS_KEY = "inputs_used"
@@ -102,7 +102,7 @@ def SpanWindow(  # a component is named like a class
     from `static_inputs` (the code and the settings that reach Transform or the Trainer),
     this container's libraries and the window's files (`registry.inputs_digest`).
     `model_dir`, given, is the model's folder in the serving folder: `fresh` is 0 when its
-    record says a candidate of these inputs serves or was the newest (`registry.decide`),
+    record says a candidate of these inputs serves or was the newest (`serving_config.decide`),
     so the gate stops a job that has nothing new to train on, and `serving_version` is
     the version that serves there (`registry.NOTHING_SERVES` without `model_dir`).
     """
