@@ -132,6 +132,8 @@ def SpanWindow(  # a component is named like a class
         files = [path for span in spans.list_spans(data_root, only=numbers) for path, _ in span.files]
         inputs = registry.inputs_digest(static_inputs, registry.runtime_versions(), spans.files_digest(files))
     inputs_used.value = inputs
+    if model_dir:  # as a local run's plan does
+        serving_config.refuse_a_lost_pin(*os.path.split(model_dir.rstrip("/")))
     decision = serving_config.decide(model_dir, inputs) if model_dir else None
     if decision is not None:
         logging.info("nothing new to train: %s", decision.says)

@@ -69,12 +69,26 @@ def test_a_run_stops_naming_both_listings_when_span_folders_changed_since_planni
     assert run("", job="2f1c0a4e") == "2,3"
 
 
+def _run_window(tmp_path, data, model_dir, window_size):
+    """SpanWindow's function as a compiled job runs it: its `fresh` flag and outputs."""
+    from tfx.types import standard_artifacts
+
+    outputs = {name: standard_artifacts.String()
+               for name in ("input_config", "spans_used", "inputs_used", "serving_version")}
+    flag = standard_artifacts.Integer()
+    (tmp_path / "out").mkdir(exist_ok=True)
+    for name, artifact in [*outputs.items(), ("fresh", flag)]:
+        artifact.uri = str(tmp_path / "out" / name)
+    window.SpanWindow.EXECUTOR_SPEC.executor_class._FUNCTION(
+        data_root=str(data), window_size=window_size, listing="", fresh=flag, model_dir=str(model_dir),
+        static_inputs="code-and-settings", **outputs)
+    return flag, outputs
+
+
 def test_a_window_whose_inputs_the_record_knows_is_not_fresh(tmp_path):
     """What the compiled pipeline's gate reads: 0 when the model's record says a candidate
     of the window's inputs serves or was the newest, else 1; a late file in a span, a new
     span or another window are new inputs."""
-    from tfx.types import standard_artifacts
-
     from components.support import registry
 
     data, model_dir = tmp_path / "data", tmp_path / "serving" / "big_tip"
@@ -84,15 +98,7 @@ def test_a_window_whose_inputs_the_record_knows_is_not_fresh(tmp_path):
     model_dir.mkdir(parents=True)
 
     def run(window_size):
-        outputs = {name: standard_artifacts.String()
-                   for name in ("input_config", "spans_used", "inputs_used", "serving_version")}
-        flag = standard_artifacts.Integer()
-        (tmp_path / "out").mkdir(exist_ok=True)
-        for name, artifact in [*outputs.items(), ("fresh", flag)]:
-            artifact.uri = str(tmp_path / "out" / name)
-        window.SpanWindow.EXECUTOR_SPEC.executor_class._FUNCTION(
-            data_root=str(data), window_size=window_size, listing="", fresh=flag, model_dir=str(model_dir),
-            static_inputs="code-and-settings", **outputs)
+        flag, outputs = _run_window(tmp_path, data, model_dir, window_size)
         served[0] = outputs["serving_version"].value
         return flag.value, outputs["inputs_used"].value
 
@@ -119,3 +125,20 @@ def test_a_window_whose_inputs_the_record_knows_is_not_fresh(tmp_path):
     assert run(2)[0] == 1
     (data / "span-4").mkdir()
     assert run(2)[0] == 1
+
+
+def test_a_job_pinned_to_a_version_that_is_gone_stops_at_its_first_node_naming_the_ways_out(tmp_path):
+    """As a local run stops before it reads the data (pipeline.run.run_state.plan)."""
+    from components.support import serving_config
+
+    data, serving_dir = tmp_path / "data", tmp_path / "serving"
+    for name in ("span-1", "span-2"):
+        (data / name).mkdir(parents=True)
+        (data / name / "part-0.gz").write_bytes(name.encode())
+    for version in ("100", "200"):
+        (serving_dir / "big_tip" / version).mkdir(parents=True)
+    serving_config.pin(str(serving_dir), "big_tip", 200)
+    assert _run_window(tmp_path, data, serving_dir / "big_tip", 2)[0].value == 1
+    (serving_dir / "big_tip" / "200").rmdir()
+    with pytest.raises(serving_config.ServingConfigError, match="pinned to version 200, which is not there"):
+        _run_window(tmp_path, data, serving_dir / "big_tip", 2)
