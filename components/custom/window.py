@@ -132,13 +132,20 @@ def SpanWindow(  # a component is named like a class
         files = [path for span in spans.list_spans(data_root, only=numbers) for path, _ in span.files]
         inputs = registry.inputs_digest(static_inputs, registry.runtime_versions(), spans.files_digest(files))
     inputs_used.value = inputs
-    if model_dir:  # as a local run's plan does
-        serving_config.refuse_a_lost_pin(*os.path.split(model_dir.rstrip("/")))
-    decision = serving_config.decide(model_dir, inputs) if model_dir else None
-    if decision is not None:
-        logging.info("nothing new to train: %s", decision.says)
-    fresh.value = 0 if decision is not None else 1
+    fresh.value = _fresh(model_dir, inputs) if model_dir else 1
     serving_version.value = baseline.serving_now(model_dir) if model_dir else registry.NOTHING_SERVES
+
+
+def _fresh(model_dir: str, inputs: str) -> int:
+    """0 when the model's record says a candidate of `inputs` serves or was the newest,
+    else 1; an error, as a local run's plan raises, when the model is pinned to a
+    version that is gone."""
+    serving_config.refuse_a_lost_pin(*os.path.split(model_dir.rstrip("/")))
+    decision = serving_config.decide(model_dir, inputs)
+    if decision is None:
+        return 1
+    logging.info("nothing new to train: %s", decision.says)
+    return 0
 
 
 def trained_on(model_dir: str) -> List[int]:
