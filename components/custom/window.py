@@ -140,7 +140,7 @@ def _fresh(model_dir: str, inputs: str) -> int:
     """0 when the model's record says a candidate of `inputs` serves or was the newest,
     else 1; an error, as a local run's plan raises, when the model is pinned to a
     version that is gone."""
-    serving_config.refuse_a_lost_pin(*os.path.split(model_dir.rstrip("/")))
+    serving_config.refuse_a_lost_pin(model_dir)
     decision = serving_config.decide(model_dir, inputs)
     if decision is None:
         return 1
@@ -155,6 +155,6 @@ def trained_on(model_dir: str) -> List[int]:
     newest = registry.read(model_dir).newest
     if newest is not None:
         return sorted(newest.spans)
-    serving = serving_config.state(*os.path.split(model_dir.rstrip("/"))).serving
+    serving = serving_config.state_of(model_dir).serving
     card = model_card.read(os.path.join(model_dir, str(serving))) if serving is not None else None
     return sorted((card or {}).get("training_data", {}).get("spans", []))

@@ -67,7 +67,7 @@ BATCHING_DEFAULTS = {
 
 # How a version deleted or moved by hand comes back: whole, or TF Serving (and a push's
 # clean-up of partial copies, `components.custom.pusher`) may see half of it.
-PUT_IT_BACK = ("Move it back whole (on object storage copy it with its saved_model.pb last, while no run pushes)")
+PUT_IT_BACK = "Move it back whole (on object storage copy it with its saved_model.pb last, while no run pushes)"
 
 
 class ServingConfigError(ValueError):
@@ -192,6 +192,11 @@ def _pinned(model_dir: str) -> Optional[int]:
 
 def state(serving_dir: str, model_name: str) -> ServingState:
     return _state(serving_dir, model_name, _model_entry(read_config(serving_dir), model_name))
+
+
+def state_of(model_dir: str) -> ServingState:
+    """`state` of the model in `model_dir` (`<serving folder>/<model name>`)."""
+    return state(*os.path.split(model_dir.rstrip("/")))
 
 
 def _state(serving_dir: str, model_name: str, entry) -> ServingState:
@@ -358,13 +363,13 @@ def decide(model_dir: str, inputs: str) -> Optional[registry.Decision]:
     return registry.decide(registry.read(model_dir), inputs, versions(model_dir))
 
 
-def refuse_a_lost_pin(serving_dir: str, model_name: str) -> None:
-    """Raises when the model is pinned to a version that is not whole in its folder: TF
-    Serving serves nothing, and a run's pushes would never serve while the pin stands."""
-    current = state(serving_dir, model_name)
+def refuse_a_lost_pin(model_dir: str) -> None:
+    """Raises when the model in `model_dir` is pinned to a version that is not whole in
+    its folder: TF Serving serves nothing, and a run's pushes would never serve while the
+    pin stands."""
+    current = state_of(model_dir)
     if current.pinned is None or current.pinned in current.on_disk:
         return
-    model_dir = os.path.join(serving_dir, model_name)
     ways = ("`taxi-pipeline serving unpin` (the newest version serves) or `serving pin VERSION`"
             if registry.servable(registry.read(model_dir), current.on_disk)
             else f"remove {os.path.join(model_dir, PIN_FILE)} (no other version there may serve)")

@@ -151,7 +151,7 @@ def card(model_dir: str, version: Optional[int]) -> str:
     written again from its JSON when it is missing."""
     from components.custom import model_card
 
-    current = serving_config.state(*os.path.split(model_dir.rstrip("/")))
+    current = serving_config.state_of(model_dir)
     version = current.serving if version is None else version
     if version is None or version not in current.on_disk:
         raise ValueError(f"no version {version} in {model_dir} ({', '.join(map(str, current.on_disk)) or 'none'})")

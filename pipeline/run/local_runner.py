@@ -92,7 +92,7 @@ def run(
     else:
         rows = record_check.result() if record_check is not None else preflight.check_records(plan.files)
         serving = baseline.serving_now(run_config.model_serving_dir)
-        missing = _serving_state(run_config).missing
+        missing = serving_config.state_of(run_config.model_serving_dir).missing
         run_config = _sized(run_config, rows, models=1 if serving == registry.NOTHING_SERVES else 2)
         if not plan.cache:
             logging.warning("%s", plan.cache_note)
@@ -123,17 +123,13 @@ def run(
     return report
 
 
-def _serving_state(run_config: config.RunConfig) -> serving_config.ServingState:
-    return serving_config.state(*os.path.split(run_config.model_serving_dir.rstrip("/")))
-
-
 def _missing_note(run_config: config.RunConfig, missing: Sequence[int], serving: str) -> str:
     """What the run made of versions `models.config` loaded that were not in the folder;
     `serving`: the baseline it compared with (`baseline.serving_now`)."""
     model_dir = run_config.model_serving_dir
     baseline_was = ("none" if serving == registry.NOTHING_SERVES
                     else f"version {serving}, the newest one loaded that is there")
-    still = _serving_state(run_config).missing_note(model_dir)
+    still = serving_config.state_of(run_config.model_serving_dir).missing_note(model_dir)
     return (f"When the run started, {serving_config.CONFIG_FILE} loaded version {', '.join(map(str, missing))} of "
             f"{model_dir}, which was not there (deleted or moved?): the run's baseline was {baseline_was}. "
             + (still or f"{serving_config.CONFIG_FILE} no longer names it."))

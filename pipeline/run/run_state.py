@@ -142,7 +142,7 @@ class RunPlan:
 def plan(run_config: config_lib.RunConfig) -> RunPlan:
     """Lists the data (or raises naming the problem) and decides whether a run is needed."""
     started = time.perf_counter()
-    serving_config.refuse_a_lost_pin(*os.path.split(run_config.model_serving_dir.rstrip("/")))
+    serving_config.refuse_a_lost_pin(run_config.model_serving_dir)
     found = preflight.checked_spans(run_config.data_root)
     ignored = preflight.ignored_entries(run_config.data_root, found)
     window_size = run_config.settings.window_size
@@ -216,7 +216,7 @@ def decided_before(last: Optional[RunReport], run_fingerprint: str, inputs: str,
     report = _as_reused(report)
     if not unchanged:  # else the last run is said to be unchanged (`commands.summary`)
         report.note = f"Nothing to train: {decision.says} (`--force` trains anyway)."
-    missing = serving_config.state(*os.path.split(model_serving_dir.rstrip("/"))).missing_note(model_serving_dir)
+    missing = serving_config.state_of(model_serving_dir).missing_note(model_serving_dir)
     report.note = " ".join(part for part in (report.note, missing) if part)
     return report
 

@@ -234,14 +234,14 @@ def test_a_pin_to_a_version_that_is_gone_stops_a_run_naming_the_ways_out(tmp_pat
     serving_dir = _serving(tmp_path, [100, 200])
     model_dir = os.path.join(serving_dir, MODEL)
     serving_config.pin(serving_dir, MODEL, 200)
-    serving_config.refuse_a_lost_pin(serving_dir, MODEL)  # there: nothing to say
+    serving_config.refuse_a_lost_pin(model_dir)  # there: nothing to say
     os.rmdir(os.path.join(model_dir, "200"))
     with pytest.raises(serving_config.ServingConfigError, match=r"pinned to version 200, which is not there .*"
                        r"`taxi-pipeline serving unpin`"):
-        serving_config.refuse_a_lost_pin(serving_dir, MODEL)
+        serving_config.refuse_a_lost_pin(model_dir)
     # A rollback goes back from the version that is gone.
     assert serving_config.rollback_target(serving_config.state(serving_dir, MODEL)) == 100
     os.rmdir(os.path.join(model_dir, "100"))
     with pytest.raises(serving_config.ServingConfigError, match=r"remove .*\.pinned \(no other version"):
-        serving_config.refuse_a_lost_pin(serving_dir, MODEL)
-    serving_config.refuse_a_lost_pin(os.path.join(str(tmp_path), "never-pushed"), MODEL)
+        serving_config.refuse_a_lost_pin(model_dir)
+    serving_config.refuse_a_lost_pin(os.path.join(str(tmp_path), "never-pushed", MODEL))
