@@ -9,7 +9,7 @@ Signatures:
 - `transform_features`: serialized examples -> the transformed features (for TFMA).
 
 The two prediction signatures refuse, with `INVALID_ARGUMENT` naming the feature, a
-request that holds a value the model cannot score (`invalid_values`): NaN or an
+request that holds a value the model cannot score (`refuse_invalid`): NaN or an
 infinity in a required float (a required feature has no missing value), an infinity
 in an optional one, an empty required string. Transform would turn these into a NaN
 probability, or an id nothing was trained on, without a word. A tf.Example says
@@ -34,7 +34,7 @@ the same functions (`raw_specs`, `as_transform_input`, `invalid_values`,
 from __future__ import annotations
 
 import os
-from typing import Dict, Iterable, List, Mapping, Tuple
+from typing import Dict, Iterable, List, Mapping, NamedTuple
 
 import tensorflow as tf
 import tensorflow_transform as tft
@@ -80,11 +80,19 @@ def as_transform_input(feature: features.Feature, values: tf.Tensor) -> object:
     )
 
 
-def invalid_values(raw: Mapping[str, object]) -> List[Tuple[str, tf.Tensor]]:
-    """For each feature that may hold a value the model cannot score, a message naming it
-    and the rows (int64 `[n]`) that hold one, from Transform's inputs (see
-    `as_transform_input`; parsed examples are the same): a present float must be
-    finite, a required string must not be empty."""
+class InvalidValues(NamedTuple):
+    """One feature's values the model cannot score."""
+
+    message: str  # names the feature and what it must hold
+    rows: tf.Tensor  # int64 `[n]`: the request row of each of its values
+    invalid: tf.Tensor  # bool `[n]`: which of its values the model cannot score
+
+
+def invalid_values(raw: Mapping[str, object]) -> List[InvalidValues]:
+    """For each feature that may hold a value the model cannot score, its values' rows and
+    which of them are invalid, from Transform's inputs (see `as_transform_input`; parsed
+    examples are the same): a present float must be finite, a required string must not
+    be empty."""
     checks = []
     for feature in features.FEATURES:
         x = raw[feature.name]
@@ -102,8 +110,32 @@ def invalid_values(raw: Mapping[str, object]) -> List[Tuple[str, tf.Tensor]]:
         else:
             continue
         message = f"{feature.name} {'is required and ' if feature.required else ''}must be {what}"
-        checks.append((message, tf.boolean_mask(rows, invalid)))
+        checks.append(InvalidValues(message, rows, invalid))
     return checks
+
+
+def refuse_invalid(raw: Mapping[str, object]) -> tf.Tensor:
+    """True once no value of `raw` is invalid (`invalid_values`); otherwise the call fails
+    with `INVALID_ARGUMENT`, naming each feature that holds one and its rows.
+
+    One condition over every feature, and the rows of the message gathered only when it
+    fails: an assertion per feature, each with its rows, cost every batch its share of
+    the serving time (docs/performance.md)."""
+    checks = invalid_values(raw)
+
+    def refuse() -> tf.Tensor:
+        asserts = [
+            tf.debugging.Assert(
+                tf.logical_not(tf.reduce_any(check.invalid)),
+                [check.message, "in rows", tf.boolean_mask(check.rows, check.invalid)],
+            )
+            for check in checks
+        ]
+        with tf.control_dependencies(asserts):
+            return tf.constant(False)
+
+    any_invalid = tf.reduce_any(tf.concat([check.invalid for check in checks], axis=0))
+    return tf.cond(any_invalid, refuse, lambda: tf.constant(True))
 
 
 class ServingModule(tf.Module):
@@ -146,12 +178,10 @@ def make_signatures(
     full_spec = features.raw_feature_spec(include_label=True)
 
     def predict(raw: Mapping[str, object]) -> Dict[str, tf.Tensor]:
-        asserts = [
-            tf.debugging.Assert(tf.equal(tf.size(rows), 0), [message, "in rows", rows])
-            for message, rows in invalid_values(raw)
-        ]
-        with tf.control_dependencies(asserts):
-            probability = model_probability(model, transform(raw))
+        probability = model_probability(model, transform(raw))
+        # The check beside the model, not before it: both run at once.
+        with tf.control_dependencies([refuse_invalid(raw)]):
+            probability = tf.identity(probability)
         return {
             PROBABILITY_KEY: probability,
             CLASS_KEY: tf.cast(probability > DECISION_THRESHOLD, tf.int64),

@@ -65,12 +65,12 @@ class TFLiteModule(tf.Module):
                 feature = features.FEATURES_BY_NAME[name]
                 transformed[feature.transformed_name] = _ids(feature, ids, raw[name])
             checks = export.invalid_values(raw)
-            failed = tf.stack([tf.size(rows) > 0 for _, rows in checks])
+            failed = tf.stack([tf.reduce_any(check.invalid) for check in checks])
             probability = export.model_probability(model, transformed)
             refused = tf.fill(tf.shape(probability), float("nan"))
             return {
                 PROBABILITY_KEY: tf.where(tf.reduce_any(failed), refused, probability),
-                ERRORS_KEY: tf.boolean_mask(tf.constant([message for message, _ in checks]), failed),
+                ERRORS_KEY: tf.boolean_mask(tf.constant([check.message for check in checks]), failed),
             }
 
         self.predict = predict
