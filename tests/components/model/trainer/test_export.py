@@ -3,6 +3,7 @@ serving check on it."""
 
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -124,6 +125,19 @@ def test_raw_signature_refuses_a_nan_or_empty_value_naming_the_feature(loaded, r
     with pytest.raises(tf.errors.InvalidArgumentError, match=name):
         raw(**serving_inputs.raw_inputs(rows[:3], **{name: (1, value)}))
     assert np.isfinite(raw(**serving_inputs.raw_inputs(rows[:3]))[export.PROBABILITY_KEY].numpy()).all()
+
+
+def test_a_refusal_names_the_feature_and_every_row_that_holds_the_value_and_nothing_else(loaded, rows):
+    """The rows are gathered only once a value is refused (`export.refuse_invalid`): they
+    must still be the right ones, and a valid batch must still score."""
+    inputs = serving_inputs.raw_inputs(rows[:4])
+    inputs["trip_seconds"] = tf.tensor_scatter_nd_update(inputs["trip_seconds"], [[1], [3]], [math.inf, -math.inf])
+    with pytest.raises(tf.errors.InvalidArgumentError) as refused:
+        loaded.signatures[export.RAW_SIGNATURE](**inputs)
+    message = refused.value.message
+    assert "trip_seconds must be a finite number" in message
+    assert re.search(r"\[in rows\] \[1 3\]", message), message
+    assert not any(f"{f.name} " in message for f in features.FEATURES if f.name != "trip_seconds")
 
 
 @pytest.mark.parametrize("name, value", [("fare", math.nan), ("trip_seconds", math.inf), ("payment_type", b"")])
