@@ -65,7 +65,7 @@ def as_transform_input(feature: features.Feature, values: tf.Tensor) -> object:
     """A `[batch]` raw input as Transform expects it: dense `[batch, 1]` or sparse.
 
     The one place that reads `MISSING_VALUES`: a required feature's value is never
-    missing (`invalid_values` refuses NaN and "" there)."""
+    missing (`refuse_invalid` refuses NaN and "" there)."""
     if feature.required:
         return tf.expand_dims(values, -1)
     missing = MISSING_VALUES[feature.dtype]
@@ -84,23 +84,30 @@ class InvalidValues(NamedTuple):
     """One feature's values the model cannot score."""
 
     message: str  # names the feature and what it must hold
-    rows: tf.Tensor  # int64 `[n]`: the request row of each of its values
-    invalid: tf.Tensor  # bool `[n]`: which of its values the model cannot score
+    transform_input: object  # its input to Transform, dense `[batch, 1]` or sparse
+    invalid: tf.Tensor  # bool `[n]`: which of its `n` values the model cannot score
+
+
+def _values(x: object) -> tf.Tensor:
+    """The values of a feature's input to Transform, `[n]`."""
+    return x.values if isinstance(x, tf.SparseTensor) else tf.reshape(x, [-1])
+
+
+def _value_rows(x: object) -> tf.Tensor:
+    """int64 `[n]`: the request row of each value of a feature's input to Transform."""
+    if isinstance(x, tf.SparseTensor):
+        return x.indices[:, 0]
+    return tf.range(tf.size(x, out_type=tf.int64))
 
 
 def invalid_values(raw: Mapping[str, object]) -> List[InvalidValues]:
-    """For each feature that may hold a value the model cannot score, its values' rows and
-    which of them are invalid, from Transform's inputs (see `as_transform_input`; parsed
-    examples are the same): a present float must be finite, a required string must not
-    be empty."""
+    """For each feature that may hold a value the model cannot score, which of its values
+    are invalid, from Transform's inputs (see `as_transform_input`; parsed examples are
+    the same): a present float must be finite, a required string must not be empty."""
     checks = []
     for feature in features.FEATURES:
         x = raw[feature.name]
-        if isinstance(x, tf.SparseTensor):
-            values, rows = x.values, x.indices[:, 0]
-        else:
-            values = tf.reshape(x, [-1])
-            rows = tf.range(tf.shape(values, out_type=tf.int64)[0])
+        values = _values(x)
         if feature.dtype.is_floating:
             invalid = tf.logical_not(tf.math.is_finite(values))
             what = "a finite number, got NaN or an infinity"
@@ -110,24 +117,25 @@ def invalid_values(raw: Mapping[str, object]) -> List[InvalidValues]:
         else:
             continue
         message = f"{feature.name} {'is required and ' if feature.required else ''}must be {what}"
-        checks.append(InvalidValues(message, rows, invalid))
+        checks.append(InvalidValues(message, x, invalid))
     return checks
 
 
 def refuse_invalid(raw: Mapping[str, object]) -> tf.Tensor:
     """True once no value of `raw` is invalid (`invalid_values`); otherwise the call fails
-    with `INVALID_ARGUMENT`, naming each feature that holds one and its rows.
+    with `INVALID_ARGUMENT`, naming a feature that holds one (the first assertion to fail)
+    and its rows.
 
-    One condition over every feature, and the rows of the message gathered only when it
+    One condition over every feature, and the rows of the message found only when it
     fails: an assertion per feature, each with its rows, cost every batch its share of
-    the serving time (docs/performance.md)."""
+    the serving time (docs/performance.md, "serving's value checks in one condition")."""
     checks = invalid_values(raw)
 
     def refuse() -> tf.Tensor:
         asserts = [
             tf.debugging.Assert(
                 tf.logical_not(tf.reduce_any(check.invalid)),
-                [check.message, "in rows", tf.boolean_mask(check.rows, check.invalid)],
+                [check.message, "in rows", tf.boolean_mask(_value_rows(check.transform_input), check.invalid)],
             )
             for check in checks
         ]

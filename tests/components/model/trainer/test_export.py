@@ -138,6 +138,8 @@ def test_a_refusal_names_the_feature_and_every_row_that_holds_the_value_and_noth
     assert "trip_seconds must be a finite number" in message
     assert re.search(r"\[in rows\] \[1 3\]", message), message
     assert not any(f"{f.name} " in message for f in features.FEATURES if f.name != "trip_seconds")
+    valid = loaded.signatures[export.RAW_SIGNATURE](**serving_inputs.raw_inputs(rows[:4]))
+    assert np.isfinite(valid[export.PROBABILITY_KEY].numpy()).all()
 
 
 @pytest.mark.parametrize("name, value", [("fare", math.nan), ("trip_seconds", math.inf), ("payment_type", b"")])
