@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import statistics
 import tempfile
 import time
 from typing import Callable, Dict, List, Sequence, Tuple
@@ -340,6 +341,12 @@ def main() -> None:
                 print(f"  {name:10s} p50 {measured['p50 ms (1 example)']:.3f} ms, "
                       f"p99 {measured['p99 ms (1 example)']:.3f} ms, "
                       f"{measured['examples/s (batches of 1000)']:,.0f} ex/s in batches of 1000")
+        p50, throughput = (
+            {name: statistics.median(measured[key] for measured in rounds) for name, rounds in compared.items()}
+            for key in ("p50 ms (1 example)", "examples/s (batches of 1000)")
+        )
+        print(f"  medians, this model / baseline: p50 {p50['this model'] / p50['baseline']:.2f}x, "
+              f"throughput {throughput['this model'] / throughput['baseline']:.2f}x")
     if args.profile:
         contenders = {model_dir: (serve, unlabeled)}
         if args.baseline_model:
