@@ -23,6 +23,7 @@ import socket
 import sqlite3
 from typing import Optional
 
+from components.model.trainer.settings import REFUSED_ROWS
 from pipeline import config
 
 # Seconds the metadata store has to answer before the command gives up on it.
@@ -42,6 +43,8 @@ DAMAGED_STORE = ("file is not a database", "database disk image is malformed")
 LOCKED_STORE = ("database is locked", "concurrent writes aborted")
 # TensorFlow's Cloud Storage client, out of tries on a bucket that does not answer in time
 # (`pipeline/cloud_storage.py`) or cannot be reached at all.
+# A serving signature's refusal of a value the model cannot score: its message, the rows.
+MODEL_REFUSAL = re.compile(r"assertion failed: \[([^\]]+)\] \[" + re.escape(REFUSED_ROWS) + r"\] \[([^\]]*)\]")
 CLOUD_STORAGE_SILENT = ("libcurl code 28", "libcurl code 7 ", "libcurl code 6 ")
 MYSQL_UNREACHABLE = ("can't connect to mysql", "mysql server has gone away", "lost connection to mysql",
                      "mysql_real_connect failed", "can't connect to local mysql")
@@ -203,4 +206,9 @@ def explain(err: BaseException, metadata: Optional[config.MetadataConfig] = None
         where = _where(err, str(err), "no such file or directory")
         return (f"{where.strip() or 'a file the command reads'} does not exist, or disappeared while the command "
                 f"ran (moved or deleted?): check the path, put it back, then run again. {NOTHING_CHANGED}")
+    refusal = MODEL_REFUSAL.search(str(err))
+    if refusal:
+        return (f"the model refused an example it was given: {refusal.group(1)} (rows [{refusal.group(2)}] of "
+                f"a batch it scored): fix or leave out the examples that hold such a value, then run again. "
+                f"{NOTHING_CHANGED}")
     return f"{type(err).__name__}: {short(err)} (the full log says where)"

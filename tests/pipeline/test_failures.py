@@ -109,3 +109,18 @@ def test_cloud_storage_out_of_tries_is_named_with_the_path_and_what_to_do(curl):
     assert line.startswith("Cloud Storage did not answer reading or writing gs://b/data/span-3 in time (All 3 retry")
     assert "storage.googleapis.com" in line and line.endswith(failures.NOTHING_CHANGED)
     assert "\n" not in line
+
+
+def test_a_value_the_model_refuses_is_named_with_its_rows_not_as_a_graph_error():
+    """As batch scoring (Beam's RunInference) raises a serving signature's refusal
+    (`export.refuse_invalid`): wrapped, its first line "Graph execution error"."""
+    wrapped = RuntimeError(
+        "tensorflow.python.framework.errors_impl.InvalidArgumentError: Graph execution error:\n\n"
+        "assertion failed: [fare is required and must be a finite number, got NaN or an infinity] [in rows] [0 3]\n"
+        "\t [[{{node cond/Assert/AssertGuard/Assert}}]] [while running 'Score/RunInferenceImpl']")
+    assert failures.explain(wrapped) == (
+        "the model refused an example it was given: fare is required and must be a finite number, got NaN or an "
+        "infinity (rows [0 3] of a batch it scored): fix or leave out the examples that hold such a value, then "
+        f"run again. {failures.NOTHING_CHANGED}")
+    other = RuntimeError("InvalidArgumentError: Graph execution error:\n\nassertion failed: [x > 0]")
+    assert failures.explain(other).endswith("(the full log says where)")

@@ -49,6 +49,7 @@ from components.model.trainer.settings import (
     EXAMPLES_INPUT,
     MAX_WARMUP_RECORDS,
     PROBABILITY_KEY,
+    REFUSED_ROWS,
     SERVING_SIGNATURE,
     WARMUP_FILE,
 )
@@ -135,7 +136,7 @@ def refuse_invalid(raw: Mapping[str, object]) -> tf.Tensor:
         asserts = [
             tf.debugging.Assert(
                 tf.logical_not(tf.reduce_any(check.invalid)),
-                [check.message, "in rows", tf.boolean_mask(_value_rows(check.transform_input), check.invalid)],
+                [check.message, REFUSED_ROWS, tf.boolean_mask(_value_rows(check.transform_input), check.invalid)],
             )
             for check in checks
         ]

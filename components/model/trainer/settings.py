@@ -17,6 +17,9 @@ EXAMPLES_INPUT = "examples"
 PROBABILITY_KEY = "probability"
 CLASS_KEY = "class_id"
 WARMUP_FILE = "assets.extra/tf_serving_warmup_requests"
+# Between a refusal's message and the rows of the request it names (`export.refuse_invalid`):
+# `pipeline.failures` finds a refusal in an error by it.
+REFUSED_ROWS = "in rows"
 # The SavedModel's graph: a version folder holding it is whole (written last, removed first).
 SAVED_MODEL_FILE = "saved_model.pb"
 # In the Trainer's `model_run` output: the config, the warm start and the result of training.
