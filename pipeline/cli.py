@@ -6,6 +6,7 @@
     taxi-pipeline retrain    for schedulers: train on the newest --window spans when a new
                              span landed, else do nothing
     taxi-pipeline compile    write the PipelineJob JSON for Kubeflow Pipelines v2 / Vertex AI
+                             (with --target kubeflow, the pipeline spec YAML for Kubeflow Pipelines)
     taxi-pipeline schedule   create a Vertex AI schedule that runs the compiled JSON
     taxi-pipeline make-data  rebuild data/ from the CSV shipped in the tfx wheel, or write
                              synthetic data of any size (--rows N --out DIR)
@@ -16,7 +17,9 @@
     taxi-pipeline monitor    logged serving traffic against the training data of the version
                              that served it (TFDV skew and schema checks); exit 4 on a finding
     taxi-pipeline serving    list | card [VERSION] | rollback [VERSION] | pin VERSION | unpin: which version
-                             TF Serving serves (its models.config), never deleting one
+                             TF Serving serves (its models.config), never deleting one;
+                             approve VERSION | reject VERSION --note WHY: a person's decision
+                             on a version awaiting approval
     taxi-pipeline gc         remove what no kept run, served version or next run needs:
                              old runs' artifacts, pages and logs (MLMD lineage)
     taxi-pipeline beam-services  Beam's job service and a worker pool on this machine, for

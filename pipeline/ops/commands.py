@@ -93,7 +93,8 @@ def monitor_traffic(args: argparse.Namespace, ending: Ending) -> int:
 
 def add_serving(commands: argparse._SubParsersAction) -> None:
     serving = commands.add_parser(
-        "serving", help="list the pushed versions and their model cards, roll back, pin or unpin what TF Serving serves"
+        "serving", help="list the pushed versions and their model cards, roll back, pin or unpin what TF Serving "
+                   "serves, approve or reject a version awaiting approval"
     )
     serving.add_argument("action", choices=("list", "card", "rollback", "pin", "unpin", "approve", "reject"),
                          help="list: versions and labels; card [VERSION]: where a version's model card is "

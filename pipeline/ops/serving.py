@@ -18,6 +18,7 @@ from typing import Dict, List, Optional
 
 from components.support import files, registry, serving_config
 from pipeline.config import MetadataConfig
+from pipeline.options import UsageError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,9 +74,9 @@ def decide(serving_dir: str, model_name: str, version: Optional[int], verdict: V
     on the version's PushedModel artifact in `metadata` when given."""
     action = "approve" if verdict.approve else "reject"
     if version is None:
-        raise ValueError(f"serving {action} needs the VERSION awaiting approval")
+        raise UsageError(f"serving {action} needs the VERSION awaiting approval")
     if not verdict.approve and not verdict.note:
-        raise ValueError("serving reject needs --note saying why")
+        raise UsageError("serving reject needs --note saying why")
     model_dir = os.path.join(serving_dir, model_name)
     with serving_config.push_lock(model_dir) as confirm:
         record = registry.read(model_dir)
@@ -175,9 +176,9 @@ def command(serving_dir: str, model_name: str, action: str, version: Optional[in
     if action == "card":
         return card(model_dir, version)
     if action == "pin" and version is None:
-        raise ValueError("serving pin needs the VERSION to serve")
+        raise UsageError("serving pin needs the VERSION to serve")
     if action == "unpin" and version is not None:
-        raise ValueError("serving unpin takes no VERSION")
+        raise UsageError("serving unpin takes no VERSION")
     if not files.isdir(model_dir):
         raise ValueError(f"no serving folder {model_dir}: nothing was pushed there yet")
     with serving_config.push_lock(model_dir) as confirm:

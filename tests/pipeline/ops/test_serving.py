@@ -5,6 +5,8 @@ import pytest
 from components.support import registry, serving_config
 from components.support.registry import Candidate, Fate
 from pipeline.ops import serving
+from pipeline.options import UsageError
+from pipeline.outcome import ExitCode
 
 MODEL = "big_tip"
 
@@ -24,7 +26,7 @@ def _folder(tmp_path):
 
 def test_a_rejected_version_never_serves_and_cannot_be_approved_after(tmp_path):
     serving_dir = _folder(tmp_path)
-    with pytest.raises(ValueError, match="serving reject needs --note saying why"):
+    with pytest.raises(UsageError, match="serving reject needs --note saying why"):
         serving.decide(serving_dir, MODEL, 300, serving.Verdict(approve=False))
     said = serving.decide(serving_dir, MODEL, 300, serving.Verdict(False, note="slice drift", by="ana"))
     assert said.startswith("reject: version 300 rejected by ana; serving version 200")
@@ -35,6 +37,20 @@ def test_a_rejected_version_never_serves_and_cannot_be_approved_after(tmp_path):
         serving.decide(serving_dir, MODEL, 300, serving.Verdict(approve=True))
     serving_config.follow(serving_dir, MODEL)  # unpin: still not it
     assert serving_config.state(serving_dir, MODEL).serving == 200
+
+
+def test_a_decision_or_pin_that_lacks_what_it_needs_is_a_usage_error_and_changes_nothing(tmp_path, taxi_pipeline):
+    serving_dir = _folder(tmp_path)
+    before = serving_config.state(serving_dir, MODEL)
+    for command, said in ((("reject", "300"), "serving reject needs --note saying why"),
+                          (("approve",), "serving approve needs the VERSION awaiting approval"),
+                          (("pin",), "serving pin needs the VERSION to serve"),
+                          (("unpin", "200"), "serving unpin takes no VERSION")):
+        result = taxi_pipeline("serving", *command, "--serving-dir", serving_dir)
+        assert result.returncode == ExitCode.USAGE, result.stderr
+        assert result.stderr.strip().splitlines()[-1] == f"taxi-pipeline serving: error: {said}"
+    assert serving_config.state(serving_dir, MODEL) == before
+    assert registry.read(str(tmp_path / "serving" / MODEL)).of_version(300).fate is Fate.AWAITING_APPROVAL
 
 
 def test_approving_serves_it_and_an_unknown_version_names_what_awaits(tmp_path):
@@ -82,6 +98,8 @@ def test_list_rollback_pin_and_unpin_of_a_local_folder_import_no_tensorflow(tmp_
     program = f"""
 import sys
 from pipeline.ops import serving
+from pipeline.options import UsageError
+from pipeline.outcome import ExitCode
 said = [serving.command({serving_dir!r}, {MODEL!r}, action, version)
         for action, version in (("list", None), ("rollback", None), ("unpin", None), ("pin", 100))]
 print(said[-1].splitlines()[0])
