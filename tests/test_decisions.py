@@ -72,6 +72,7 @@ def test_a_rollback_holds_and_a_candidate_awaits_approval_until_a_person_approve
     assert waiting.returncode == 0, waiting.stdout + waiting.stderr
     third = ws.versions()[-1]
     assert f"awaits approval: {ws.model_dir / third}" in waiting.stdout
+    assert f"(`taxi-pipeline serving approve {third}`, or `serving reject {third} --note WHY`)" in waiting.stdout
     # Warm-started from and compared against the version rolled back to, not the newest pushed.
     assert f"Baseline (warm start and comparison): version {first}, which served" in waiting.stdout
     assert _serving(ws) == [int(first)]  # TF Serving's config did not change

@@ -186,6 +186,18 @@ def numbered(names: Iterable[str]) -> List[Tuple[int, str]]:
     return found
 
 
+def by_number(names: Iterable[str]) -> List[str]:
+    """`names` (span folders, or relative paths that begin with one) with those of span
+    folders first, oldest span first (span-2 before span-10), then the rest, each in name
+    order. Unlike `numbered`, for showing what is recorded: it refuses nothing."""
+
+    def order(name: str) -> Tuple[bool, int, str]:
+        span = number(name.split("/", 1)[0])
+        return span is None, span or 0, name
+
+    return sorted(names, key=order)
+
+
 def span_folders(data_root: str) -> List[Tuple[int, str]]:
     """`(span number, folder name)` of the spans under `data_root`, oldest first, without
     listing their files."""

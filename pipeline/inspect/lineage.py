@@ -22,6 +22,7 @@ from ml_metadata.proto import metadata_store_pb2
 
 from components.custom import recorded
 from components.custom.recorded import NodeId
+from components.support import spans as spans_lib
 from pipeline.config import MetadataConfig
 from pipeline.inspect import monitor_records, run_report
 from pipeline.outcome import Outcome, RunReport
@@ -157,11 +158,11 @@ def lineage(metadata: MetadataConfig, model_dir: str, version: int) -> str:
             lines.append(f"  from the data root {ingested.custom_properties['input_base'].string_value}")
         sources: Dict[str, List[str]] = json.loads(
             run_report.string_property(examples, recorded.SOURCE_FILES_PROPERTY) or "{}")
-        spans = sorted({path.split("/", 1)[0] for files in sources.values() for path in files})
+        spans = spans_lib.by_number({path.split("/", 1)[0] for files in sources.values() for path in files})
         if spans:
             lines.append(f"  spans: {', '.join(spans)}")
         for split, files in sorted(sources.items()):
-            lines += [f"  files of input split {split}:"] + [f"    {path}" for path in files]
+            lines += [f"  files of input split {split}:"] + [f"    {path}" for path in spans_lib.by_number(files)]
     check = store.producer(blessing.id) if blessing is not None else None
     shadow = run_report.string_property(blessing, recorded.SHADOW_CHECK_PROPERTY) if check is not None else ""
     if shadow:  # the Pusher's blessing came through the shadow check, then the serving check's

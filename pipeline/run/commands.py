@@ -245,7 +245,8 @@ _OUTCOME_LINES = {
                                   "the previous version keeps serving.",
     Outcome.DATA_REJECTED: "Data rejected; nothing was trained or pushed.",
     Outcome.AWAITING_APPROVAL: "Model passed every check and awaits approval: {report.pushed_version_dir} "
-                               "(`taxi-pipeline serving approve|reject VERSION`); the previous version keeps serving.",
+                               "(`taxi-pipeline serving approve {version}`, or `serving reject {version} --note WHY`); "
+                               "the previous version keeps serving.",
     Outcome.REJECTED: "A person rejected the model of these inputs; nothing was trained.",
     Outcome.SHADOW_REFUSED: "Model passed the serving check but the shadow check REFUSED it ({report.shadow_check}); "
                             "the previous version keeps serving.",
@@ -291,7 +292,8 @@ def summary(report: RunReport, log_path: str) -> str:
         lines.append(f"Eval metrics (overall): {metrics}")
     if report.stack:
         lines.append(f"Stack {report.stack}")
-    outcome = _OUTCOME_LINES[report.outcome].format(report=report)
+    version = os.path.basename(report.pushed_version_dir.rstrip("/")) if report.pushed_version_dir else "VERSION"
+    outcome = _OUTCOME_LINES[report.outcome].format(report=report, version=version)
     lines.append(f"{outcome} ({report.seconds:.1f} s, exit {int(report.exit_code)})")
     lines.append(f"Full log: {log_path}")
     if report.page:

@@ -11,6 +11,12 @@ def test_folder_names_parse_to_span_numbers_and_sort_by_number():
     assert spans.numbered(["span-10", "span-9", "span-100", "notes", "span-x"]) == [
         (9, "span-9"), (10, "span-10"), (100, "span-100")
     ]
+    # What is shown (lineage): every name kept, two of one span included, spans first.
+    assert spans.by_number(["span-10", "notes", "span-9", "span-009", "span-x"]) == [
+        "span-009", "span-9", "span-10", "notes", "span-x"
+    ]
+    paths = ["span-10/a.gz", "span-9/b.gz", "span-9/a.gz"]
+    assert spans.by_number(paths) == ["span-9/a.gz", "span-9/b.gz", "span-10/a.gz"]
 
 
 def test_list_spans_gives_each_span_its_files_with_sizes(tmp_path):
