@@ -97,6 +97,9 @@ def test_a_rollback_holds_and_a_candidate_awaits_approval_until_a_person_approve
         int(third), "approved", "ana", "shadow traffic reviewed")
     card = json.loads((ws.model_dir / third / "assets.extra" / "model_card.json").read_text())
     assert card["decision"]["fate"] == "approved" and card["decision"]["by"] == "ana"
+    history = taxi_pipeline("history", "--output-root", str(ws.out))
+    (line,) = [line for line in history.stdout.splitlines() if line.endswith(f"version {third}")]
+    assert "awaiting approval  then approved by ana at " in line and ": shadow traffic reviewed  auc " in line
 
 
 def _night(example) -> bool:

@@ -87,6 +87,12 @@ class Candidate:
     reason: str = ""
     by: str = ""
 
+    def decision(self) -> str:
+        """Who decided its fate and when, then why: " by ana at 2026-…: slice drift", or
+        only what was recorded of that ("" for nothing)."""
+        said = f" by {self.by} at {self.at}" if self.by else ""
+        return said + (f": {self.reason}" if self.reason else "")
+
     def to_json(self) -> Dict[str, Any]:
         found = dataclasses.asdict(self)
         found["fate"] = self.fate.value

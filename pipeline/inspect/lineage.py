@@ -22,6 +22,7 @@ from ml_metadata.proto import metadata_store_pb2
 
 from components.custom import recorded
 from components.custom.recorded import NodeId
+from components.support import registry
 from components.support import spans as spans_lib
 from pipeline.config import MetadataConfig
 from pipeline.inspect import monitor_records, run_report
@@ -50,6 +51,20 @@ def status(report: RunReport) -> str:
     return "stopped before its decision"
 
 
+def decided_since(report: RunReport) -> str:
+    """For a run whose model awaited approval: what became of it since ("then approved by
+    ana at …"), from the model's record beside the version; "" while it awaits, or when
+    the record no longer knows it (the serving folder moved)."""
+    if report.outcome is not Outcome.AWAITING_APPROVAL or not report.pushed_version_dir:
+        return ""
+    version_dir = report.pushed_version_dir.rstrip("/")
+    version = os.path.basename(version_dir)
+    candidate = registry.read(os.path.dirname(version_dir)).of_version(int(version)) if version.isdigit() else None
+    if candidate is None or candidate.fate is registry.Fate.AWAITING_APPROVAL:
+        return ""
+    return f"then {candidate.fate.value}{candidate.decision()}"
+
+
 def history(metadata: MetadataConfig, pipeline_name: str, limit: int) -> str:
     """The newest `limit` runs, one line each: when, spans, outcome, AUC, version; and
     `monitor` runs: when, the version monitored, requests, findings."""
@@ -68,7 +83,8 @@ def history(metadata: MetadataConfig, pipeline_name: str, limit: int) -> str:
         removed = contexts[run_id].custom_properties.get(run_report.REMOVED_PROPERTY)
         gone = f"(files removed by gc {removed.string_value[:10]})" if removed is not None else ""
         lines.append((records.last_update, "  ".join(
-            part for part in (when, run_id, f"spans {spans or '-'}", status(report), auc, version, gone) if part)))
+            part for part in (when, run_id, f"spans {spans or '-'}", status(report), decided_since(report), auc,
+                              version, gone) if part)))
     for found in monitor_records.read_all(store)[:limit]:
         lines.append((found.recorded, "  ".join((_time(found.recorded), found.monitor_id,
                                                  monitor_records.describe(found)))))

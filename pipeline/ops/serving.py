@@ -62,9 +62,7 @@ def describe(current: serving_config.ServingState, model_dir: str) -> str:
 
 def _fate(candidate: registry.Candidate) -> str:
     said = candidate.fate.value.upper() if candidate.fate is registry.Fate.AWAITING_APPROVAL else candidate.fate.value
-    if candidate.by:
-        said += f" by {candidate.by} at {candidate.at}"
-    return said + (f": {candidate.reason}" if candidate.reason else "")
+    return said + candidate.decision()
 
 
 def decide(serving_dir: str, model_name: str, version: Optional[int], verdict: Verdict,

@@ -1,0 +1,31 @@
+"""What `history` adds to a run whose model awaited approval: what a person decided since."""
+
+from components.support import registry
+from components.support.registry import Candidate, Fate
+from pipeline.inspect import lineage
+from pipeline.outcome import Outcome, RunReport
+
+
+def test_a_run_that_awaited_approval_shows_what_became_of_its_version_since(tmp_path):
+    model_dir = tmp_path / "serving" / "big_tip"
+    model_dir.mkdir(parents=True)
+    record = registry.Record()
+    record.add(Candidate("a", [1], Fate.AWAITING_APPROVAL, version=300))
+    registry.write(str(model_dir), record)
+    waited = RunReport(Outcome.AWAITING_APPROVAL, pushed_version_dir=f"{model_dir}/300/")
+    assert lineage.decided_since(waited) == ""  # it still awaits
+
+    record.candidates[0].fate, record.candidates[0].by, record.candidates[0].at = Fate.REJECTED, "ana", "2026-11-30"
+    record.candidates[0].reason = "slice drift"
+    registry.write(str(model_dir), record)
+    assert lineage.decided_since(waited) == "then rejected by ana at 2026-11-30: slice drift"
+    # Superseded by a newer candidate while it awaited: no person decided, the reason says why.
+    record = registry.Record()
+    record.add(Candidate("a", [1], Fate.AWAITING_APPROVAL, version=300))
+    record.add(Candidate("c", [3], Fate.SERVED, version=500, at="2026-12-01"))
+    registry.write(str(model_dir), record)
+    assert lineage.decided_since(waited) == "then superseded: version 500 passed every check after it"
+
+    # Not a run that awaited, or a version the record does not know (the folder moved): nothing.
+    assert lineage.decided_since(RunReport(Outcome.PUSHED, pushed_version_dir=f"{model_dir}/300")) == ""
+    assert lineage.decided_since(RunReport(Outcome.AWAITING_APPROVAL, pushed_version_dir=f"{tmp_path}/gone/9")) == ""
