@@ -14,7 +14,6 @@ The body has Slack's `text` (one line a person reads) and the fields a program r
 import http.client
 import json
 import logging
-import os
 import threading
 import urllib.error
 import urllib.parse
@@ -118,7 +117,7 @@ def run_payload(command: str, exit_code: int, report: Any, error: str, outcome: 
     if report is None:
         text = f"taxi-pipeline {command} failed (exit {exit_code}, {outcome}): {error or 'see its log'}"
         return {"text": text, "outcome": outcome, "exit_code": exit_code, "error": error}
-    version = os.path.basename(report.pushed_version_dir or "") or None
+    version = report.pushed_version
     text = f"taxi-pipeline {command}: {report.outcome.value} (exit {exit_code})"
     if version:
         text += f", model version {version}"

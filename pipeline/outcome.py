@@ -110,6 +110,11 @@ class RunReport:
     def exit_code(self) -> ExitCode:
         return ExitCode.OK if self.acknowledged else self.outcome.exit_code
 
+    @property
+    def pushed_version(self) -> Optional[str]:
+        """The version folder's name (its number) of `pushed_version_dir`, None without one."""
+        return self.pushed_version_dir.rstrip("/").rsplit("/", 1)[-1] if self.pushed_version_dir else None
+
     def to_json(self) -> Dict[str, object]:
         record = dataclasses.asdict(self)
         record["outcome"] = self.outcome.value

@@ -57,9 +57,8 @@ def decided_since(report: RunReport) -> str:
     the record no longer knows it (the serving folder moved)."""
     if report.outcome is not Outcome.AWAITING_APPROVAL or not report.pushed_version_dir:
         return ""
-    version_dir = report.pushed_version_dir.rstrip("/")
-    version = os.path.basename(version_dir)
-    candidate = registry.read(os.path.dirname(version_dir)).of_version(int(version)) if version.isdigit() else None
+    version, model_dir = report.pushed_version, os.path.dirname(report.pushed_version_dir.rstrip("/"))
+    candidate = registry.read(model_dir).of_version(int(version)) if version.isdigit() else None
     if candidate is None or candidate.fate is registry.Fate.AWAITING_APPROVAL:
         return ""
     return f"then {candidate.fate.value}{candidate.decision()}"
@@ -79,7 +78,7 @@ def history(metadata: MetadataConfig, pipeline_name: str, limit: int) -> str:
         # After gc, the figure it kept of the evaluation it removed.
         found_auc = report.eval_metrics.get("auc", run_report.kept_auc(contexts[run_id]))
         auc = f"auc {found_auc:.4f}" if found_auc is not None else ""
-        version = f"version {os.path.basename(report.pushed_version_dir)}" if report.pushed_version_dir else ""
+        version = f"version {report.pushed_version}" if report.pushed_version else ""
         removed = contexts[run_id].custom_properties.get(run_report.REMOVED_PROPERTY)
         gone = f"(files removed by gc {removed.string_value[:10]})" if removed is not None else ""
         lines.append((records.last_update, "  ".join(

@@ -129,7 +129,7 @@ def decision(details: details_lib.RunDetails) -> str:
     report = details.report
     code = int(report.exit_code)
     if report.outcome is Outcome.PUSHED:
-        version = details.pushed_version or os.path.basename(report.pushed_version_dir or "")
+        version = details.pushed_version or report.pushed_version or ""
         replaced = f", replacing version {details.replaced_version}" if details.replaced_version else ""
         held = (f"; serving stays pinned to version {details.serving_version}"
                 if details.serving_version and details.serving_version != details.pushed_version else "")
@@ -139,8 +139,9 @@ def decision(details: details_lib.RunDetails) -> str:
     if report.outcome is Outcome.DATA_REJECTED:
         return f"Data rejected: nothing was trained or pushed (exit {code})."
     if report.outcome is Outcome.AWAITING_APPROVAL:
+        version = report.pushed_version or "VERSION"
         return (f"Model passed every check and awaits approval as {report.pushed_version_dir}; the previous version "
-                f"keeps serving until `taxi-pipeline serving approve` (exit {code}).")
+                f"keeps serving until `taxi-pipeline serving approve {version}` (exit {code}).")
     if report.outcome is Outcome.SHADOW_REFUSED:
         return f"Model passed the serving check but the shadow check refused it: {report.shadow_check} (exit {code})."
     if report.outcome is Outcome.REJECTED:

@@ -292,8 +292,7 @@ def summary(report: RunReport, log_path: str) -> str:
         lines.append(f"Eval metrics (overall): {metrics}")
     if report.stack:
         lines.append(f"Stack {report.stack}")
-    version = os.path.basename(report.pushed_version_dir.rstrip("/")) if report.pushed_version_dir else "VERSION"
-    outcome = _OUTCOME_LINES[report.outcome].format(report=report, version=version)
+    outcome = _OUTCOME_LINES[report.outcome].format(report=report, version=report.pushed_version or "VERSION")
     lines.append(f"{outcome} ({report.seconds:.1f} s, exit {int(report.exit_code)})")
     lines.append(f"Full log: {log_path}")
     if report.page:

@@ -260,7 +260,7 @@ def _unrecorded(run_config: config.RunConfig, plan: run_state.RunPlan) -> Option
     )
     if report is not None and report.outcome in (outcome.Outcome.PUSHED, outcome.Outcome.UP_TO_DATE):
         # What it pushed must still be what serves (another root may push to one folder).
-        version = os.path.basename(report.pushed_version_dir or "")
+        version = report.pushed_version or ""
         if pusher.versions(run_config.model_serving_dir)[-1:] != [int(version) if version.isdigit() else None]:
             return None
     if report is not None:

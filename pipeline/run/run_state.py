@@ -229,7 +229,7 @@ def reusable_report(last: Optional[RunReport], run_fingerprint: str, model_servi
     if last.outcome in (Outcome.PUSHED, Outcome.UP_TO_DATE):
         if not last.pushed_version_dir:
             return None
-        here = files.join(model_serving_dir, last.pushed_version_dir.rstrip("/").rsplit("/", 1)[-1])
+        here = files.join(model_serving_dir, last.pushed_version)
         if not files.exists(files.join(here, SAVED_MODEL_FILE)):  # a whole version, not a folder of that name
             return None
         last.pushed_version_dir = here
