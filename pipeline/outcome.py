@@ -113,7 +113,7 @@ class RunReport:
     @property
     def pushed_version(self) -> Optional[str]:
         """The version folder's name (its number) of `pushed_version_dir`, None without one."""
-        return self.pushed_version_dir.rstrip("/").rsplit("/", 1)[-1] if self.pushed_version_dir else None
+        return (self.pushed_version_dir or "").rstrip("/").rsplit("/", 1)[-1] or None
 
     def to_json(self) -> Dict[str, object]:
         record = dataclasses.asdict(self)

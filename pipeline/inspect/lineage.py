@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import logging
 import os
 from typing import Dict, List, Optional
 
@@ -22,7 +23,7 @@ from ml_metadata.proto import metadata_store_pb2
 
 from components.custom import recorded
 from components.custom.recorded import NodeId
-from components.support import registry
+from components.support import files, registry
 from components.support import spans as spans_lib
 from pipeline.config import MetadataConfig
 from pipeline.inspect import monitor_records, run_report
@@ -51,23 +52,37 @@ def status(report: RunReport) -> str:
     return "stopped before its decision"
 
 
-def decided_since(report: RunReport) -> str:
+def decided_since(report: RunReport, records: Optional[Dict[str, Optional[registry.Record]]] = None) -> str:
     """For a run whose model awaited approval: what became of it since ("then approved by
-    ana at …"), from the model's record beside the version; "" while it awaits, or when
-    the record no longer knows it (the serving folder moved)."""
-    if report.outcome is not Outcome.AWAITING_APPROVAL or not report.pushed_version_dir:
+    ana at …"), from the model's record beside the version; "" while it awaits, and when
+    the record does not say: it no longer knows the version (the serving folder moved),
+    cannot be read (logged), or is in Cloud Storage (reading history reads no bucket).
+    `records`: the records read so far, by model folder, filled in."""
+    if report.outcome is not Outcome.AWAITING_APPROVAL or not report.pushed_version:
         return ""
-    version, model_dir = report.pushed_version, os.path.dirname(report.pushed_version_dir.rstrip("/"))
-    candidate = registry.read(model_dir).of_version(int(version)) if version.isdigit() else None
+    model_dir = os.path.dirname(report.pushed_version_dir.rstrip("/"))
+    if files.is_remote(model_dir) or not report.pushed_version.isdigit():
+        return ""
+    records = {} if records is None else records
+    if model_dir not in records:
+        try:
+            records[model_dir] = registry.read(model_dir)
+        except (ValueError, OSError) as err:
+            logging.warning("history: what became of version %s is not shown: %s", report.pushed_version, err)
+            records[model_dir] = None
+    record = records[model_dir]
+    candidate = record.of_version(int(report.pushed_version)) if record is not None else None
     if candidate is None or candidate.fate is registry.Fate.AWAITING_APPROVAL:
         return ""
     return f"then {candidate.fate.value}{candidate.decision()}"
 
 
 def history(metadata: MetadataConfig, pipeline_name: str, limit: int) -> str:
-    """The newest `limit` runs, one line each: when, spans, outcome, AUC, version; and
+    """The newest `limit` runs, one line each: when, spans, outcome (and for a version that
+    awaited approval, what became of it since: `decided_since`), AUC, version; and
     `monitor` runs: when, the version monitored, requests, findings."""
     store = run_report.connect(metadata)
+    model_records: Dict[str, Optional[registry.Record]] = {}
     contexts = {c.name: c for c in store.get_contexts_by_type(run_report.PIPELINE_RUN_CONTEXT)}
     lines = []  # (milliseconds, line)
     for run_id in sorted(contexts, reverse=True)[:limit]:
@@ -82,8 +97,8 @@ def history(metadata: MetadataConfig, pipeline_name: str, limit: int) -> str:
         removed = contexts[run_id].custom_properties.get(run_report.REMOVED_PROPERTY)
         gone = f"(files removed by gc {removed.string_value[:10]})" if removed is not None else ""
         lines.append((records.last_update, "  ".join(
-            part for part in (when, run_id, f"spans {spans or '-'}", status(report), decided_since(report), auc,
-                              version, gone) if part)))
+            part for part in (when, run_id, f"spans {spans or '-'}", status(report),
+                              decided_since(report, model_records), auc, version, gone) if part)))
     for found in monitor_records.read_all(store)[:limit]:
         lines.append((found.recorded, "  ".join((_time(found.recorded), found.monitor_id,
                                                  monitor_records.describe(found)))))

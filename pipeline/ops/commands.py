@@ -112,21 +112,24 @@ def add_serving(commands: argparse._SubParsersAction) -> None:
 
 
 def serving_versions(args: argparse.Namespace, ending: Ending) -> int:
-    options.require_serving_dir(args)
     from pipeline.ops import serving
 
-    if args.action in ("approve", "reject"):
-        metadata = None
-        if args.output_root or args.metadata_mysql:  # checked before the decision is made
-            has_store = options.require_output_root(args)
-            if not has_store:
-                raise ValueError(f"--output-root {args.output_root} holds no {config.METADATA_FILE}: name the output "
-                                 "root the run that pushed the version wrote to")
-            metadata = config.MetadataConfig(
-                os.path.join(os.path.abspath(args.output_root or config.OUTPUT_ROOT), config.METADATA_FILE),
-                args.metadata_mysql)
-        print(serving.decide(args.serving_dir, args.model_name, args.version,
-                             serving.Verdict(args.action == "approve", args.note, args.by), metadata))
-    else:
+    deciding = args.action in ("approve", "reject")
+    verdict = serving.Verdict(args.action == "approve", args.note, args.by)
+    if deciding:  # the command line first, then the paths it names
+        serving.require_decision(args.version, verdict)
+    options.require_serving_dir(args)
+    if not deciding:
         print(serving.command(args.serving_dir, args.model_name, args.action, args.version))
+        return ExitCode.OK
+    metadata = None
+    if args.output_root or args.metadata_mysql:  # checked before the decision is made
+        has_store = options.require_output_root(args)
+        if not has_store:
+            raise ValueError(f"--output-root {args.output_root} holds no {config.METADATA_FILE}: name the output "
+                             "root the run that pushed the version wrote to")
+        metadata = config.MetadataConfig(
+            os.path.join(os.path.abspath(args.output_root or config.OUTPUT_ROOT), config.METADATA_FILE),
+            args.metadata_mysql)
+    print(serving.decide(args.serving_dir, args.model_name, args.version, verdict, metadata))
     return ExitCode.OK

@@ -65,16 +65,22 @@ def _fate(candidate: registry.Candidate) -> str:
     return said + candidate.decision()
 
 
-def decide(serving_dir: str, model_name: str, version: Optional[int], verdict: Verdict,
-           metadata: Optional[MetadataConfig] = None) -> str:
-    """Approves (it serves) or rejects a version awaiting approval, under the model's push
-    lock; records who, when and the note in the record and the version's model card, and
-    on the version's PushedModel artifact in `metadata` when given."""
+def require_decision(version: Optional[int], verdict: Verdict) -> None:
+    """A decision names its VERSION, and a rejection says why (`UsageError` otherwise)."""
     action = "approve" if verdict.approve else "reject"
     if version is None:
         raise UsageError(f"serving {action} needs the VERSION awaiting approval")
     if not verdict.approve and not verdict.note:
         raise UsageError("serving reject needs --note saying why")
+
+
+def decide(serving_dir: str, model_name: str, version: Optional[int], verdict: Verdict,
+           metadata: Optional[MetadataConfig] = None) -> str:
+    """Approves (it serves) or rejects a version awaiting approval, under the model's push
+    lock; records who, when and the note in the record and the version's model card, and
+    on the version's PushedModel artifact in `metadata` when given."""
+    require_decision(version, verdict)
+    action = "approve" if verdict.approve else "reject"
     model_dir = os.path.join(serving_dir, model_name)
     with serving_config.push_lock(model_dir) as confirm:
         record = registry.read(model_dir)

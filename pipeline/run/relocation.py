@@ -80,7 +80,7 @@ def recorded(output_root: str) -> Optional[Location]:
     page, pushed = report.get("page") or "", report.get("pushed_version_dir") or ""
     if not page.startswith("/"):
         return None
-    serving = os.path.dirname(os.path.dirname(pushed)) if pushed.startswith("/") else ""
+    serving = os.path.dirname(os.path.dirname(pushed.rstrip("/"))) if pushed.startswith("/") else ""
     return Location(os.path.dirname(os.path.dirname(page)), serving)
 
 
@@ -89,11 +89,11 @@ def _write(output_root: str, location: Location) -> None:
 
 
 def _moved_prefixes(before: Location, now: Location, model_serving_dir: str,
-                    pushed: List[str]) -> List[Tuple[str, str]]:
+                    pushed_versions: List[str]) -> List[Tuple[str, str]]:
     """(old, new) path prefixes: the output root, and the serving folder when it came along."""
     moves = [(before.output_root, now.output_root)]
     if (before.serving_dir and before.serving_dir != now.serving_dir and not files.is_remote(now.serving_dir)
-            and any(_whole(os.path.join(model_serving_dir, os.path.basename(path))) for path in pushed)):
+            and any(_whole(os.path.join(model_serving_dir, version)) for version in pushed_versions)):
         moves.append((before.serving_dir, now.serving_dir))
     # The longest first: a path under both is moved by the one nearest to it.
     return sorted(moves, key=lambda move: len(move[0]), reverse=True)
@@ -132,8 +132,8 @@ def relocate(run_config: config_lib.RunConfig, pushes: bool = True) -> List[str]
             f"artifacts in the shared metadata store {run_config.metadata} are recorded there: run it from "
             f"{before.output_root} again (or mount it at that path), or give a new output root a database of its own"
         )
-    pushed = _pushed_folders(run_config.output_root)
-    moves = _moved_prefixes(before, Location.of(run_config), run_config.model_serving_dir, pushed)
+    moves = _moved_prefixes(before, Location.of(run_config), run_config.model_serving_dir,
+                            _pushed_versions(run_config.output_root))
     if not any(old == before.serving_dir for old, _ in moves):
         now = Location(now.output_root, before.serving_dir if not pushes else now.serving_dir)
     count = _rewrite_metadata(run_config, moves) if run_config.metadata.exists() else 0
@@ -155,13 +155,13 @@ def _same_folder(recorded_path: str, path: str) -> bool:
         return False
 
 
-def _pushed_folders(output_root: str) -> List[str]:
+def _pushed_versions(output_root: str) -> List[str]:
     try:
         record = run_state.load(output_root)
     except (ValueError, KeyError, TypeError):  # unreadable: no evidence that a serving folder came along
         return []
     reports = (record.report, record.window_report) if record else ()
-    return [report.pushed_version_dir for report in reports if report and report.pushed_version_dir]
+    return [report.pushed_version for report in reports if report and report.pushed_version]
 
 
 def _rewrite_metadata(run_config: config_lib.RunConfig, moves: List[Tuple[str, str]]) -> int:

@@ -29,3 +29,21 @@ def test_a_run_that_awaited_approval_shows_what_became_of_its_version_since(tmp_
     # Not a run that awaited, or a version the record does not know (the folder moved): nothing.
     assert lineage.decided_since(RunReport(Outcome.PUSHED, pushed_version_dir=f"{model_dir}/300")) == ""
     assert lineage.decided_since(RunReport(Outcome.AWAITING_APPROVAL, pushed_version_dir=f"{tmp_path}/gone/9")) == ""
+
+
+def test_a_record_that_cannot_be_read_or_is_in_a_bucket_leaves_the_line_as_it_was(tmp_path, caplog):
+    model_dir = tmp_path / "big_tip"
+    model_dir.mkdir()
+    (model_dir / "record.json").write_text("{not json")
+    waited = RunReport(Outcome.AWAITING_APPROVAL, pushed_version_dir=f"{model_dir}/300")
+    records = {}
+    assert lineage.decided_since(waited, records) == "" and records == {str(model_dir): None}
+    assert "what became of version 300 is not shown: " in caplog.text and "is not a record this pipeline" in caplog.text
+    # Read once per model folder: a record repaired since is not read again within one listing.
+    record = registry.Record()
+    record.add(Candidate("a", [1], Fate.REJECTED, version=300, by="ana", at="2026-11-30", reason="why"))
+    registry.write(str(model_dir), record)
+    assert lineage.decided_since(waited, records) == ""
+    assert lineage.decided_since(waited) == "then rejected by ana at 2026-11-30: why"
+    # Not read from Cloud Storage at all.
+    assert lineage.decided_since(RunReport(Outcome.AWAITING_APPROVAL, pushed_version_dir="gs://b/big_tip/300")) == ""

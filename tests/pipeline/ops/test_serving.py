@@ -43,6 +43,9 @@ def test_a_decision_or_pin_that_lacks_what_it_needs_is_a_usage_error_and_changes
     serving_dir = _folder(tmp_path)
     before = serving_config.state(serving_dir, MODEL)
     for command, said in ((("reject", "300"), "serving reject needs --note saying why"),
+                          # Said before any path it names is checked.
+                          (("reject", "300", "--output-root", str(tmp_path / "missing")),
+                           "serving reject needs --note saying why"),
                           (("approve",), "serving approve needs the VERSION awaiting approval"),
                           (("pin",), "serving pin needs the VERSION to serve"),
                           (("unpin", "200"), "serving unpin takes no VERSION")):
