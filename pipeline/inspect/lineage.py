@@ -56,7 +56,8 @@ def decided_since(report: RunReport, records: Optional[Dict[str, Optional[regist
     """For a run whose model awaited approval: what became of it since ("then approved by
     ana at …"), from the model's record beside the version; "" while it awaits, and when
     the record does not say: it no longer knows the version (the serving folder moved),
-    cannot be read (logged), or is in Cloud Storage (reading history reads no bucket).
+    cannot be read (`serving list` says why; reading history goes on), or is in Cloud
+    Storage (reading history reads no bucket).
     `records`: the records read so far, by model folder, filled in."""
     if report.outcome is not Outcome.AWAITING_APPROVAL or not report.pushed_version:
         return ""
