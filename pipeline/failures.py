@@ -43,9 +43,9 @@ DAMAGED_STORE = ("file is not a database", "database disk image is malformed")
 LOCKED_STORE = ("database is locked", "concurrent writes aborted")
 # TensorFlow's Cloud Storage client, out of tries on a bucket that does not answer in time
 # (`pipeline/cloud_storage.py`) or cannot be reached at all.
+CLOUD_STORAGE_SILENT = ("libcurl code 28", "libcurl code 7 ", "libcurl code 6 ")
 # A serving signature's refusal of a value the model cannot score: its message, the rows.
 MODEL_REFUSAL = re.compile(r"assertion failed: \[([^\]]+)\] \[" + re.escape(REFUSED_ROWS) + r"\] \[([^\]]*)\]")
-CLOUD_STORAGE_SILENT = ("libcurl code 28", "libcurl code 7 ", "libcurl code 6 ")
 MYSQL_UNREACHABLE = ("can't connect to mysql", "mysql server has gone away", "lost connection to mysql",
                      "mysql_real_connect failed", "can't connect to local mysql")
 
