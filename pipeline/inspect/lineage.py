@@ -56,7 +56,7 @@ def decided_since(report: RunReport, records: Optional[Dict[str, Optional[regist
     """For a run whose model awaited approval: what became of it since ("then approved by
     ana at …"), from the model's record beside the version; "" while it awaits, and when
     the record does not say: it no longer knows the version (the serving folder moved),
-    cannot be read (`serving list` says why; reading history goes on), or is in Cloud
+    cannot be read (`history` says so under its listing, `serving list` why), or is in Cloud
     Storage (reading history reads no bucket).
     `records`: the records read so far, by model folder, filled in."""
     if report.outcome is not Outcome.AWAITING_APPROVAL or not report.pushed_version:
@@ -105,7 +105,16 @@ def history(metadata: MetadataConfig, pipeline_name: str, limit: int) -> str:
                                                  monitor_records.describe(found)))))
     if not lines:
         return f"No runs recorded in {metadata}."
-    return "\n".join(line for _, line in sorted(lines, key=lambda pair: pair[0], reverse=True)[:limit])
+    listing = [line for _, line in sorted(lines, key=lambda pair: pair[0], reverse=True)[:limit]]
+    return "\n".join(listing + [_unread_note(model_dir) for model_dir, record in model_records.items()
+                                 if record is None])
+
+
+def _unread_note(model_dir: str) -> str:
+    serving_dir, model_name = os.path.split(model_dir.rstrip("/"))
+    return (f"Not shown: what became of the versions above that awaited approval in {model_dir}, since "
+            f"{registry.path(model_dir)} cannot be read (`taxi-pipeline serving list --serving-dir {serving_dir} "
+            f"--model-name {model_name}` says why).")
 
 
 def run_of(store: metadata_store.MetadataStore, execution: metadata_store_pb2.Execution) -> str:
