@@ -77,14 +77,16 @@ VERTEX = Target("vertex", vertex.VertexJob, "json")
 KUBEFLOW = Target("kubeflow", kubeflow.KubeflowJob, "yaml", ("alert-webhook", "url"), pre_cache_hook=False)
 
 
-def compile_job(bucket, image: str, url: str, name: str, *extra: str, target: Target = VERTEX) -> Path:
+def compile_job(bucket, image: str, url: str, name: str, *extra: str, target: Target = VERTEX,
+                data: str = "data", serving: str = SERVING, pipeline_root: str = PIPELINE_ROOT) -> Path:
     """`name`.json (or .yaml, as the target's file is), compiled for `target` inside the
     image by the image's own stack, its exit handler reading the webhook's URL `url` from
-    the target's secret; the file never holds the URL."""
+    the target's secret; the file never holds the URL. `data` and `serving`: folders of
+    the bucket."""
     output = f"{name}.{target.extension}"
     bucket.run(["taxi-pipeline", "compile", "--target", target.name, "--image", image,
-                "--pipeline-root", PIPELINE_ROOT, "--data-root", bucket.inside("data"),
-                "--serving-dir", bucket.inside(SERVING), "--window", str(WINDOW),
+                "--pipeline-root", pipeline_root, "--data-root", bucket.inside(data),
+                "--serving-dir", bucket.inside(serving), "--window", str(WINDOW),
                 "--notify-secret", target.notify_secret, *extra, "--output", bucket.local(output)],
                bucket.root / f"compile-{output}.log")
     compiled = (bucket.root / output).read_text()

@@ -7,11 +7,10 @@ import pytest
 
 from tests.helpers import SLICE_SPANS
 from tests.image import vertex
-from tests.image.schedule import NOTIFY_SECRET
+from tests.image.schedule import NOTIFY_SECRET, compile_job
 from tests.image.vertex import BUCKET_NAME, report
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
-WINDOW = 4
 
 
 def test_a_failing_task_is_named_with_its_log_and_still_alerted(bucket, webhook, pipeline_image, copy_spans,
@@ -22,13 +21,10 @@ def test_a_failing_task_is_named_with_its_log_and_still_alerted(bucket, webhook,
     bucket.emulator.secrets[NOTIFY_SECRET] = url.encode()
     copy_spans(bucket.root / "short-data", SLICE_SPANS[:2])
     bucket.emulator.upload_tree(BUCKET_NAME, "short-data", bucket.root / "short-data")
-    bucket.run(["taxi-pipeline", "compile", "--image", pipeline_image,
-                "--pipeline-root", f"gs://{BUCKET_NAME}/short-root", "--data-root", bucket.inside("short-data"),
-                "--serving-dir", bucket.inside("short-serving"), "--window", str(WINDOW),
-                "--notify-secret", NOTIFY_SECRET,
-                "--output", bucket.local("short.json")], bucket.root / "short-compile.log")
+    compiled = compile_job(bucket, pipeline_image, url, "short", data="short-data", serving="short-serving",
+                           pipeline_root=f"gs://{BUCKET_NAME}/short-root")
     alerts = len(received)
-    job = vertex.VertexJob(str(bucket.root / "short.json"), bucket.image, bucket, str(tmp_path / "harness")).run()
+    job = vertex.VertexJob(str(compiled), bucket.image, bucket, str(tmp_path / "harness")).run()
     assert job.state == "FAILED" and job.tasks["SpanWindow"].state == "FAILED", report(job)
     error = job.tasks["SpanWindow"].error
     assert "SpanWindow" in job.final_status["error"]["message"]
