@@ -167,12 +167,12 @@ class Decision:
         return f"{what} was trained on these very inputs: {fate}"
 
 
-def decide(record: Record, inputs: str, on_disk: Sequence[int]) -> Optional[Decision]:
-    """The candidate a run of `inputs` would repeat, if any: the version that serves, or
-    the newest candidate, when either was trained on these inputs (see the module doc).
-    A version the record names that is not `on_disk` (deleted or moved by hand) neither
-    serves nor is repeated: a run makes one that can serve."""
-    served = record.serving if record.serving in on_disk else None
+def decide(record: Record, inputs: str, on_disk: Sequence[int], serving: Optional[int]) -> Optional[Decision]:
+    """The candidate a run of `inputs` would repeat, if any: the version that serves
+    (`serving`, as `models.config` names it), or the newest candidate, when either was
+    trained on these inputs (see the module doc). A version that is not `on_disk`
+    (deleted or moved by hand) neither serves nor is repeated: a run makes one that can serve."""
+    served = serving if serving in on_disk else None
     serving = record.of_version(served) if served is not None else None
     if serving is not None and serving.inputs == inputs:
         return Decision(serving, served)

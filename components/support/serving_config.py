@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import logging
 import os
 import time
 from typing import Callable, Dict, Iterator, List, Optional
@@ -343,10 +344,13 @@ def follow(serving_dir: str, model_name: str) -> None:
     on_disk = registry.servable(registry.read(model_dir), versions(model_dir))
     if not on_disk:
         raise ServingConfigError(f"no model versions that may serve under {model_dir}")
-    _write(serving_dir, model_name, on_disk[-2:], on_disk[-2] if len(on_disk) > 1 else on_disk[-1])
+    # The pin goes first: cut short after it, the config still loads the pinned version
+    # and the next push or `unpin` follows; the other way round, a pin left behind a
+    # following config would keep every later push from serving.
     pin_file = os.path.join(model_dir, PIN_FILE)
     if files.exists(pin_file):
         files.remove(pin_file)
+    _write(serving_dir, model_name, on_disk[-2:], on_disk[-2] if len(on_disk) > 1 else on_disk[-1])
     _note_serving(model_dir, on_disk[-1], pinned=False)
 
 
@@ -359,8 +363,26 @@ def _note_serving(model_dir: str, version: int, pinned: bool) -> None:
 
 
 def decide(model_dir: str, inputs: str) -> Optional[registry.Decision]:
-    """`registry.decide` on the model's record, given the versions that are there."""
-    return registry.decide(registry.read(model_dir), inputs, versions(model_dir))
+    """`registry.decide` on the model's record, given the versions that are there and the
+    one that serves (`serving_version`); None when the candidate it names may serve and
+    should, but does not: its push was cut short after the version was recorded and before
+    `models.config` (a kill, a lost machine), and a run with its inputs finishes that push
+    instead of repeating a decision never carried out. Unpinned, the newest version the
+    record lets serve is the one that serves (`follow`); pinned (a rollback), what serves
+    is the operator's choice and stands."""
+    on_disk = versions(model_dir)
+    record = registry.read(model_dir)
+    serving = serving_version(model_dir)
+    decision = registry.decide(record, inputs, on_disk, serving)
+    if decision is None or decision.candidate.version in (None, serving):
+        return decision
+    servable = registry.servable(record, on_disk)
+    pinned = _pinned(model_dir) is not None or record.pinned
+    if not pinned and servable and servable[-1] == decision.candidate.version:
+        logging.info("version %d may serve and does not: its push was cut short; this run finishes it",
+                     decision.candidate.version)
+        return None
+    return decision
 
 
 def refuse_a_lost_pin(model_dir: str) -> None:

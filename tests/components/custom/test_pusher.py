@@ -303,3 +303,44 @@ def test_a_version_is_recorded_before_it_is_whole_and_keeps_the_fate_a_person_ga
     _, same, _, after = pusher.publish(model, str(base), keep_versions=3, candidate=again)
     assert same == version and again.fate is registry.Fate.REJECTED and after.serving is None
     assert len(registry.read(str(base)).candidates) == 1
+
+
+def test_a_push_cut_short_after_its_version_was_recorded_is_finished_by_the_next_run_not_repeated(
+        tmp_path, monkeypatch):
+    """Killed between the version's rename and `models.config` (what a lost machine or an
+    OOM kill leaves): the record says the candidate served, the config does not serve it.
+    A run with its inputs is not told "nothing to train": it pushes again, and that push
+    serves the version. A version an operator rolled back from stays decided."""
+    from components.support import serving_config
+
+    class Killed(Exception):
+        pass
+
+    def killed(*_args):
+        raise Killed
+
+    base = str(tmp_path / "serving" / "big_tip")
+    models = {"a": _model(tmp_path, "a", b"fa"), "b": _model(tmp_path, "b", b"fb")}
+    pushed = {}
+    for inputs in ("a", "b"):
+        serving_before = serving_config.serving_version(base)
+        with monkeypatch.context() as cut:
+            cut.setattr(serving_config, "after_push", killed)
+            with pytest.raises(Killed):
+                pusher.publish(models[inputs], base, keep_versions=3, candidate=_candidate_of(inputs))
+        assert serving_config.serving_version(base) == serving_before  # the first: no config at all
+        assert serving_config.decide(base, inputs) is None
+        _, pushed[inputs], _, after = pusher.publish(models[inputs], base, keep_versions=3,
+                                                     candidate=_candidate_of(inputs))
+        assert after.serving == pushed[inputs]
+        assert serving_config.decide(base, inputs).says.endswith("serves, trained on these very inputs")
+    serving_config.pin(*os.path.split(base), pushed["a"])  # a rollback
+    assert serving_config.decide(base, "b").says == (
+        f"version {pushed['b']} was trained on these very inputs and served; version {pushed['a']} serves now, "
+        "as an operator set it")
+
+
+def _candidate_of(inputs):
+    from components.support import registry
+
+    return registry.Candidate(inputs, [1], registry.Fate.SERVED, run=f"run-{inputs}")

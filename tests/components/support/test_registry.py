@@ -22,15 +22,16 @@ def test_a_run_repeats_the_version_that_serves_or_the_newest_candidate_and_nothi
     served = Candidate("a", [1, 2], Fate.SERVED, version=100)
     refused = Candidate("b", [2, 3], Fate.NOT_BLESSED, run="r2")
     record = _record(served, refused, serving=100)
-    assert registry.decide(record, "a", [100, 200]).candidate is served
-    assert "version 100 serves" in registry.decide(record, "a", [100, 200]).says
-    assert registry.decide(record, "b", [100, 200]).candidate is refused
-    assert registry.decide(record, "b", [100, 200]).says.endswith("these very inputs: not blessed")
-    assert registry.decide(record, "c", [100, 200]) is None
+    assert registry.decide(record, "a", [100, 200], record.serving).candidate is served
+    assert "version 100 serves" in registry.decide(record, "a", [100, 200], record.serving).says
+    assert registry.decide(record, "b", [100, 200], record.serving).candidate is refused
+    assert registry.decide(record, "b", [100, 200], record.serving).says.endswith("these very inputs: not blessed")
+    assert registry.decide(record, "c", [100, 200], record.serving) is None
     # An older refusal is not the newest: its inputs train again.
     record.add(Candidate("c", [3, 4], Fate.SERVING_CHECK_FAILED, reason="p99 12 ms over 10 ms"))
-    assert registry.decide(record, "b", [100, 200]) is None
-    assert "refused by the serving check (p99 12 ms over 10 ms)" in registry.decide(record, "c", [100, 200]).says
+    assert registry.decide(record, "b", [100, 200], record.serving) is None
+    refused_again = registry.decide(record, "c", [100, 200], record.serving)
+    assert "refused by the serving check (p99 12 ms over 10 ms)" in refused_again.says
 
 
 def test_a_version_that_is_not_there_neither_serves_nor_is_repeated_but_a_later_refusal_is():
@@ -38,10 +39,10 @@ def test_a_version_that_is_not_there_neither_serves_nor_is_repeated_but_a_later_
     refused, is repeated (decided) instead of training again and again."""
     served = Candidate("a", [1], Fate.SERVED, version=100)
     record = _record(served, serving=100)
-    assert registry.decide(record, "a", [100]).serving == 100
-    assert registry.decide(record, "a", []) is None
+    assert registry.decide(record, "a", [100], record.serving).serving == 100
+    assert registry.decide(record, "a", [], record.serving) is None
     record.add(Candidate("a", [1], Fate.NOT_BLESSED, run="r2"))
-    decision = registry.decide(record, "a", [])
+    decision = registry.decide(record, "a", [], record.serving)
     assert (decision.candidate.run, decision.serving) == ("r2", None)
     assert decision.says.endswith("these very inputs: not blessed")
 
@@ -49,7 +50,7 @@ def test_a_version_that_is_not_there_neither_serves_nor_is_repeated_but_a_later_
 def test_after_a_rollback_the_inputs_of_the_version_rolled_back_from_train_nothing():
     record = _record(Candidate("old", [1, 2], Fate.SERVED, version=100),
                      Candidate("new", [2, 3], Fate.SERVED, version=200), serving=100, pinned=True)
-    decision = registry.decide(record, "new", [100, 200])
+    decision = registry.decide(record, "new", [100, 200], record.serving)
     assert decision.candidate.version == 200
     assert decision.says == ("version 200 was trained on these very inputs and served; version 100 serves now, "
                              "as an operator set it")

@@ -64,6 +64,24 @@ def test_a_pin_survives_the_next_push_and_unpin_serves_the_newest(tmp_path):
     assert not (tmp_path / "serving" / MODEL / serving_config.PIN_FILE).exists()
 
 
+def test_an_unpin_cut_short_leaves_no_pin_that_would_keep_later_pushes_from_serving(tmp_path, monkeypatch):
+    serving_dir = _serving(tmp_path, [100, 200])
+    serving_config.follow(serving_dir, MODEL)
+    serving_config.pin(serving_dir, MODEL, 100)
+
+    def killed(*_args):
+        raise OSError("killed")
+
+    with monkeypatch.context() as cut:
+        cut.setattr(serving_config, "_write", killed)
+        with pytest.raises(OSError):
+            serving_config.follow(serving_dir, MODEL)  # `serving unpin`, cut before its config
+    assert serving_config.state(serving_dir, MODEL).serving == 100  # what was serving stays
+    (tmp_path / "serving" / MODEL / "300").mkdir()
+    after = serving_config.after_push(serving_dir, MODEL)
+    assert (after.pinned, after.serving) == (None, 300)
+
+
 def test_rollback_goes_to_the_version_before_what_serves(tmp_path):
     serving_dir = _serving(tmp_path, [100, 200, 300])
     serving_config.follow(serving_dir, MODEL)
