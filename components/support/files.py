@@ -7,7 +7,20 @@ TensorFlow import on a local folder."""
 from __future__ import annotations
 
 import os
-from typing import IO, List, Tuple
+import time
+from typing import IO, Callable, List, Tuple, Type, TypeVar
+
+T = TypeVar("T")
+
+# TensorFlow's Cloud Storage file system keeps an object's size for this long
+# (GCS_STAT_CACHE_MAX_AGE, default 5 s) and reads that many bytes: a file another process
+# rewrote longer in that time reads truncated. A file rewritten again and again (the
+# serving folder's models.config, a model's record) can be outrun by the next write
+# between the stat and the read, so `parsed` reads a remote file up to REMOTE_READS times
+# before its error stands: a truly broken one is named after (REMOTE_READS - 1) *
+# STAT_CACHE_SECONDS.
+STAT_CACHE_SECONDS = 5.5
+REMOTE_READS = 4
 
 
 def is_remote(path: str) -> bool:
@@ -63,6 +76,18 @@ def open_file(path: str, mode: str = "r") -> IO:
 def read_text(path: str) -> str:
     with open_file(path) as handle:
         return handle.read()
+
+
+def parsed(path: str, parse: Callable[[str], T], errors: Tuple[Type[Exception], ...]) -> T:
+    """`parse(path)`, which reads and parses the file; on object storage, read again after
+    the size cache's age while it raises one of `errors` (a read cut short by a stale size),
+    up to REMOTE_READS reads in all; the last one's error stands."""
+    for _ in range(REMOTE_READS - 1 if is_remote(path) else 0):
+        try:
+            return parse(path)
+        except errors:
+            time.sleep(STAT_CACHE_SECONDS)
+    return parse(path)
 
 
 def remove(path: str) -> None:

@@ -213,17 +213,27 @@ def path(model_dir: str) -> str:
     return files.join(model_dir, RECORD_FILE)
 
 
+_NOT_A_RECORD = (ValueError, KeyError, TypeError, AttributeError)
+
+
+def _read(where: str) -> Record:
+    if not files.exists(where):
+        return Record()
+    return Record.from_json(json.loads(files.read_text(where)))
+
+
 def read(model_dir: str) -> Record:
     """The model's record; an empty one before its first candidate."""
     where = path(model_dir)
-    if not files.exists(where):
-        return Record()
-    text = files.read_text(where)
     try:
-        return Record.from_json(json.loads(text))
-    except (ValueError, KeyError, TypeError, AttributeError) as err:
-        raise ValueError(f"{where} is not a record this pipeline wrote ({err}); move it aside to start a new one "
-                         "(the versions and models.config are not changed by that)") from err
+        return files.parsed(where, _read, _NOT_A_RECORD)
+    except _NOT_A_RECORD as err:
+        raise ValueError(
+            f"{where} is not a record this pipeline wrote ({err}): restore it from a backup, or move it aside to "
+            "start a new one. A new record knows none of the versions there and lets any of them serve, one that "
+            "awaited approval or was rejected too: remove those first (`taxi-pipeline history` lists the runs "
+            "that awaited approval; a person's decision is also in the version's assets.extra/model_card.json). "
+            "Moving it changes no version and not models.config") from err
 
 
 def write(model_dir: str, record: Record) -> None:

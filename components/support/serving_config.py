@@ -37,7 +37,6 @@ import dataclasses
 import fcntl
 import logging
 import os
-import time
 from typing import Callable, Dict, Iterator, List, Optional
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format, wrappers_pb2
@@ -140,25 +139,10 @@ def config_path(serving_dir: str) -> str:
     return os.path.join(serving_dir, CONFIG_FILE)
 
 
-# TensorFlow's Cloud Storage file system keeps an object's size for this long
-# (GCS_STAT_CACHE_MAX_AGE, default 5 s) and reads that many bytes: a config another
-# process rewrote longer in that time reads truncated. Pushes one after another rewrite it,
-# each time longer, and a fresh size can be outrun by the next push between the stat and
-# the read, so a remote config is read up to REMOTE_READS times before it is called
-# unreadable: a truly broken one is named after (REMOTE_READS - 1) * STAT_CACHE_SECONDS.
-STAT_CACHE_SECONDS = 5.5
-REMOTE_READS = 4
-
-
 def read_config(serving_dir: str) -> Optional[model_server_config_pb2.ModelServerConfig]:
     path = config_path(serving_dir)
-    for _ in range(REMOTE_READS - 1 if files.is_remote(path) else 0):
-        try:
-            return _read_config(path)
-        except text_format.ParseError:
-            time.sleep(STAT_CACHE_SECONDS)
     try:
-        return _read_config(path)
+        return files.parsed(path, _read_config, (text_format.ParseError,))
     except text_format.ParseError as err:
         raise _unreadable(path, err) from err
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from components.support import registry, serving_config
+from components.support import files, registry, serving_config
 from components.support.registry import Candidate, Fate, Record
 
 MODEL = "big_tip"
@@ -85,8 +85,35 @@ def test_the_record_round_trips_and_a_foreign_file_is_named(tmp_path):
     assert registry.read(str(model_dir)) == record
     assert json.loads((model_dir / registry.RECORD_FILE).read_text())["candidates"][0]["fate"] == "served"
     (model_dir / registry.RECORD_FILE).write_text("[1, 2]")
-    with pytest.raises(ValueError, match="is not a record this pipeline wrote"):
+    with pytest.raises(ValueError, match="is not a record this pipeline wrote .*: restore it from a backup, or move "
+                                         "it aside .* lets any of them serve, one that awaited approval or was "
+                                         "rejected too: remove those first"):
         registry.read(str(model_dir))
+
+
+def test_a_record_on_object_storage_read_cut_short_is_read_again_and_a_local_one_once(tmp_path, monkeypatch):
+    """The size TensorFlow's Cloud Storage client keeps for a few seconds can cut a read of
+    a record another process rewrote longer: read again, as `models.config` is."""
+    record = _record(Candidate("a", [1], Fate.SERVED, version=100), serving=100)
+    remote, local = f"ram://{tmp_path.name}/big_tip", str(tmp_path / "big_tip")
+    for model_dir in (remote, local):
+        files.makedirs(model_dir)
+        registry.write(model_dir, record)
+    real_read, reads, waits = registry._read, [], []
+
+    def read_cut_once(where):
+        reads.append(where)
+        if len(reads) == 1:
+            raise ValueError("Unterminated string starting at: line 1 column 2")
+        return real_read(where)
+
+    monkeypatch.setattr(registry, "_read", read_cut_once)
+    monkeypatch.setattr(files.time, "sleep", waits.append)
+    assert registry.read(remote) == record and len(reads) == 2 and waits == [files.STAT_CACHE_SECONDS]
+    reads.clear()
+    with pytest.raises(ValueError, match="is not a record this pipeline wrote"):
+        registry.read(local)
+    assert len(reads) == 1
 
 
 def test_inputs_change_with_each_of_their_parts():

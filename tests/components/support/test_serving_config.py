@@ -149,16 +149,16 @@ def test_a_config_on_object_storage_read_truncated_is_read_again_a_bounded_numbe
 
     waits = []
     monkeypatch.setattr(serving_config, "_read_config", read_short)
-    monkeypatch.setattr(serving_config.time, "sleep", waits.append)
-    short["times"] = serving_config.REMOTE_READS - 1
+    monkeypatch.setattr(files.time, "sleep", waits.append)
+    short["times"] = files.REMOTE_READS - 1
     assert serving_config.state(remote, MODEL).serving == 100
-    assert len(reads) == serving_config.REMOTE_READS
-    assert waits == [serving_config.STAT_CACHE_SECONDS] * (serving_config.REMOTE_READS - 1)
+    assert len(reads) == files.REMOTE_READS
+    assert waits == [files.STAT_CACHE_SECONDS] * (files.REMOTE_READS - 1)
     reads.clear()
-    short["times"] = serving_config.REMOTE_READS
+    short["times"] = files.REMOTE_READS
     with pytest.raises(serving_config.ServingConfigError, match="is not a TF Serving model config"):
         serving_config.state(remote, MODEL)
-    assert len(reads) == serving_config.REMOTE_READS
+    assert len(reads) == files.REMOTE_READS
     reads.clear()
     short["times"] = 1
     with pytest.raises(serving_config.ServingConfigError, match="is not a TF Serving model config"):
