@@ -305,13 +305,20 @@ class KubeflowConfig:
         # other locations through its Cloud Storage FUSE mount as well.
         if not files.is_remote(self.pipeline_root):
             raise ValueError(f"pipeline_root must be a gs://BUCKET/... URI, got {self.pipeline_root!r}")
-        for name in ("data_root", "serving_dir"):
-            value = getattr(self, name)
-            if not (files.is_remote(value) or value.startswith(FUSE_ROOT)):
-                raise ValueError(
-                    f"{name} must be a location every task of the pipeline can reach: gs://BUCKET/... or "
-                    f"its Cloud Storage FUSE path {FUSE_ROOT}BUCKET/..., got {value!r}"
-                )
+        if not (files.is_remote(self.data_root) or self.data_root.startswith(FUSE_ROOT)):
+            raise ValueError(
+                "data_root must be a location every task of the pipeline can reach: gs://BUCKET/... or "
+                f"its Cloud Storage FUSE path {FUSE_ROOT}BUCKET/..., got {self.data_root!r}"
+            )
+        # A push is whole and one at a time only through Cloud Storage itself: on the FUSE
+        # mount a folder's rename is not atomic and a file lock reaches no other host.
+        if not files.is_remote(self.serving_dir):
+            fuse = self.serving_dir.startswith(FUSE_ROOT)
+            raise ValueError(
+                f"serving_dir must be a gs://BUCKET/... URI, got {self.serving_dir!r}"
+                + (f": on the Cloud Storage FUSE mount a push's rename is not atomic and its lock reaches no other "
+                   f"host; give the same folder as gs://{self.serving_dir[len(FUSE_ROOT):]}" if fuse else "")
+            )
         if not self.image:
             raise ValueError("an image is required")
 

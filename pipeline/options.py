@@ -185,19 +185,21 @@ def add_metadata_options(command: argparse.ArgumentParser, optional: str = "") -
 
 def add_data_root(command: argparse.ArgumentParser, *, remote: bool = False) -> None:
     """`--data-root`; `remote`: required, a location every task of a compiled job reaches."""
-    _add_location(command, "--data-root", config.DATA_ROOT, "folder of span-<N>/ folders of GZIP TFRecords", remote)
+    _add_location(command, "--data-root", config.DATA_ROOT, "folder of span-<N>/ folders of GZIP TFRecords",
+                  f"gs://BUCKET/... or its Cloud Storage FUSE path {config.FUSE_ROOT}BUCKET/..." if remote else "")
 
 
 def add_serving_dir(command: argparse.ArgumentParser, *, remote: bool = False) -> None:
-    """`--serving-dir`; `remote` as for `add_data_root`."""
+    """`--serving-dir`; `remote` as for `add_data_root`, on Cloud Storage itself (see
+    `config.KubeflowConfig`)."""
     _add_location(command, "--serving-dir", config.SERVING_DIR,
-                  "where blessed models are pushed, a folder per model name", remote)
+                  "where blessed models are pushed, a folder per model name", "gs://BUCKET/..." if remote else "")
 
 
-def _add_location(command: argparse.ArgumentParser, flag: str, default: str, what: str, remote: bool) -> None:
-    where = (f"gs://BUCKET/... or its Cloud Storage FUSE path {config.FUSE_ROOT}BUCKET/..." if remote
-             else f"a local folder or gs://... (default: {default})")
-    command.add_argument(flag, required=remote, default=None if remote else default, help=f"{what}: {where}")
+def _add_location(command: argparse.ArgumentParser, flag: str, default: str, what: str, remote: str) -> None:
+    """`remote`: where a compiled job's value may be (the flag is then required), or "" for a local command."""
+    where = remote or f"a local folder or gs://... (default: {default})"
+    command.add_argument(flag, required=bool(remote), default=None if remote else default, help=f"{what}: {where}")
 
 
 def add_serving_location(command: argparse.ArgumentParser) -> None:

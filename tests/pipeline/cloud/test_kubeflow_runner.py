@@ -135,17 +135,25 @@ def test_local_paths_are_refused_for_a_remote_pipeline(tmp_path, capsys):
     assert "pipeline_root must be a gs://BUCKET/... URI" in capsys.readouterr().err
 
 
-def test_cloud_storage_fuse_paths_compile_as_given(tmp_path, capsys):
-    """Vertex AI mounts Cloud Storage at /gcs/ in every task: the data root and serving
-    folder may be given that way; the pipeline root, which Vertex itself takes, not."""
+def test_the_data_root_may_be_a_cloud_storage_fuse_path_the_serving_folder_and_pipeline_root_not(tmp_path, capsys):
+    """Vertex AI mounts Cloud Storage at /gcs/ in every task: the data root, which the job
+    only reads, may be given that way. The serving folder may not: there a push's rename is
+    not atomic and its lock reaches no other host. Nor the pipeline root, which Vertex takes."""
     output = tmp_path / "p.json"
     assert cli.main(["compile", "--image", IMAGE, "--pipeline-root", "gs://b/p", "--data-root", "/gcs/b/d",
-                     "--serving-dir", "/gcs/b/s", "--output", str(output)]) == 0
+                     "--serving-dir", "gs://b/s", "--output", str(output)]) == 0
     job = json.loads(output.read_text())
     assert job["runtimeConfig"]["gcsOutputDirectory"] == "gs://b/p"
-    assert '"/gcs/b/d"' in json.dumps(job) and "/gcs/b/s/big_tip" in json.dumps(job)
-    assert cli.main(["compile", "--image", IMAGE, "--pipeline-root", "/gcs/b/p", "--data-root", "/gcs/b/d",
+    assert '"/gcs/b/d"' in json.dumps(job) and "gs://b/s/big_tip" in json.dumps(job)
+    output.unlink()
+    assert cli.main(["compile", "--image", IMAGE, "--pipeline-root", "gs://b/p", "--data-root", "/gcs/b/d",
                      "--serving-dir", "/gcs/b/s", "--output", str(output)]) == 1
+    assert capsys.readouterr().err.rstrip().endswith(
+        "serving_dir must be a gs://BUCKET/... URI, got '/gcs/b/s': on the Cloud Storage FUSE mount a push's rename "
+        "is not atomic and its lock reaches no other host; give the same folder as gs://b/s")
+    assert not output.exists()
+    assert cli.main(["compile", "--image", IMAGE, "--pipeline-root", "/gcs/b/p", "--data-root", "/gcs/b/d",
+                     "--serving-dir", "gs://b/s", "--output", str(output)]) == 1
     assert "pipeline_root must be a gs://BUCKET/... URI" in capsys.readouterr().err
 
 
