@@ -16,7 +16,7 @@ import components.model
 from components.custom.promotion import PROMOTIONS
 from components.model.trainer.settings import ExportConfig, TrainConfig
 from components.setting import setting
-from components.support import files, registry, serving_probe, spans, traffic
+from components.support import files, registry, serving_probe, source, spans, traffic
 from pipeline import code_version
 from pipeline.beam.options import LOCAL_BEAM_ARGS, VERTEX_BEAM_ARGS, runs_here
 
@@ -358,7 +358,7 @@ def pipeline_args(
         # The schema a compiled pipeline reads from its image is this package's own.
         schema_digest=spans.sha256(schema_file()),
         serving_model_dir=serving_model_dir,
-        code_version=code_version.of_components(),
+        code_version=source.of_components(),
         static_inputs=static_inputs(settings),
     )
 

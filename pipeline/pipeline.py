@@ -168,6 +168,8 @@ def _data_checks(
         # a job has anything new to train on; the window asks the model's record.
         model_dir=serving_model_dir if not span_listing else "",
         inputs=inputs, static_inputs=static_inputs,
+        # A compiled job checks its image's code against this; a local run is its own code.
+        code_version=code_version if not span_listing else "",
     ).with_id(NodeId.WINDOW)
     example_gen = _example_gen(data_root, span_window, window_size, evaluation, code_version)
     statistics_gen = StatisticsGen(examples=example_gen.outputs[recorded.EXAMPLES_KEY])

@@ -34,7 +34,7 @@ from tfx.proto import example_gen_pb2
 from tfx.types import standard_artifacts
 
 from components.custom import baseline, model_card, recorded
-from components.support import registry, serving_config, spans
+from components.support import registry, serving_config, source, spans
 
 # Output keys: ImportExampleGen's input_config (JSON), and the spans chosen
 # (`spans.format_numbers`: "10,11,12").
@@ -51,6 +51,19 @@ SERVING_KEY = "serving_version"
 # The parameter a compiled pipeline sets to the pipeline job's id (see `SpanWindow`).
 JOB_PARAMETER = "job"
 ALL_SPANS_SPLIT = "all"
+
+
+def check_image_code(compiled: str) -> None:
+    """Raises when this container's `components` package is not the one a compiled job was
+    compiled with (`compiled`; "" checks nothing): the image was rebuilt since, and the
+    job's cache keys, its candidates' inputs and what it decides would be the old code's."""
+    here = source.of_components()
+    if compiled and compiled != here:
+        raise ValueError(
+            f"this job was compiled for the pipeline's code {compiled}, and its image holds other code ({here}): "
+            "the image was rebuilt since `taxi-pipeline compile`. Compile again for this image (its own "
+            "`taxi-pipeline compile`), or run the image the job was compiled for; nothing was read, trained or pushed"
+        )
 
 
 def current_window(data_root: str, window_size: int) -> List[Tuple[str, int, str]]:
@@ -90,6 +103,7 @@ def SpanWindow(  # a component is named like a class
     model_dir: Parameter[str] = "",
     inputs: Parameter[str] = "",
     static_inputs: Parameter[str] = "",
+    code_version: Parameter[str] = "",
 ) -> None:
     """Writes ImportExampleGen's `input_config` and the spans it covers.
 
@@ -105,7 +119,9 @@ def SpanWindow(  # a component is named like a class
     record says a candidate of these inputs serves or was the newest (`serving_config.decide`),
     so the gate stops a job that has nothing new to train on, and `serving_version` is
     the version that serves there (`registry.NOTHING_SERVES` without `model_dir`).
+    `code_version` (a compiled pipeline's): the code it was compiled for (`check_image_code`).
     """
+    check_image_code(code_version)
     if job.startswith("{{$"):
         raise ValueError(
             f"the pipeline job's id reached this task as the placeholder {job}: this backend does not resolve "

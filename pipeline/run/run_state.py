@@ -32,8 +32,7 @@ from typing import Dict, List, Optional
 import components
 import pipeline as pipeline_package
 from components.model.trainer.settings import SAVED_MODEL_FILE
-from components.support import files, registry, serving_config, spans
-from pipeline import code_version
+from components.support import files, registry, serving_config, source, spans
 from pipeline import config as config_lib
 from pipeline.outcome import Outcome, RunReport
 from pipeline.run import preflight
@@ -45,7 +44,7 @@ def fingerprint(run_config: config_lib.RunConfig, files_digest: str) -> str:
     project's code or schema, the settings or the runtime change."""
     digest = hashlib.sha256()
     for package in (components, pipeline_package):
-        digest.update(code_version.source_digest(os.path.dirname(package.__file__)).encode())
+        digest.update(source.source_digest(os.path.dirname(package.__file__)).encode())
     digest.update(json.dumps(_inputs(run_config), sort_keys=True).encode())
     digest.update(json.dumps(registry.runtime_versions(), sort_keys=True).encode())
     digest.update(files_digest.encode())

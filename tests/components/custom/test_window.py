@@ -69,7 +69,22 @@ def test_a_run_stops_naming_both_listings_when_span_folders_changed_since_planni
     assert run("", job="2f1c0a4e") == "2,3"
 
 
-def _run_window(tmp_path, data, model_dir, window_size):
+def test_a_job_whose_image_holds_other_code_than_it_was_compiled_for_stops_first(tmp_path):
+    from components.support import source
+
+    data = tmp_path / "data"
+    for name in ("span-1", "span-2"):
+        (data / name).mkdir(parents=True)
+        (data / name / "part-0.gz").write_bytes(name.encode())
+    with pytest.raises(ValueError, match=rf"compiled for the pipeline's code 0123456789abcdef, and its image holds "
+                                         rf"other code \({source.of_components()}\): the image was rebuilt"):
+        _run_window(tmp_path, data, tmp_path / "serving" / "big_tip", 2, code_version="0123456789abcdef")
+    assert not (tmp_path / "out" / "input_config").exists()  # stopped before it wrote anything
+    flag, _ = _run_window(tmp_path, data, tmp_path / "serving" / "big_tip", 2, code_version=source.of_components())
+    assert flag.value == 1
+
+
+def _run_window(tmp_path, data, model_dir, window_size, code_version=""):
     """SpanWindow's function as a compiled job runs it: its `fresh` flag and outputs."""
     from tfx.types import standard_artifacts
 
@@ -81,7 +96,7 @@ def _run_window(tmp_path, data, model_dir, window_size):
         artifact.uri = str(tmp_path / "out" / name)
     window.SpanWindow.EXECUTOR_SPEC.executor_class._FUNCTION(
         data_root=str(data), window_size=window_size, listing="", fresh=flag, model_dir=str(model_dir),
-        static_inputs="code-and-settings", **outputs)
+        static_inputs="code-and-settings", code_version=code_version, **outputs)
     return flag, outputs
 
 

@@ -8,7 +8,7 @@ import pytest
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from components.support import spans
+from components.support import source, spans
 from pipeline import cli, config
 
 IMAGE = "europe-west4-docker.pkg.dev/project/repo/taxi-pipeline:1.0"
@@ -114,6 +114,12 @@ def test_every_task_input_names_an_existing_producer_task(compiled):
         for artifact in task.inputs.artifacts.values():
             if artifact.HasField("task_output_artifact"):
                 assert artifact.task_output_artifact.producer_task in tasks, name
+
+
+def test_the_job_s_first_task_is_given_the_code_it_was_compiled_for(compiled):
+    _, spec = compiled
+    parameter = spec.root.dag.tasks["SpanWindow"].inputs.parameters["code_version"]
+    assert parameter.runtime_value.constant_value.string_value == source.of_components()
 
 
 def test_window_zero_compiles_the_all_spans_pipeline(tmp_path):
