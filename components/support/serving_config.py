@@ -419,12 +419,15 @@ def rollback_target(current: ServingState, version: Optional[int] = None,
     reference = current.serving if current.serving is not None else max(current.missing, default=None)
     older = [v for v in registry.servable(record or registry.Record(), current.on_disk)
              if reference is not None and v < reference]
-    if not older:
-        raise ServingConfigError(
-            f"nothing to roll back to: version {current.serving} is the oldest in the serving folder"
-            if current.serving is not None else "nothing to roll back to: no version serves"
-        )
-    return older[-1]
+    if older:
+        return older[-1]
+    if current.serving is None:
+        raise ServingConfigError("nothing to roll back to: no version serves")
+    barred = [v for v in current.on_disk if v < current.serving]
+    if barred:
+        raise ServingConfigError(f"nothing to roll back to: no version older than {current.serving} may serve "
+                                 f"(version {', '.join(map(str, barred))}: awaiting approval, rejected or superseded)")
+    raise ServingConfigError(f"nothing to roll back to: version {current.serving} is the oldest in the serving folder")
 
 
 def protected_versions(serving_dir: str, model_name: str) -> List[int]:

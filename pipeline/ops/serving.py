@@ -65,6 +65,11 @@ def _fate(candidate: registry.Candidate) -> str:
     return said + candidate.decision()
 
 
+def _require_pushed(model_dir: str) -> None:
+    if not files.isdir(model_dir):
+        raise ValueError(f"no serving folder {model_dir}: nothing was pushed there yet")
+
+
 def require_decision(version: Optional[int], verdict: Verdict) -> None:
     """A decision names its VERSION, and a rejection says why (`UsageError` otherwise)."""
     action = "approve" if verdict.approve else "reject"
@@ -82,6 +87,7 @@ def decide(serving_dir: str, model_name: str, version: Optional[int], verdict: V
     require_decision(version, verdict)
     action = "approve" if verdict.approve else "reject"
     model_dir = os.path.join(serving_dir, model_name)
+    _require_pushed(model_dir)  # before the lock, which would make the folder
     with serving_config.push_lock(model_dir) as confirm:
         record = registry.read(model_dir)
         candidate = record.of_version(version)
@@ -183,8 +189,7 @@ def command(serving_dir: str, model_name: str, action: str, version: Optional[in
         raise UsageError("serving pin needs the VERSION to serve")
     if action == "unpin" and version is not None:
         raise UsageError("serving unpin takes no VERSION")
-    if not files.isdir(model_dir):
-        raise ValueError(f"no serving folder {model_dir}: nothing was pushed there yet")
+    _require_pushed(model_dir)
     with serving_config.push_lock(model_dir) as confirm:
         current = serving_config.state(serving_dir, model_name)
         confirm()

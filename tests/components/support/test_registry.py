@@ -148,6 +148,20 @@ def test_following_rollback_pin_and_retention_leave_awaiting_and_rejected_versio
     assert (registry.read(model_dir).serving, registry.read(model_dir).pinned) == (100, True)
 
 
+def test_a_rollback_with_only_barred_versions_behind_says_so(tmp_path):
+    serving_dir = tmp_path / "serving"
+    for version in (100, 200):
+        (serving_dir / MODEL / str(version)).mkdir(parents=True)
+    model_dir = str(serving_dir / MODEL)
+    registry.write(model_dir, _record(Candidate("a", [1], Fate.REJECTED, version=100),
+                                      Candidate("b", [2], Fate.SERVED, version=200)))
+    serving_config.follow(str(serving_dir), MODEL)
+    with pytest.raises(serving_config.ServingConfigError, match=r"^nothing to roll back to: no version older than "
+                                                                r"200 may serve \(version 100: awaiting approval, "
+                                                                r"rejected or superseded\)$"):
+        serving_config.rollback_target(serving_config.state(str(serving_dir), MODEL), record=registry.read(model_dir))
+
+
 def test_a_first_candidate_awaiting_approval_is_not_what_serves(tmp_path):
     serving_dir = tmp_path / "serving"
     (serving_dir / MODEL / "100").mkdir(parents=True)

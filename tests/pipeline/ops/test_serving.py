@@ -1,5 +1,7 @@
 """`serving approve` and `serving reject`, on a serving folder of empty version folders."""
 
+import os
+
 import pytest
 
 from components.support import registry, serving_config
@@ -37,6 +39,10 @@ def test_a_rejected_version_never_serves_and_cannot_be_approved_after(tmp_path):
         serving.decide(serving_dir, MODEL, 300, serving.Verdict(approve=True))
     serving_config.follow(serving_dir, MODEL)  # unpin: still not it
     assert serving_config.state(serving_dir, MODEL).serving == 200
+    # A model name nothing was pushed under: said so, and no folder is made for it.
+    with pytest.raises(ValueError, match="no serving folder .*/big_tipp: nothing was pushed there yet"):
+        serving.decide(serving_dir, "big_tipp", 300, serving.Verdict(approve=True))
+    assert not os.path.exists(os.path.join(serving_dir, "big_tipp"))
 
 
 def test_a_decision_or_pin_that_lacks_what_it_needs_is_a_usage_error_and_changes_nothing(tmp_path, taxi_pipeline):
