@@ -170,8 +170,10 @@ class Decision:
 def decide(record: Record, inputs: str, on_disk: Sequence[int], serving: Optional[int]) -> Optional[Decision]:
     """The candidate a run of `inputs` would repeat, if any: the version that serves
     (`serving`, as `models.config` names it), or the newest candidate, when either was
-    trained on these inputs (see the module doc). A version that is not `on_disk`
-    (deleted or moved by hand) neither serves nor is repeated: a run makes one that can serve."""
+    trained on these inputs (see the module doc), or any candidate of these inputs a person
+    rejected: the same inputs train the same model again, and a rejection is not undone by
+    the data coming back. A version that is not `on_disk` (deleted or moved by hand)
+    neither serves nor is repeated: a run makes one that can serve."""
     served = serving if serving in on_disk else None
     serving = record.of_version(served) if served is not None else None
     if serving is not None and serving.inputs == inputs:
@@ -179,7 +181,8 @@ def decide(record: Record, inputs: str, on_disk: Sequence[int], serving: Optiona
     newest = record.newest
     if newest is not None and newest.inputs == inputs and (newest.version is None or newest.version in on_disk):
         return Decision(newest, served)
-    return None
+    rejected = [c for c in record.candidates if c.fate is Fate.REJECTED and c.inputs == inputs]
+    return Decision(rejected[-1], served) if rejected else None
 
 
 @functools.cache

@@ -47,6 +47,18 @@ def test_a_version_that_is_not_there_neither_serves_nor_is_repeated_but_a_later_
     assert decision.says.endswith("these very inputs: not blessed")
 
 
+def test_a_rejection_holds_when_its_inputs_come_back_after_a_newer_candidate_and_a_refusal_does_not():
+    """The span that came after a rejected candidate removed: its inputs are the rejected
+    one's again, and would train the same model as a new version, which would serve."""
+    rejected = Candidate("a", [1, 2], Fate.REJECTED, version=100, by="ana", reason="slice drift")
+    record = _record(Candidate("old", [1], Fate.NOT_BLESSED), rejected,
+                     Candidate("b", [2, 3], Fate.SERVED, version=200), serving=200)
+    decision = registry.decide(record, "a", [100, 200], record.serving)
+    assert decision.candidate is rejected and decision.says.endswith("these very inputs: rejected (slice drift)")
+    assert registry.decide(record, "a", [200], record.serving).candidate is rejected  # its folder removed since
+    assert registry.decide(record, "old", [100, 200], record.serving) is None
+
+
 def test_after_a_rollback_the_inputs_of_the_version_rolled_back_from_train_nothing():
     record = _record(Candidate("old", [1, 2], Fate.SERVED, version=100),
                      Candidate("new", [2, 3], Fate.SERVED, version=200), serving=100, pinned=True)
