@@ -66,6 +66,15 @@ def check_image_code(compiled: str) -> None:
         )
 
 
+def _refuse_a_placeholder(job: str) -> None:
+    if job.startswith("{{$"):
+        raise ValueError(
+            f"the pipeline job's id reached this task as the placeholder {job}: this backend does not resolve "
+            "KFP placeholders, and with caching forced on the window would never move; run on Vertex AI "
+            "Pipelines or a Kubeflow Pipelines backend that resolves them"
+        )
+
+
 def current_window(data_root: str, window_size: int) -> List[Tuple[str, int, str]]:
     """`(split name, span, folder name)` of the newest `window_size` spans under `data_root`."""
     folders = dict(spans.span_folders(data_root))
@@ -122,12 +131,8 @@ def SpanWindow(  # a component is named like a class
     `code_version` (a compiled pipeline's): the code it was compiled for (`check_image_code`).
     """
     check_image_code(code_version)
-    if job.startswith("{{$"):
-        raise ValueError(
-            f"the pipeline job's id reached this task as the placeholder {job}: this backend does not resolve "
-            "KFP placeholders, and with caching forced on the window would never move; run on Vertex AI "
-            "Pipelines or a Kubeflow Pipelines backend that resolves them"
-        )
+    spans.refuse_strays(data_root)  # as a local run's check of the data does
+    _refuse_a_placeholder(job)
     if window_size:
         chosen = current_window(data_root, window_size)
         config = window_input_config(chosen)

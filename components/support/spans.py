@@ -220,6 +220,16 @@ def stray_folders(data_root: str) -> List[str]:
     )
 
 
+def refuse_strays(data_root: str) -> None:
+    """Raises naming `stray_folders`, if any: a job would ingest their files unchecked."""
+    strays = stray_folders(data_root)
+    if strays:
+        raise ValueError(
+            f"{', '.join(strays)}: named like a span folder but not span-<N> with N a number; ExampleGen "
+            f"would ingest its files ({ALL_SPANS_PATTERN}). Rename or move it out of {data_root}"
+        )
+
+
 def list_spans(data_root: str, only: Optional[Sequence[int]] = None) -> List[Span]:
     """The span folders under `data_root` (or just the `only` ones), oldest first, with
     the files ExampleGen would ingest from each."""

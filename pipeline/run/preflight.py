@@ -54,12 +54,10 @@ def checked_spans(data_root: str) -> List[spans.Span]:
     """The spans under `data_root` with the files the pipeline would ingest, or an error
     naming the problem."""
     found = spans.list_spans(data_root)
-    strays = spans.stray_folders(data_root)
-    if strays:
-        raise BadDataError(
-            f"{', '.join(strays)}: named like a span folder but not span-<N> with N a number; ExampleGen "
-            f"would ingest its files ({spans.ALL_SPANS_PATTERN}). Rename or move it out of {data_root}"
-        )
+    try:
+        spans.refuse_strays(data_root)
+    except ValueError as err:
+        raise BadDataError(str(err)) from err
     files = [file for span in found for file in span.files]
     if not files:
         raise spans.DataRootError(

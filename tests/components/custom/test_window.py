@@ -69,7 +69,7 @@ def test_a_run_stops_naming_both_listings_when_span_folders_changed_since_planni
     assert run("", job="2f1c0a4e") == "2,3"
 
 
-def test_a_job_whose_image_holds_other_code_than_it_was_compiled_for_stops_first(tmp_path):
+def test_a_job_whose_image_holds_other_code_or_whose_data_root_holds_a_stray_folder_stops_first(tmp_path):
     from components.support import source
 
     data = tmp_path / "data"
@@ -82,6 +82,11 @@ def test_a_job_whose_image_holds_other_code_than_it_was_compiled_for_stops_first
     assert not (tmp_path / "out" / "input_config").exists()  # stopped before it wrote anything
     flag, _ = _run_window(tmp_path, data, tmp_path / "serving" / "big_tip", 2, code_version=source.of_components())
     assert flag.value == 1
+    # A folder ExampleGen's pattern would ingest unchecked stops the job, as it stops a local run.
+    (data / "span-old").mkdir()
+    for window_size in (0, 2):
+        with pytest.raises(ValueError, match=r"span-old: named like a span folder but not span-<N> with N a number"):
+            _run_window(tmp_path, data, tmp_path / "serving" / "big_tip", window_size)
 
 
 def _run_window(tmp_path, data, model_dir, window_size, code_version=""):
