@@ -301,8 +301,8 @@ class KubeflowConfig:
     def __post_init__(self) -> None:
         if self.target not in COMPILE_TARGETS:
             raise ValueError(f"unknown target {self.target!r}; the targets are: {', '.join(COMPILE_TARGETS)}")
-        # Vertex AI takes the pipeline root as gs:// only; the tasks may read and write the
-        # other locations through its Cloud Storage FUSE mount as well.
+        # Vertex AI takes the pipeline root as gs:// only; the tasks may read the data root
+        # through its Cloud Storage FUSE mount as well.
         if not files.is_remote(self.pipeline_root):
             raise ValueError(f"pipeline_root must be a gs://BUCKET/... URI, got {self.pipeline_root!r}")
         if not (files.is_remote(self.data_root) or self.data_root.startswith(FUSE_ROOT)):

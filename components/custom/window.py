@@ -62,7 +62,8 @@ def check_image_code(compiled: str) -> None:
         raise ValueError(
             f"this job was compiled for the pipeline's code {compiled}, and its image holds other code ({here}): "
             "the image was rebuilt since `taxi-pipeline compile`. Compile again for this image (its own "
-            "`taxi-pipeline compile`), or run the image the job was compiled for; nothing was read, trained or pushed"
+            "`taxi-pipeline compile`), or run the image the job was compiled for; nothing was ingested, trained or "
+            "pushed"
         )
 
 
@@ -131,7 +132,6 @@ def SpanWindow(  # a component is named like a class
     `code_version` (a compiled pipeline's): the code it was compiled for (`check_image_code`).
     """
     check_image_code(code_version)
-    spans.refuse_strays(data_root)  # as a local run's check of the data does
     _refuse_a_placeholder(job)
     if window_size:
         chosen = current_window(data_root, window_size)
@@ -141,6 +141,7 @@ def SpanWindow(  # a component is named like a class
     else:
         found = spans.span_folders(data_root)
         config, numbers, folders = all_spans_input_config(), [n for n, _ in found], [f for _, f in found]
+    spans.refuse_strays(data_root)  # as a local run's check of the data does
     now = ",".join(folders)
     if listing and listing != now:
         raise ValueError(
@@ -158,9 +159,9 @@ def SpanWindow(  # a component is named like a class
 
 
 def _fresh(model_dir: str, inputs: str) -> int:
-    """0 when the model's record says a candidate of `inputs` serves or was the newest,
-    else 1; an error, as a local run's plan raises, when the model is pinned to a
-    version that is gone."""
+    """0 when the model's record decides a run of `inputs` already (`serving_config.decide`:
+    a candidate of them serves, was the newest, or was rejected), else 1; an error, as a
+    local run's plan raises, when the model is pinned to a version that is gone."""
     serving_config.refuse_a_lost_pin(model_dir)
     decision = serving_config.decide(model_dir, inputs)
     if decision is None:

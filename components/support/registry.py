@@ -11,7 +11,8 @@ lineage store; this record is what the decisions read:
 
 - whether a run trains at all (`decide`): not when its inputs are those of the version that
   serves, or of the newest candidate (whatever became of it: refused, awaiting approval,
-  rejected, or served and then rolled back from). Settings that only judge or place a
+  rejected, or served and then rolled back from), or of a candidate a person rejected
+  (the newest of those inputs). Settings that only judge or place a
   model (thresholds, promotion, retention, the latency budget) are not inputs: a change
   to one trains nothing and applies to the next candidate;
 - which versions TF Serving may load (`servable`): never one awaiting approval, rejected,
@@ -170,10 +171,11 @@ class Decision:
 def decide(record: Record, inputs: str, on_disk: Sequence[int], serving: Optional[int]) -> Optional[Decision]:
     """The candidate a run of `inputs` would repeat, if any: the version that serves
     (`serving`, as `models.config` names it), or the newest candidate, when either was
-    trained on these inputs (see the module doc), or any candidate of these inputs a person
-    rejected: the same inputs train the same model again, and a rejection is not undone by
-    the data coming back. A version that is not `on_disk` (deleted or moved by hand)
-    neither serves nor is repeated: a run makes one that can serve."""
+    trained on these inputs (see the module doc), or the newest candidate of these inputs
+    when a person rejected it: the same inputs train the same model again, and a rejection
+    is not undone by the data coming back (a `--force` run of them since undoes it). A
+    version that serves or is the newest and is not `on_disk` (deleted or moved by hand)
+    is not repeated: a run makes one that can serve."""
     served = serving if serving in on_disk else None
     serving = record.of_version(served) if served is not None else None
     if serving is not None and serving.inputs == inputs:
@@ -181,8 +183,8 @@ def decide(record: Record, inputs: str, on_disk: Sequence[int], serving: Optiona
     newest = record.newest
     if newest is not None and newest.inputs == inputs and (newest.version is None or newest.version in on_disk):
         return Decision(newest, served)
-    rejected = [c for c in record.candidates if c.fate is Fate.REJECTED and c.inputs == inputs]
-    return Decision(rejected[-1], served) if rejected else None
+    same = [c for c in record.candidates if c.inputs == inputs]
+    return Decision(same[-1], served) if same and same[-1].fate is Fate.REJECTED else None
 
 
 @functools.cache

@@ -362,7 +362,11 @@ def decide(model_dir: str, inputs: str) -> Optional[registry.Decision]:
         return decision
     servable = registry.servable(record, on_disk)
     pinned = _pinned(model_dir) is not None or record.pinned
-    if not pinned and servable and servable[-1] == decision.candidate.version:
+    # SERVED only: the Pusher sets it and serves in one execution, which a kill leaves
+    # unfinished and the next run executes again; an approval cut short is finished by
+    # approving again (`pipeline.ops.serving.decide`).
+    if decision.candidate.fate is registry.Fate.SERVED and not pinned and servable \
+            and servable[-1] == decision.candidate.version:
         logging.info("version %d may serve and does not: its push was cut short; this run finishes it",
                      decision.candidate.version)
         return None
@@ -426,7 +430,8 @@ def rollback_target(current: ServingState, version: Optional[int] = None,
     barred = [v for v in current.on_disk if v < current.serving]
     if barred:
         raise ServingConfigError(f"nothing to roll back to: no version older than {current.serving} may serve "
-                                 f"(version {', '.join(map(str, barred))}: awaiting approval, rejected or superseded)")
+                                 f"(the record bars version {', '.join(map(str, barred))}: `taxi-pipeline serving "
+                                 "list` says why)")
     raise ServingConfigError(f"nothing to roll back to: version {current.serving} is the oldest in the serving folder")
 
 

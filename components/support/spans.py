@@ -222,6 +222,7 @@ def stray_folders(data_root: str) -> List[str]:
 
 def refuse_strays(data_root: str) -> None:
     """Raises naming `stray_folders`, if any: a job would ingest their files unchecked."""
+    _require_folder(data_root)
     strays = stray_folders(data_root)
     if strays:
         raise ValueError(

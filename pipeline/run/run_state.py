@@ -191,8 +191,8 @@ _OUTCOMES = {
 def decided_before(last: Optional[RunReport], run_fingerprint: str, inputs: str,
                    model_serving_dir: str) -> Optional[RunReport]:
     """The report of what decided already, when a run of these inputs would repeat it:
-    the model's record (`serving_config.decide`: the version that serves, or the newest
-    candidate, had these inputs), or the last run when it had this very fingerprint and
+    the model's record (`serving_config.decide`: the version that serves or the newest
+    candidate had these inputs, or a person rejected them), or the last run when it had this very fingerprint and
     made no candidate (the data gate refused the data) or ran before the record existed."""
     if last is not None and last.fingerprint == run_fingerprint and last.outcome is Outcome.DATA_REJECTED:
         return _as_reused(last)

@@ -83,6 +83,8 @@ def test_a_job_whose_image_holds_other_code_or_whose_data_root_holds_a_stray_fol
     flag, _ = _run_window(tmp_path, data, tmp_path / "serving" / "big_tip", 2, code_version=source.of_components())
     assert flag.value == 1
     # A folder ExampleGen's pattern would ingest unchecked stops the job, as it stops a local run.
+    with pytest.raises(spans.DataRootError, match="data root .*/gone does not exist or is not a folder"):
+        _run_window(tmp_path, tmp_path / "gone", tmp_path / "serving" / "big_tip", 0)
     (data / "span-old").mkdir()
     for window_size in (0, 2):
         with pytest.raises(ValueError, match=r"span-old: named like a span folder but not span-<N> with N a number"):

@@ -57,6 +57,11 @@ def test_a_rejection_holds_when_its_inputs_come_back_after_a_newer_candidate_and
     assert decision.candidate is rejected and decision.says.endswith("these very inputs: rejected (slice drift)")
     assert registry.decide(record, "a", [200], record.serving).candidate is rejected  # its folder removed since
     assert registry.decide(record, "old", [100, 200], record.serving) is None
+    # `run --force` on those inputs since: its candidate, not the rejection, is what they made last.
+    record.add(Candidate("a", [1, 2], Fate.SERVED, version=300))
+    record.add(Candidate("c", [3, 4], Fate.SERVED, version=400))
+    record.serving = 400
+    assert registry.decide(record, "a", [100, 200, 300, 400], record.serving) is None
 
 
 def test_after_a_rollback_the_inputs_of_the_version_rolled_back_from_train_nothing():
@@ -169,8 +174,8 @@ def test_a_rollback_with_only_barred_versions_behind_says_so(tmp_path):
                                       Candidate("b", [2], Fate.SERVED, version=200)))
     serving_config.follow(str(serving_dir), MODEL)
     with pytest.raises(serving_config.ServingConfigError, match=r"^nothing to roll back to: no version older than "
-                                                                r"200 may serve \(version 100: awaiting approval, "
-                                                                r"rejected or superseded\)$"):
+                                                                r"200 may serve \(the record bars version 100: "
+                                                                r"`taxi-pipeline serving list` says why\)$"):
         serving_config.rollback_target(serving_config.state(str(serving_dir), MODEL), record=registry.read(model_dir))
 
 

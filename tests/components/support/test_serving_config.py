@@ -263,3 +263,21 @@ def test_a_pin_to_a_version_that_is_gone_stops_a_run_naming_the_ways_out(tmp_pat
     with pytest.raises(serving_config.ServingConfigError, match=r"remove .*\.pinned \(no other version"):
         serving_config.refuse_a_lost_pin(model_dir)
     serving_config.refuse_a_lost_pin(os.path.join(str(tmp_path), "never-pushed", MODEL))
+
+
+def test_an_approval_cut_short_before_its_config_is_decided_and_not_run_again(tmp_path):
+    """Only a push cut short is finished by a run (its Pusher executes again); an approval
+    cut short is finished by approving again, and a run with its inputs trains nothing."""
+    from components.support import registry
+
+    serving_dir = _serving(tmp_path, [100, 200])
+    model_dir = os.path.join(serving_dir, MODEL)
+    record = registry.Record()
+    record.add(registry.Candidate("a", [1], registry.Fate.SERVED, version=100))
+    record.add(registry.Candidate("b", [2], registry.Fate.AWAITING_APPROVAL, version=200))
+    registry.write(model_dir, record)
+    serving_config.follow(serving_dir, MODEL)
+    record.candidates[-1].fate = registry.Fate.APPROVED  # the approval's record, then cut before `follow`
+    registry.write(model_dir, record)
+    assert serving_config.state(serving_dir, MODEL).serving == 100
+    assert serving_config.decide(model_dir, "b").candidate.version == 200
