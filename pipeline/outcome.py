@@ -105,6 +105,9 @@ class RunReport:
     # What the shadow check found and measured (`components.custom.shadow_check`).
     shadow_check: str = ""
     shadow_measures: Dict[str, object] = dataclasses.field(default_factory=dict)
+    # Why a candidate that would have served awaits approval instead, when the Pusher held
+    # it (`components.custom.pusher.hold_if_judged_against_another`).
+    held: str = ""
 
     @property
     def exit_code(self) -> ExitCode:

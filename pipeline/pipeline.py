@@ -306,6 +306,7 @@ def _pushing(data: DataChecks, training: Training, serving_model_dir: str, setti
         evaluation=training.evaluator.outputs[recorded.EVALUATION_KEY],
         schema=data.schema.outputs[recorded.SCHEMA_KEY],
         data_verdict=data.data_gate.outputs[gate.VERDICT_KEY],
+        baseline=training.baseline.outputs[baseline.MODEL_KEY],
         code_version=code_version,
         # By value, as the gate takes them (see `_data_checks`).
         inputs=data.span_window.outputs[window.INPUTS_KEY].future()[0].value,

@@ -26,6 +26,10 @@ it pushes the same model again on the re-run. This one:
   folders;
 - rewrites `models.config` after the push (`components.support.serving_config`): the newest
   version serves, unless an operator pinned one, which then stays;
+- serves a candidate only if the version that serves under the lock is the one it was
+  judged against (the run's serving baseline): when another push or an operator's
+  command changed it while the run went on, the candidate awaits approval instead
+  (`hold_if_judged_against_another`), since nothing compared it with what it would replace;
 - outputs a `ServedModelBlessing` (blessed, with the model's id, as the Evaluator's
   blessing has it) when the model serves. The pipeline's baseline resolver reads these,
   not the Evaluator's blessings: the baseline, and the warm start, is the model that
@@ -70,6 +74,7 @@ RUN_KEY = "run"
 FATE_PROPERTY = recorded.FATE_PROPERTY
 SERVED_KEY = "served_blessing"
 DATA_VERDICT_KEY = "data_verdict"
+BASELINE_KEY = "baseline"
 CODE_VERSION_KEY = "code_version"
 STAGING_PREFIX = ".staging-"
 # A local version being deleted is first renamed to this prefix and its number: a name no
@@ -82,6 +87,7 @@ DESTINATION_PROPERTY = recorded.DESTINATION_PROPERTY
 VERSION_PROPERTY = recorded.VERSION_PROPERTY
 REPLACED_PROPERTY = recorded.REPLACED_PROPERTY
 SERVING_PROPERTY = recorded.SERVING_PROPERTY
+HELD_PROPERTY = recorded.HELD_PROPERTY
 _FINGERPRINT = "fingerprint.pb"
 
 
@@ -204,13 +210,33 @@ def remove_version(base_directory: str, version: int) -> None:
     tf.io.gfile.rmtree(doomed)
 
 
+def hold_if_judged_against_another(candidate: registry.Candidate, judged_against: str,
+                                   serving: Optional[int]) -> None:
+    """A candidate that would serve, judged (evaluated, shadow-checked) against version
+    `judged_against` (`registry.NOTHING_SERVES`: none) while `serving` serves now, awaits
+    approval instead, its reason saying so."""
+    now = str(serving) if serving is not None else registry.NOTHING_SERVES
+    if candidate.fate is not registry.Fate.SERVED or judged_against == now:
+        return
+
+    def named(version: str) -> str:
+        return "no version" if version == registry.NOTHING_SERVES else f"version {version}"
+
+    candidate.fate = registry.Fate.AWAITING_APPROVAL
+    candidate.reason = (f"judged against {named(judged_against)}, but {named(now)} serves since the run started: "
+                        f"`taxi-pipeline serving approve {candidate.version}` serves it as it is, `run --force` "
+                        "judges it against what serves now")
+
+
 def publish(model_path: str, base_directory: str, keep_versions: int,
             staged: Optional[Callable[[str, int], None]] = None,
-            candidate: Optional[registry.Candidate] = None,
+            candidate: Optional[registry.Candidate] = None, judged_against: Optional[str] = None,
             ) -> Tuple[Optional[int], int, List[int], serving_config.ServingState]:
     """Under the push lock: pushes the model unless it already is the newest version,
     records `candidate` (its fate `SERVED`, or `AWAITING_APPROVAL`, which copies the
-    version without serving it) with that version, prunes, and rewrites `models.config`.
+    version without serving it; `hold_if_judged_against_another` when `judged_against`,
+    the version it was judged against, is given) with that version, prunes, and rewrites
+    `models.config`.
     The record is written before the version becomes whole, so that no version is ever
     whole and unknown to it (`registry.servable`). A version the record already knew keeps
     its fate (a person may have rejected it since), and `candidate.fate` says it.
@@ -220,7 +246,7 @@ def publish(model_path: str, base_directory: str, keep_versions: int,
 
     def record(number: int) -> None:
         if candidate is not None:
-            _record_pushed(base_directory, candidate, number, confirm)
+            _record_pushed(base_directory, candidate, number, confirm, judged_against, serving)
 
     def staged_and_recorded(folder: str, number: int) -> None:
         if staged is not None:
@@ -229,6 +255,8 @@ def publish(model_path: str, base_directory: str, keep_versions: int,
 
     with push_lock(base_directory) as confirm:
         before = serving_config.state(serving_dir, model_name).serving
+        # As the serving baseline read it (`baseline.serving_now`), to compare the two.
+        serving = serving_config.serving_version(base_directory)
         version = already_pushed(model_path, base_directory)
         if version is None:
             version = push(model_path, base_directory, staged=staged_and_recorded, confirm=confirm)
@@ -244,15 +272,20 @@ def publish(model_path: str, base_directory: str, keep_versions: int,
 
 
 def _record_pushed(base_directory: str, candidate: registry.Candidate, version: int,
-                   confirm: Callable[[], None]) -> None:
+                   confirm: Callable[[], None], judged_against: Optional[str], serving: Optional[int]) -> None:
     """`candidate` as version `version` in the record, unless the record knows that
-    version already: then `candidate` takes its fate. Call it under the push lock."""
+    version already: then `candidate` takes its fate and reason. A new one is held for
+    approval when judged against another version than `serving`
+    (`hold_if_judged_against_another`, with `judged_against` given). Call it under the
+    push lock."""
     record = registry.read(base_directory)
     known = record.of_version(version)
     candidate.version = version
     if known is not None:
-        candidate.fate = known.fate
+        candidate.fate, candidate.reason = known.fate, known.reason
         return
+    if judged_against is not None:
+        hold_if_judged_against_another(candidate, judged_against, serving)
     record.add(candidate)
     confirm()
     registry.write(base_directory, record)
@@ -308,6 +341,8 @@ class StagedPusherSpec(ComponentSpec):
             type=standard_artifacts.ModelEvaluation, optional=True),
         standard_component_specs.SCHEMA_KEY: ChannelParameter(type=standard_artifacts.Schema, optional=True),
         DATA_VERDICT_KEY: ChannelParameter(type=standard_artifacts.ExampleAnomalies, optional=True),
+        # The serving baseline the candidate was judged against (`components.custom.baseline`).
+        BASELINE_KEY: ChannelParameter(type=standard_artifacts.Model, optional=True),
     }
     OUTPUTS = {
         standard_component_specs.PUSHED_MODEL_KEY: ChannelParameter(type=standard_artifacts.PushedModel),
@@ -401,7 +436,10 @@ class Executor(tfx_pusher_executor.Executor):
             card["model"]["version"] = version
             model_card.write(folder, card)
 
-        before, version, removed, after = publish(model_path, base, keep, staged=with_card, candidate=candidate)
+        judged = _one(input_dict, BASELINE_KEY)
+        judged_against = judged.get_string_custom_property(SERVING_PROPERTY) if judged else ""
+        before, version, removed, after = publish(model_path, base, keep, staged=with_card, candidate=candidate,
+                                                  judged_against=judged_against or None)
         if removed:
             logging.info("retention (%d versions): removed %s", keep, removed)
         if after.pinned is not None:
@@ -413,6 +451,8 @@ class Executor(tfx_pusher_executor.Executor):
             model_push.set_string_custom_property(REPLACED_PROPERTY, str(before))
         model_push.set_string_custom_property(SERVING_PROPERTY, str(after.serving))
         model_push.set_string_custom_property(FATE_PROPERTY, candidate.fate.value)
+        if candidate.fate is registry.Fate.AWAITING_APPROVAL and candidate.reason:
+            model_push.set_string_custom_property(HELD_PROPERTY, candidate.reason)
         # A version awaiting approval (or rejected) is not the baseline nor the next warm start.
         _mark_served(served, blessing, model, serves=candidate.fate.servable, copied=True)
 
@@ -438,6 +478,7 @@ class StagedPusher(base_component.BaseComponent):
                  keep_versions: int, examples: Optional[types.BaseChannel] = None,
                  statistics: Optional[types.BaseChannel] = None, evaluation: Optional[types.BaseChannel] = None,
                  schema: Optional[types.BaseChannel] = None, data_verdict: Optional[types.BaseChannel] = None,
+                 baseline: Optional[types.BaseChannel] = None,
                  code_version: str = "", inputs: Any = "", spans_used: Any = "",
                  promotion_mode: str = promotion.AUTO):
         """`examples`, `statistics`, `evaluation`, `schema`, `data_verdict` and
@@ -452,6 +493,7 @@ class StagedPusher(base_component.BaseComponent):
             evaluation=evaluation,
             schema=schema,
             data_verdict=data_verdict,
+            baseline=baseline,
             code_version=code_version,
             inputs=inputs,
             spans=spans_used,

@@ -75,3 +75,5 @@ DESTINATION_PROPERTY = "pushed_destination"
 VERSION_PROPERTY = "pushed_version"
 # The Pusher's output: the version requests without a version got before the push.
 REPLACED_PROPERTY = "replaced_version"
+# The Pusher's output: why a candidate that would have served awaits approval instead.
+HELD_PROPERTY = "held_because"

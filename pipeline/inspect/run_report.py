@@ -292,6 +292,7 @@ def report_of(records: RunRecords, run_id: str, details: bool = True) -> RunRepo
         report.outcome = Outcome.PUSHED if pusher_ran else Outcome.UP_TO_DATE
         if string_property(pushed, recorded.FATE_PROPERTY) == registry.Fate.AWAITING_APPROVAL.value:
             report.outcome = Outcome.AWAITING_APPROVAL
+            report.held = string_property(pushed, recorded.HELD_PROPERTY)
         report.pushed_version_dir = string_property(pushed, recorded.DESTINATION_PROPERTY)
     return report
 

@@ -292,6 +292,8 @@ def summary(report: RunReport, log_path: str) -> str:
         lines.append(f"Eval metrics (overall): {metrics}")
     if report.stack:
         lines.append(f"Stack {report.stack}")
+    if report.held:
+        lines.append(f"Held for approval: {report.held}")
     outcome = _OUTCOME_LINES[report.outcome].format(report=report, version=report.pushed_version or "VERSION")
     lines.append(f"{outcome} ({report.seconds:.1f} s, exit {int(report.exit_code)})")
     lines.append(f"Full log: {log_path}")

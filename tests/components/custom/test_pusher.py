@@ -344,3 +344,29 @@ def _candidate_of(inputs):
     from components.support import registry
 
     return registry.Candidate(inputs, [1], registry.Fate.SERVED, run=f"run-{inputs}")
+
+
+def test_a_candidate_judged_against_another_version_than_serves_at_its_push_awaits_approval(tmp_path):
+    """Two runs on one serving folder: the second was evaluated against what served when
+    it started, and another push changed that since. It is copied, not served, and says why."""
+    from components.support import registry
+
+    base = str(tmp_path / "serving" / "big_tip")
+    models = {name: _model(tmp_path, name, f"f{name}".encode()) for name in "abc"}
+    _, first, _, after = pusher.publish(models["a"], base, keep_versions=5, candidate=_candidate_of("a"),
+                                        judged_against=registry.NOTHING_SERVES)
+    assert after.serving == first
+    late = _candidate_of("b")
+    _, second, _, after = pusher.publish(models["b"], base, keep_versions=5, candidate=late,
+                                         judged_against=registry.NOTHING_SERVES)
+    assert after.serving == first and late.fate is registry.Fate.AWAITING_APPROVAL
+    assert late.reason.startswith(f"judged against no version, but version {first} serves since the run started: "
+                                  f"`taxi-pipeline serving approve {second}` serves it as it is")
+    assert registry.read(base).of_version(second).fate is registry.Fate.AWAITING_APPROVAL
+    again = _candidate_of("b")  # the same run's Pusher once more: the record's fate and reason stand
+    pusher.publish(models["b"], base, keep_versions=5, candidate=again, judged_against=str(first))
+    assert (again.fate, again.reason) == (registry.Fate.AWAITING_APPROVAL, late.reason)
+    judged = _candidate_of("c")
+    _, third, _, after = pusher.publish(models["c"], base, keep_versions=5, candidate=judged,
+                                        judged_against=str(first))
+    assert after.serving == third and judged.fate is registry.Fate.SERVED and judged.reason == ""
