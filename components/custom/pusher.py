@@ -224,8 +224,7 @@ def hold_if_judged_against_another(candidate: registry.Candidate, judged_against
 
     candidate.fate = registry.Fate.AWAITING_APPROVAL
     candidate.reason = (f"judged against {named(judged_against)}, but {named(now)} serves since the run started: "
-                        f"`taxi-pipeline serving approve {candidate.version}` serves it as it is, `run --force` "
-                        "trains these inputs again against what serves now")
+                        f"`taxi-pipeline serving approve {candidate.version}` serves it as it is")
 
 
 def publish(model_path: str, base_directory: str, keep_versions: int,

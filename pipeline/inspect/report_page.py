@@ -140,8 +140,9 @@ def decision(details: details_lib.RunDetails) -> str:
         return f"Data rejected: nothing was trained or pushed (exit {code})."
     if report.outcome is Outcome.AWAITING_APPROVAL:
         version = report.pushed_version or "VERSION"
+        held = f" Held for approval: {report.held}." if report.held else ""
         return (f"Model passed every check and awaits approval as {report.pushed_version_dir}; the previous version "
-                f"keeps serving until `taxi-pipeline serving approve {version}` (exit {code}).")
+                f"keeps serving until `taxi-pipeline serving approve {version}` (exit {code}).{held}")
     if report.outcome is Outcome.SHADOW_REFUSED:
         return f"Model passed the serving check but the shadow check refused it: {report.shadow_check} (exit {code})."
     if report.outcome is Outcome.REJECTED:

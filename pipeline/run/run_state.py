@@ -175,6 +175,7 @@ def _as_reused(report: RunReport) -> RunReport:
     if report.outcome is Outcome.PUSHED:
         report.outcome = Outcome.UP_TO_DATE
     report.nodes = []
+    report.held = ""  # what became of a held candidate since is the record's (the decision's note)
     return report
 
 

@@ -80,3 +80,18 @@ def test_a_run_pinned_to_a_version_that_is_gone_stops_before_it_reads_the_data(t
     serving_config.follow(str(serving_dir), "big_tip")  # unpinned: the run goes on to the data
     with pytest.raises(ValueError, match="no-data"):
         run_state.plan(run_config)
+
+
+def test_a_held_candidate_is_said_held_by_its_run_and_not_by_a_later_one_after_a_decision(tmp_path):
+    from pipeline.run import commands
+
+    held = "judged against version 100, but version 200 serves since the run started: …"
+    report = RunReport(outcome=Outcome.AWAITING_APPROVAL, pushed_version_dir="/s/big_tip/300", held=held,
+                       run_id="run-2", fingerprint="f")
+    assert f"Held for approval: {held}\nModel passed every check and awaits approval" in commands.summary(report, "l")
+    # Approved since: the next run with its inputs repeats the decision, not the hold.
+    model_dir = _model_dir(tmp_path, Candidate("a", [1], Fate.SERVED, version=200),
+                           Candidate("b", [2], Fate.APPROVED, version=300, run="run-2", reason=held), serving=300)
+    again = run_state.decided_before(RunReport.from_json(report.to_json()), "f", "b", model_dir)
+    assert again.outcome is Outcome.UP_TO_DATE and again.held == ""
+    assert "Held for approval" not in commands.summary(again, "l")
