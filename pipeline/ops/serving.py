@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import getpass
 import json
+import logging
 import os
 from typing import Dict, List, Optional
 
@@ -110,9 +111,22 @@ def decide(serving_dir: str, model_name: str, version: Optional[int], verdict: V
             else:
                 serving_config.follow(serving_dir, model_name)
         now = serving_config.state(serving_dir, model_name)
-    stored = f"\n{record_in_store(metadata, model_dir, version, candidate)}" if metadata is not None else ""
+    stored = f"\n{_stored(metadata, model_dir, version, candidate)}" if metadata is not None else ""
     return (f"{action}: version {version} {done.value} by {candidate.by}; serving version {now.serving}{stored}\n"
             + describe(now, model_dir))
+
+
+def _stored(metadata: MetadataConfig, model_dir: str, version: int, candidate: registry.Candidate) -> str:
+    """`record_in_store`, or why it could not: the decision took effect already, and the
+    record and the model card hold it, so a store that fails is said, not an error."""
+    from ml_metadata import errors
+
+    try:
+        return record_in_store(metadata, model_dir, version, candidate)
+    except (errors.StatusError, RuntimeError) as err:  # MLMD's query errors; its connection's
+        logging.exception("the decision on version %d was not recorded in %s", version, metadata)
+        return (f"note: not recorded in {metadata} ({err}); the record and the model card hold the decision: "
+                "the same command again records it there")
 
 
 # The properties a person's decision sets on the version's PushedModel artifact.

@@ -128,3 +128,15 @@ def test_list_names_a_loaded_version_that_is_gone_and_marks_what_serves_instead(
     said = serving.command(serving_dir, MODEL, "list", None).splitlines()
     assert said[1].startswith("300 ") and said[2].startswith("100 ") and said[2].endswith("SERVING")
     assert said[-1].startswith(f"models.config loads version 200 of {serving_dir}/{MODEL}, which is not there")
+
+
+def test_a_decision_that_took_effect_says_so_when_the_metadata_store_fails_after_it(tmp_path):
+    from pipeline import config
+
+    serving_dir = _folder(tmp_path)
+    unreachable = config.MetadataConfig(str(tmp_path / "no-such-folder" / "metadata.sqlite"))
+    said = serving.decide(serving_dir, MODEL, 300, serving.Verdict(True, note="reviewed", by="ana"), unreachable)
+    assert said.startswith("approve: version 300 approved by ana; serving version 300\nnote: not recorded in ")
+    assert "the record and the model card hold the decision: the same command again records it there" in said
+    assert registry.read(f"{serving_dir}/{MODEL}").of_version(300).fate is Fate.APPROVED
+    assert serving_config.state(serving_dir, MODEL).serving == 300
