@@ -56,7 +56,7 @@ from tfx.types import artifact_utils, standard_artifacts, standard_component_spe
 from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
 from tfx.utils import io_utils, proto_utils
 
-from components.custom import ingest, model_card, promotion, recorded, serving_check
+from components.custom import baseline, ingest, model_card, promotion, recorded, serving_check
 from components.model import features
 from components.support import files, registry, serving_config, spans
 from components.support.serving_config import SAVED_MODEL_FILE, push_lock, still_held, version_folders, versions
@@ -210,12 +210,10 @@ def remove_version(base_directory: str, version: int) -> None:
     tf.io.gfile.rmtree(doomed)
 
 
-def hold_if_judged_against_another(candidate: registry.Candidate, judged_against: str,
-                                   serving: Optional[int]) -> None:
+def hold_if_judged_against_another(candidate: registry.Candidate, judged_against: str, now: str) -> None:
     """A candidate that would serve, judged (evaluated, shadow-checked) against version
-    `judged_against` (`registry.NOTHING_SERVES`: none) while `serving` serves now, awaits
+    `judged_against` while `now` serves (both as `baseline.serving_now` says them), awaits
     approval instead, its reason saying so."""
-    now = str(serving) if serving is not None else registry.NOTHING_SERVES
     if candidate.fate is not registry.Fate.SERVED or judged_against == now:
         return
 
@@ -254,8 +252,8 @@ def publish(model_path: str, base_directory: str, keep_versions: int,
 
     with push_lock(base_directory) as confirm:
         before = serving_config.state(serving_dir, model_name).serving
-        # As the serving baseline read it (`baseline.serving_now`), to compare the two.
-        serving = serving_config.serving_version(base_directory)
+        # Read as the serving baseline read it, so that the two compare.
+        serving = baseline.serving_now(base_directory)
         version = already_pushed(model_path, base_directory)
         if version is None:
             version = push(model_path, base_directory, staged=staged_and_recorded, confirm=confirm)
@@ -271,7 +269,7 @@ def publish(model_path: str, base_directory: str, keep_versions: int,
 
 
 def _record_pushed(base_directory: str, candidate: registry.Candidate, version: int,
-                   confirm: Callable[[], None], judged_against: Optional[str], serving: Optional[int]) -> None:
+                   confirm: Callable[[], None], judged_against: Optional[str], serving: str) -> None:
     """`candidate` as version `version` in the record, unless the record knows that
     version already: then `candidate` takes its fate and reason. A new one is held for
     approval when judged against another version than `serving`
