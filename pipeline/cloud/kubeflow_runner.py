@@ -43,7 +43,7 @@ def compile_pipeline(kfp_config: config.KubeflowConfig, output_path: str) -> Dic
         # outside the pipeline's parameter context and fail on runtime parameters there.
         runner.set_exit_handler(notify.NotifyFinalStatus(
             final_status=tfx.orchestration.experimental.FinalStatusStr(), url_from=kfp_config.notify_secret,
-            model_dir=kfp_config.model_serving_dir, job_created=notify.JOB_CREATED,
+            model_dir=kfp_config.model_serving_dir, job=compiled_fixes.PIPELINE_JOB_NAME,
             data_root=kfp_config.data_root,
         ).with_id(NOTIFY_NODE_ID))
     job = runner.run(build_pipeline(kfp_config), write_out=False)

@@ -193,10 +193,11 @@ def test_notify_compiles_an_exit_handler_that_runs_after_any_outcome(tmp_path):
     # The secret's name, read when the job ends; never the URL.
     assert parameters["url_from"]["runtimeValue"]["constantValue"]["stringValue"] == SECRET
     # What the handler reads to tell what the job pushed: the model's folder, and the job's
-    # creation time as a whole-value constant the backend resolves.
+    # name as a whole-value constant the backend resolves, the one the Pusher records.
     assert parameters["model_dir"]["runtimeValue"]["constantValue"]["stringValue"] == "gs://bucket/serving/big_tip"
-    assert parameters["job_created"]["runtimeValue"]["constantValue"]["stringValue"] == (
-        "{{$.pipeline_job_create_time_utc}}")
+    assert parameters["job"]["runtimeValue"]["constantValue"]["stringValue"] == "{{$.pipeline_job_name}}"
+    pusher_run = spec["components"]["tfx-dag"]["dag"]["tasks"]["Pusher"]["inputs"]["parameters"]["run"]
+    assert pusher_run["runtimeValue"]["constantValue"]["stringValue"] == "{{$.pipeline_job_name}}"
     # Every node is in the sub-DAG, and the compiled fixes still apply there.
     inner = spec["components"]["tfx-dag"]["dag"]["tasks"]
     assert set(inner) == TASKS

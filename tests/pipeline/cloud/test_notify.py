@@ -1,6 +1,5 @@
 """The exit handler's alert: Vertex's final status and what the job pushed."""
 
-import datetime
 import json
 
 from components.support import serving_config
@@ -11,54 +10,78 @@ STATUS = json.dumps({"state": "SUCCEEDED", "error": {}, "pipelineTaskName": "tfx
                      "pipelineJobResourceName": "projects/0/locations/l/pipelineJobs/j"})
 
 
-def _rfc3339(seconds: int) -> str:
-    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def _pushed(model_dir, *candidates):
+    """Version folders and a record of `candidates` (version, fate, job), in that order."""
+    from components.support import registry
 
-
-def test_a_version_pushed_after_the_job_started_is_the_job_s_push(tmp_path):
-    model_dir = tmp_path / "big_tip"
-    for version in (1700000000, 1700000500):
+    record = registry.Record()
+    for version, fate, job in candidates:
         (model_dir / str(version)).mkdir(parents=True)
-    (model_dir / ".staging-1700000900").mkdir()
-    assert notify.pushed_since(str(model_dir), _rfc3339(1700000400)) == (1700000500, 1700000500, True)
-    assert notify.pushed_since(str(model_dir), _rfc3339(1700000501)) == (None, 1700000500, True)
-    # RFC 3339 with nanoseconds, as Google's APIs write it (Python 3.10 takes at most 6 digits).
-    assert notify.pushed_since(str(model_dir), "2023-11-14T22:21:40.123456789Z") == (1700000500, 1700000500, True)
+        record.add(registry.Candidate(str(version), [1], fate, version=version, run=job))
+    registry.write(str(model_dir), record)
+    serving_config.follow(str(model_dir.parent), model_dir.name)
 
 
-def test_a_pin_is_what_keeps_serving(tmp_path):
-    model_dir = tmp_path / "big_tip"
-    for version in (1700000000, 1700000500):
-        (model_dir / str(version)).mkdir(parents=True)
-    serving_config.pin(str(tmp_path), "big_tip", 1700000000)
-    assert notify.pushed_since(str(model_dir), _rfc3339(1700000400)) == (1700000500, 1700000000, True)
-    text = alerts.final_status_payload(STATUS, 1700000500, 1700000000)["text"]
-    assert text.endswith("pushed model version 1700000500 (version 1700000000 serving: a pin or rollback holds it)")
-
-
-def test_a_version_awaiting_approval_is_said_to_await_it(tmp_path):
+def test_the_job_s_push_is_the_version_its_record_names_by_the_job_not_another_job_s(tmp_path):
     from components.support import registry
 
     model_dir = tmp_path / "big_tip"
-    for version in (1700000000, 1700000500):
-        (model_dir / str(version)).mkdir(parents=True)
-    record = registry.Record()
-    record.add(registry.Candidate("a", [1], registry.Fate.SERVED, version=1700000000))
-    record.add(registry.Candidate("b", [2], registry.Fate.AWAITING_APPROVAL, version=1700000500))
-    registry.write(str(model_dir), record)
-    serving_config.follow(str(tmp_path), "big_tip")
-    pushed, serving, _ = notify.pushed_since(str(model_dir), _rfc3339(1700000400))
-    assert (pushed, serving, notify.awaits(str(model_dir), pushed)) == (1700000500, 1700000000, True)
-    payload = alerts.final_status_payload(STATUS, pushed, serving, awaiting=True)
+    served = registry.Fate.SERVED
+    _pushed(model_dir, (1700000000, served, "job-a"), (1700000500, served, "job-b"), (1700000600, served, "job-c"))
+    (model_dir / ".staging-1700000900").mkdir()
+    candidate, serving, determined = notify.pushed_by(str(model_dir), "job-b")
+    assert (candidate.version, serving, determined) == (1700000500, 1700000600, True)
+    # Job c pushed while job b ran, or after: job b's alert names its own version, and
+    # what serves; a job that pushed nothing (its push a model already there) names none.
+    assert notify.pushed_by(str(model_dir), "job-d") == (None, 1700000600, True)
+    text = alerts.final_status_payload(STATUS, candidate.version, serving)["text"]
+    assert text.endswith("pushed model version 1700000500 (version 1700000600 serving: a pin or rollback holds it)")
+
+
+def test_a_push_cut_short_before_its_version_was_whole_is_not_called_pushed(tmp_path):
+    from components.support import registry
+
+    model_dir = tmp_path / "big_tip"
+    _pushed(model_dir, (1700000000, registry.Fate.SERVED, "job-a"), (1700000500, registry.Fate.SERVED, "job-b"))
+    (model_dir / "1700000500").rename(model_dir / ".staging-1700000500")
+    assert notify.pushed_by(str(model_dir), "job-b") == (None, 1700000000, True)
+
+
+def test_a_pin_is_what_keeps_serving(tmp_path):
+    from components.support import registry
+
+    model_dir = tmp_path / "big_tip"
+    _pushed(model_dir, (1700000000, registry.Fate.SERVED, "job-a"), (1700000500, registry.Fate.SERVED, "job-b"))
+    serving_config.pin(str(tmp_path), "big_tip", 1700000000)
+    candidate, serving, _ = notify.pushed_by(str(model_dir), "job-b")
+    assert (candidate.version, serving) == (1700000500, 1700000000)
+
+
+def test_a_version_awaiting_approval_is_said_to_await_it(tmp_path, monkeypatch):
+    from components.support import registry
+
+    model_dir = tmp_path / "big_tip"
+    _pushed(model_dir, (1700000000, registry.Fate.SERVED, "job-a"),
+            (1700000500, registry.Fate.AWAITING_APPROVAL, "job-b"))
+    sent = []
+    monkeypatch.setenv("ALERT_WEBHOOK", "https://hooks.example.com/x")
+    monkeypatch.setattr(notify, "send", lambda url, payload: sent.append(payload) or True)
+    assert notify.notify_final_status(STATUS, "env:ALERT_WEBHOOK", str(model_dir), "job-b", "") is True
+    (payload,) = sent
     assert payload["text"].endswith("; model version 1700000500 awaits approval (`taxi-pipeline serving approve "
                                     "1700000500`); version 1700000000 keeps serving") and payload["awaiting_approval"]
+    assert (payload["version"], payload["serving_version"]) == (1700000500, 1700000000)
 
 
-def test_no_model_folder_and_an_unreadable_time_are_said_as_such(tmp_path):
-    assert notify.pushed_since(str(tmp_path / "missing"), _rfc3339(1)) == (None, None, True)
-    (tmp_path / "m" / "5").mkdir(parents=True)
-    assert notify.pushed_since(str(tmp_path / "m"), "{{$.pipeline_job_create_time_utc}}") == (None, 5, False)
-    assert notify.pushed_since("", _rfc3339(1)) == (None, None, False)
+def test_no_model_folder_an_unresolved_job_name_and_a_damaged_record_are_said_as_such(tmp_path):
+    from components.support import registry
+
+    assert notify.pushed_by(str(tmp_path / "missing"), "job-a") == (None, None, True)
+    _pushed(tmp_path / "m", (5, registry.Fate.SERVED, "job-a"))
+    assert notify.pushed_by(str(tmp_path / "m"), "{{$.pipeline_job_name}}") == (None, 5, False)
+    assert notify.pushed_by("", "job-a") == (None, None, False)
+    (tmp_path / "m" / registry.RECORD_FILE).write_text("{not json")
+    assert notify.pushed_by(str(tmp_path / "m"), "job-a") == (None, 5, False)
     unknown = alerts.final_status_payload(STATUS, None, 5, determined=False)
     assert unknown["text"].endswith("; whether it pushed is unknown (version 5 serving)") and unknown["version"] is None
 

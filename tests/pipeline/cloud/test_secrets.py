@@ -135,7 +135,7 @@ def test_the_exit_handler_posts_to_the_secret_s_url_and_logs_no_credential(secre
     status = json.dumps({"state": "SUCCEEDED", "error": {}, "pipelineTaskName": "tfx-dag"})
     caplog.set_level("INFO")
     handler = dict(final_status=status, url_from=NAME, model_dir=str(tmp_path / "m"),
-                   job_created="2026-01-01T00:00:00Z", data_root="")
+                   job="job-1", data_root="")
     # Not there yet: logged with the secret's name, nothing posted, the task succeeds.
     assert notify.notify_final_status(**handler) is False
     assert received == [] and f"could not notify: Secret Manager answered HTTP 404 for {NAME}" in caplog.text
