@@ -5,7 +5,7 @@ what the command line does for its own process (`pipeline.run.process`):
 
 - MODULE's imports (TensorFlow, TFX, Beam, TFMA, TFDV) with the cyclic GC paused, then
   frozen, and the collector's thresholds raised while the task works; TFX's modules that
-  no task runs imported only when used (`pipeline.patches.tfx.defer_imports`, unless the
+  no task runs imported only when used (`pipeline.patches.defer_imports`, unless the
   speed-ups are off);
 - once the entry point has returned, the process ends with `os._exit`, every output
   written and closed: tearing down an interpreter with those libraries loaded costs each
@@ -42,7 +42,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     module, *args = sys.argv[1:] if argv is None else argv
     on = machinery.enabled()
     if on:
-        patches.tfx.defer_imports()
+        patches.defer_imports()
     process.import_frozen(module)
     # runpy runs the module's code again as `__main__`, its imports done: the module itself
     # must not be in sys.modules (runpy warns of "unpredictable behaviour" if it is).

@@ -13,8 +13,8 @@ sketch's error), the order TFDV lists features in. They act only in the process 
 the pipeline locally (`every_patch`, applied by `pipeline.run.process.local_runner`) and in
 the Beam worker processes it starts (`in_workers`, by `pipeline.run.beam_worker`):
 components in their own containers (Vertex AI, Dataflow workers) get the libraries as they
-are, but for `tfx.defer_imports`, which changes no code that runs, only when a module
-TFX imports and no task uses is loaded: every `taxi-pipeline` command and the compiled
+are, but for `defer_imports`, which changes no code that runs, only when a module a
+library imports and no task uses is loaded: every `taxi-pipeline` command and the compiled
 tasks' `pipeline.cloud.task` make it. Off with `TAXI_PIPELINE_SPEEDUPS=0`
 (`machinery.ENV`) or `taxi-pipeline run --no-speedups` (which leaves `defer_imports` on).
 What each saves: docs/performance.md#the-library-patches.
@@ -32,6 +32,12 @@ from pipeline.patches import beam, machinery, tfdv, tfma, tfx, tfxio
 def every_patch() -> List[machinery.Patch]:
     """The patches of the process that runs the pipeline: every library's."""
     return beam.patches() + tfx.patches() + tfxio.patches() + tfdv.patches() + tfma.patches()
+
+
+def defer_imports() -> None:
+    """The modules a library imports and no run calls (`tfx.DEFERRED_MODULES`) load when
+    first used (`machinery.defer`)."""
+    machinery.defer(tfx.DEFERRED_MODULES)
 
 
 def _worker_libraries() -> Dict[str, Callable[[], List[machinery.Patch]]]:

@@ -6,17 +6,22 @@ class, the function is given the attribute's value as the library defines it and
 what stands in its place. `patched` sets a list of them within a block and restores the
 library's own on leaving, whatever happened inside; `apply` sets them for good (a Beam
 worker process, which ends with them); `PatchedOnImport` applies a library's patches right
-after the process first imports it, and `AfterImport` does any other work then.
+after the process first imports it, and `AfterImport` does any other work then. `defer`
+binds modules a library imports and a run never calls as `DeferredModule`s, whose code
+runs when first used.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.abc
+import importlib.util
+import logging
 import os
 import sys
 from types import ModuleType
-from typing import Callable, Dict, Iterator, List, Tuple
+from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
 # Off with `TAXI_PIPELINE_SPEEDUPS=0` in the environment (or `taxi-pipeline run --no-speedups`).
 ENV = "TAXI_PIPELINE_SPEEDUPS"
@@ -24,6 +29,8 @@ ENV = "TAXI_PIPELINE_SPEEDUPS"
 Patch = Tuple[object, str, Callable[[object], object]]
 
 _INHERITED = object()
+# The finder `defer` installed, once per process.
+_deferring: List["AfterImport"] = []
 
 
 def enabled() -> bool:
@@ -87,3 +94,53 @@ class PatchedOnImport(AfterImport):
 
     def __init__(self, patches: Dict[str, Callable[[], List[Patch]]]):
         super().__init__({name: (lambda module, make=make: apply(make())) for name, make in patches.items()})
+
+
+class DeferredModule(ModuleType):
+    """A module bound in `sys.modules` and in its package before its code ran: its code
+    runs when one of its names is first asked for. Its double-underscore attributes are
+    the spec's (`__file__`, `__spec__`, ...) and a missing one is missing, without running
+    it: code that walks `sys.modules` asking each module for those (TensorFlow's autograph
+    does, for every function it converts) leaves it unloaded, where a module of
+    `importlib.util.LazyLoader`, which runs on any attribute, would be loaded by the first
+    such walk."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        self.__class__ = ModuleType
+        self.__spec__.loader.exec_module(self)
+        return getattr(self, name)
+
+
+def defer(names: Sequence[str]) -> None:
+    """Each module of `names` (dotted) becomes a `DeferredModule` as soon as its package is
+    imported (at once if it is already), so that the library's `from package import
+    module` takes it as it is. For the process's life; a second call changes nothing."""
+    if _deferring:
+        return
+    pending: Dict[str, List[str]] = {}
+    for name in names:
+        pending.setdefault(name.rpartition(".")[0], []).append(name)
+    for package in [package for package in pending if package in sys.modules]:
+        _bind_deferred(pending.pop(package), sys.modules[package])
+    _deferring.append(AfterImport({package: functools.partial(_bind_deferred, modules)
+                                   for package, modules in pending.items()}))
+    sys.meta_path.insert(0, _deferring[0])
+
+
+def _bind_deferred(names: List[str], package: ModuleType) -> None:
+    """Binds each of `names` in `package` as a `DeferredModule`; one that is imported
+    already, or that the library no longer has, is left as the library imports it (its
+    patch's test fails for the latter)."""
+    for name in names:
+        if name in sys.modules:
+            continue
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            logging.warning("%s is no longer there: imported as its library imports it", name)
+            continue
+        module = importlib.util.module_from_spec(spec)
+        module.__class__ = DeferredModule
+        sys.modules[name] = module
+        setattr(package, name.rpartition(".")[2], module)

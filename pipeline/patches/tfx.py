@@ -1,6 +1,7 @@
 """Patches to TFX: work handed on as soon as a node has run (`when_done`), no archive
 of TFX built for Beam workers that never read it, and no import of what the pipeline never
-runs until it runs (`defer_imports`). What each patch changes and why: `patches`.
+runs until it runs (`DEFERRED_MODULES`, bound by `pipeline.patches.defer_imports`). What
+each patch changes and why: `patches`.
 
 The serving check's probe, started once the data gate let the run through, is handed the
 model this way as soon as the Trainer has written it (`pipeline.run.local_runner`): it
@@ -13,8 +14,9 @@ fails for a launcher whose publishing method moved, changed its signature, or is
 elsewhere than once after the executor ran, and
 tests/pipeline/patches/test_tfx.py::test_tfx_archives_itself_only_for_workers_beyond_this_environment
 builds a Beam executor through TFX's own code, with the patch and without, and
-tests/pipeline/patches/test_tfx.py::test_the_deferred_module_is_imported_by_tfx_and_loads_on_first_use
-imports the local runner with `defer_imports` and without. What each saves:
+tests/pipeline/patches/test_tfx.py::test_the_deferred_module_is_imported_by_tfx_and_loads_on_first_use_only
+imports the local runner with `pipeline.patches.defer_imports`, then traces a function
+with autograph, which asks every module for its `__file__`. What each saves:
 docs/performance.md#patches-to-tfx.
 """
 
@@ -22,21 +24,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
 import logging
-import sys
-import types
 from typing import Callable, Dict, Iterator, List
 
-from pipeline.patches import machinery
 from pipeline.patches.machinery import Patch
 
 # TFX modules that `tfx.components` imports (every run imports it: LocalDagRunner's input
 # resolution imports the Evaluator's package) and that the pipeline never runs: the
 # InfraValidator's Kubernetes runner, which imports the Kubernetes client.
 DEFERRED_MODULES = ("tfx.components.infra_validator.model_server_runners.kubernetes_runner",)
-# The finder `defer_imports` installed, once per process.
-_deferring: List[machinery.AfterImport] = []
 
 # Work for once a node has run (`when_done`): node id -> callables of its outputs.
 _when_done: Dict[str, List[Callable[[dict], object]]] = {}
@@ -105,34 +101,3 @@ def _archive_for_remote_workers_only(original: Callable) -> Callable:
         return original(beam_pipeline_args)
 
     return make_beam_dependency_flags
-
-
-def defer_imports() -> None:
-    """Each of `DEFERRED_MODULES` becomes a lazy module (`importlib.util.LazyLoader`) as
-    soon as its package is imported: bound in the package, so that TFX's `from package
-    import module` takes it as it is, its code runs when one of its attributes is first
-    used, so an InfraValidator added to the pipeline works as before. For the process's
-    life; a second call changes nothing."""
-    if _deferring:
-        return
-    pending: Dict[str, List[str]] = {}
-    for name in DEFERRED_MODULES:
-        pending.setdefault(name.rpartition(".")[0], []).append(name)
-    _deferring.append(machinery.AfterImport({package: functools.partial(_bind_lazily, names)
-                                             for package, names in pending.items() if package not in sys.modules}))
-    sys.meta_path.insert(0, _deferring[0])
-
-
-def _bind_lazily(names: List[str], package: types.ModuleType) -> None:
-    """Binds each of `names` in `package` as a lazy module; one TFX no longer has is left
-    to TFX (the import goes on as TFX's own; tests/pipeline/patches/test_tfx.py fails)."""
-    for name in names:
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            logging.warning("%s is no longer in TFX: imported as TFX imports it", name)
-            continue
-        spec.loader = importlib.util.LazyLoader(spec.loader)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        setattr(package, name.rpartition(".")[2], module)

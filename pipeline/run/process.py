@@ -64,7 +64,7 @@ def local_runner(on: bool) -> Iterator[ModuleType]:
     if not on:
         yield importlib.import_module(LOCAL_RUNNER)
         return
-    patches.tfx.defer_imports()
+    patches.defer_imports()
     module = import_frozen(LOCAL_RUNNER)
     with machinery.patched(patches.every_patch()), collecting_less_often():
         yield module

@@ -37,3 +37,29 @@ def test_a_patch_that_fails_to_build_leaves_every_attribute_as_it_was():
             pass
     assert dict(vars(tf_example_record.TFExampleRecord)) == before
 
+
+
+def test_a_deferred_module_answers_what_scanners_of_sys_modules_ask_without_running(tmp_path, monkeypatch):
+    import importlib
+    import sys
+
+    package = tmp_path / "deferring_package"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "heavy.py").write_text("import sys\nsys.ran_heavy = True\nVALUE = 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delattr(sys, "ran_heavy", raising=False)
+    imported = importlib.import_module("deferring_package")
+    try:
+        machinery._bind_deferred(["deferring_package.heavy"], imported)
+        module = sys.modules["deferring_package.heavy"]
+        # What autograph and the warnings machinery ask each module: answered, nothing run.
+        assert module.__file__ == str(package / "heavy.py") and not hasattr(module, "__warningregistry__")
+        from deferring_package import heavy
+
+        assert heavy is module and not hasattr(sys, "ran_heavy")
+        assert heavy.VALUE == 42 and sys.ran_heavy and type(heavy) is type(sys)
+        assert getattr(heavy, "missing", None) is None
+    finally:
+        for name in ("deferring_package.heavy", "deferring_package"):
+            sys.modules.pop(name, None)

@@ -103,7 +103,7 @@ def test_a_placeholder_stands_in_for_a_page_being_drawn_and_reloads(tmp_path):
 
 def test_the_collector_runs_less_often_inside_the_run_only(monkeypatch):
     monkeypatch.setattr(process, "import_frozen", lambda name: name)
-    monkeypatch.setattr(process.patches.tfx, "defer_imports", lambda: None)  # for the process's life
+    monkeypatch.setattr(process.patches, "defer_imports", lambda: None)  # for the process's life
     before = gc.get_threshold()
     with process.local_runner(True) as module:
         assert module == process.LOCAL_RUNNER
