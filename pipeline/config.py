@@ -44,6 +44,14 @@ ORCHESTRATORS = ("local", "beam")
 # Where Vertex AI mounts Cloud Storage in every task's container (Cloud Storage FUSE):
 # gs://BUCKET/x is /gcs/BUCKET/x there.
 FUSE_ROOT = "/gcs/"
+# The compiled pipeline's locations: Cloud Storage, whose generation preconditions the push
+# lock takes (components/support/object_lock.py), and which TensorFlow and Beam in the
+# image read without another file system (docs/beyond-one-machine.md, S3 or MinIO).
+CLOUD_STORAGE = "gs://"
+# The compiled pipeline's locations: Cloud Storage, whose generation preconditions the push
+# lock takes (components/support/object_lock.py), and which TensorFlow and Beam in the
+# image read without another file system (docs/beyond-one-machine.md, S3 or MinIO).
+CLOUD_STORAGE = "gs://"
 # Where the Dockerfile installs the package; the schema ships inside it.
 IMAGE_SCHEMA_DIR = "/pipeline/components/model/schema"
 
@@ -303,16 +311,16 @@ class KubeflowConfig:
             raise ValueError(f"unknown target {self.target!r}; the targets are: {', '.join(COMPILE_TARGETS)}")
         # Vertex AI takes the pipeline root as gs:// only; the tasks may read the data root
         # through its Cloud Storage FUSE mount as well.
-        if not files.is_remote(self.pipeline_root):
+        if not self.pipeline_root.startswith(CLOUD_STORAGE):
             raise ValueError(f"pipeline_root must be a gs://BUCKET/... URI, got {self.pipeline_root!r}")
-        if not (files.is_remote(self.data_root) or self.data_root.startswith(FUSE_ROOT)):
+        if not self.data_root.startswith((CLOUD_STORAGE, FUSE_ROOT)):
             raise ValueError(
                 "data_root must be a location every task of the pipeline can reach: gs://BUCKET/... or "
                 f"its Cloud Storage FUSE path {FUSE_ROOT}BUCKET/..., got {self.data_root!r}"
             )
         # A push is whole and one at a time only through Cloud Storage itself: on the FUSE
         # mount a folder's rename is not atomic and a file lock reaches no other host.
-        if not files.is_remote(self.serving_dir):
+        if not self.serving_dir.startswith(CLOUD_STORAGE):
             fuse = self.serving_dir.startswith(FUSE_ROOT)
             raise ValueError(
                 f"serving_dir must be a gs://BUCKET/... URI, got {self.serving_dir!r}"

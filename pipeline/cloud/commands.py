@@ -38,7 +38,7 @@ def add_compile(commands: argparse._SubParsersAction) -> None:
     options.add_notify(kfp, refused=True)
     options.add_settings(kfp)
     options.add_beam_options(kfp, "Beam's in-memory engine inside each component's container")
-    kfp.set_defaults(handler=compile_pipeline)
+    kfp.set_defaults(handler=compile_pipeline, quiet=True)
 
 
 def compile_pipeline(args: argparse.Namespace, ending: Ending) -> int:
@@ -78,7 +78,7 @@ def add_schedule(commands: argparse._SubParsersAction) -> None:
     schedule.add_argument("--region", required=True, help="Vertex AI region, e.g. europe-west4")
     schedule.add_argument("--service-account", default=None, help="service account the runs use")
     options.add_dry_run(schedule, "print the CreateScheduleRequest, send nothing")
-    schedule.set_defaults(handler=schedule_pipeline)
+    schedule.set_defaults(handler=schedule_pipeline, quiet=True)
 
 
 def schedule_pipeline(args: argparse.Namespace, ending: Ending) -> int:

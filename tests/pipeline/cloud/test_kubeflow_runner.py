@@ -134,11 +134,20 @@ def test_window_zero_compiles_the_all_spans_pipeline(tmp_path):
     assert "taskOutputParameter" not in input_config and spans.ALL_SPANS_PATTERN in json.dumps(input_config)
 
 
-def test_local_paths_are_refused_for_a_remote_pipeline(tmp_path, capsys):
+def test_local_paths_and_other_object_stores_are_refused_for_a_remote_pipeline(tmp_path, capsys):
+    output = tmp_path / "p.json"
     status = cli.main(["compile", "--image", IMAGE, "--pipeline-root", str(tmp_path), "--data-root", "gs://b/d",
-                       "--serving-dir", "gs://b/s", "--output", str(tmp_path / "p.json")])
+                       "--serving-dir", "gs://b/s", "--output", str(output)])
     assert status == 1
     assert "pipeline_root must be a gs://BUCKET/... URI" in capsys.readouterr().err
+    # Another object store: the image reads none, and the push lock is Cloud Storage's.
+    for flag, setting in (("--pipeline-root", "pipeline_root"), ("--data-root", "data_root"),
+                          ("--serving-dir", "serving_dir")):
+        given = {"--pipeline-root": "gs://b/p", "--data-root": "gs://b/d", "--serving-dir": "gs://b/s", flag: "s3://b/x"}
+        assert cli.main(["compile", "--image", IMAGE, *[part for item in given.items() for part in item],
+                         "--output", str(output)]) == 1
+        error = capsys.readouterr().err
+        assert f"{setting} must be " in error and "got 's3://b/x'" in error and not output.exists()
 
 
 def test_the_data_root_may_be_a_cloud_storage_fuse_path_the_serving_folder_and_pipeline_root_not(tmp_path, capsys):
@@ -161,6 +170,12 @@ def test_the_data_root_may_be_a_cloud_storage_fuse_path_the_serving_folder_and_p
     assert cli.main(["compile", "--image", IMAGE, "--pipeline-root", "/gcs/b/p", "--data-root", "/gcs/b/d",
                      "--serving-dir", "gs://b/s", "--output", str(output)]) == 1
     assert "pipeline_root must be a gs://BUCKET/... URI" in capsys.readouterr().err
+    # Another object store: the image reads none, and the push lock is Cloud Storage's.
+    for flag in ("--pipeline-root", "--data-root", "--serving-dir"):
+        given = {"--pipeline-root": "gs://b/p", "--data-root": "gs://b/d", "--serving-dir": "gs://b/s", flag: "s3://b/x"}
+        assert cli.main(["compile", "--image", IMAGE, *[part for item in given.items() for part in item],
+                         "--output", str(output)]) == 1
+        assert "got 's3://b/x'" in capsys.readouterr().err and not output.exists()
 
 
 def test_a_window_of_one_span_is_refused_when_compiling(tmp_path, capsys):
