@@ -52,6 +52,16 @@ def status(report: RunReport) -> str:
     return "stopped before its decision"
 
 
+def _awaited_in(report: RunReport) -> Optional[str]:
+    """The local model folder of the version `report`'s run left awaiting approval, or None."""
+    if report.outcome is not Outcome.AWAITING_APPROVAL or not report.pushed_version:
+        return None
+    model_dir = os.path.dirname(report.pushed_version_dir.rstrip("/"))
+    if files.is_remote(model_dir) or not report.pushed_version.isdigit():
+        return None
+    return model_dir
+
+
 def decided_since(report: RunReport, records: Optional[Dict[str, Optional[registry.Record]]] = None) -> str:
     """For a run whose model awaited approval: what became of it since ("then approved by
     ana at …"), from the model's record beside the version; "" while it awaits, and when
@@ -59,10 +69,8 @@ def decided_since(report: RunReport, records: Optional[Dict[str, Optional[regist
     cannot be read (`history` says so under its listing, `serving list` why), or is in Cloud
     Storage (reading history reads no bucket).
     `records`: the records read so far, by model folder, filled in."""
-    if report.outcome is not Outcome.AWAITING_APPROVAL or not report.pushed_version:
-        return ""
-    model_dir = os.path.dirname(report.pushed_version_dir.rstrip("/"))
-    if files.is_remote(model_dir) or not report.pushed_version.isdigit():
+    model_dir = _awaited_in(report)
+    if model_dir is None:
         return ""
     records = {} if records is None else records
     if model_dir not in records:
@@ -85,7 +93,7 @@ def history(metadata: MetadataConfig, pipeline_name: str, limit: int) -> str:
     store = run_report.connect(metadata)
     model_records: Dict[str, Optional[registry.Record]] = {}
     contexts = {c.name: c for c in store.get_contexts_by_type(run_report.PIPELINE_RUN_CONTEXT)}
-    lines = []  # (milliseconds, line)
+    lines = []  # (milliseconds, line, the model folder whose record it could not read, or None)
     for run_id in sorted(contexts, reverse=True)[:limit]:
         records = run_report.run_records(store, pipeline_name, run_id)
         report = run_report.report_of(records, run_id, details=False)
@@ -97,17 +105,20 @@ def history(metadata: MetadataConfig, pipeline_name: str, limit: int) -> str:
         version = f"version {report.pushed_version}" if report.pushed_version else ""
         removed = contexts[run_id].custom_properties.get(run_report.REMOVED_PROPERTY)
         gone = f"(files removed by gc {removed.string_value[:10]})" if removed is not None else ""
+        since = decided_since(report, model_records)
+        model_dir = _awaited_in(report)
         lines.append((records.last_update, "  ".join(
-            part for part in (when, run_id, f"spans {spans or '-'}", status(report),
-                              decided_since(report, model_records), auc, version, gone) if part)))
+            part for part in (when, run_id, f"spans {spans or '-'}", status(report), since, auc, version, gone)
+            if part), model_dir if model_dir and model_records.get(model_dir, True) is None else None))
     for found in monitor_records.read_all(store)[:limit]:
         lines.append((found.recorded, "  ".join((_time(found.recorded), found.monitor_id,
-                                                 monitor_records.describe(found)))))
+                                                 monitor_records.describe(found))), None))
     if not lines:
         return f"No runs recorded in {metadata}."
-    listing = [line for _, line in sorted(lines, key=lambda pair: pair[0], reverse=True)[:limit]]
-    return "\n".join(listing + [_unread_note(model_dir) for model_dir, record in model_records.items()
-                                 if record is None])
+    listed = sorted(lines, key=lambda listed_line: listed_line[0], reverse=True)[:limit]
+    # A note for each record that could not be read, when a run listed awaited approval there.
+    unread = list(dict.fromkeys(model_dir for _, _, model_dir in listed if model_dir))
+    return "\n".join([line for _, line, _ in listed] + [_unread_note(model_dir) for model_dir in unread])
 
 
 def _unread_note(model_dir: str) -> str:

@@ -1,5 +1,7 @@
 """What `history` adds to a run whose model awaited approval: what a person decided since."""
 
+import types
+
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2 as mlmd
 
@@ -79,3 +81,9 @@ def test_history_says_under_its_listing_which_record_it_could_not_read(tmp_path,
     assert note.startswith(f"Not shown: what became of the versions above that awaited approval in "
                            f"{run_config.model_serving_dir}")
     assert f"serving list --serving-dir {tmp_path / 'serving'} --model-name big_tip" in note
+    # A newer monitor run takes the only line of --limit 1: no run above awaited, no note.
+    newer = types.SimpleNamespace(recorded=4102444800000, monitor_id="monitor-1")
+    monkeypatch.setattr(lineage.monitor_records, "read_all", lambda _store: [newer])
+    monkeypatch.setattr(lineage.monitor_records, "describe", lambda found: "version 300  1000 requests")
+    assert lineage.history(run_config.metadata, PIPELINE, limit=1).splitlines() == [
+        f"{lineage._time(4102444800000)}  monitor-1  version 300  1000 requests"]
