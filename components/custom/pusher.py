@@ -288,6 +288,16 @@ def _record_pushed(base_directory: str, candidate: registry.Candidate, version: 
     registry.write(base_directory, record)
 
 
+def refusal(blessing: types.Artifact) -> Tuple[registry.Fate, str]:
+    """The fate of a candidate its blessing (the last check's) refuses, and the reason the
+    check that refused it gave: the shadow check passes the serving check's reason on beside
+    its own."""
+    fate = registry.Fate(blessing.get_string_custom_property(serving_check.FATE_PROPERTY)
+                         or registry.Fate.NOT_BLESSED.value)
+    reason = recorded.SHADOW_CHECK_PROPERTY if fate is registry.Fate.SHADOW_REFUSED else serving_check.REASON_PROPERTY
+    return fate, blessing.get_string_custom_property(reason)
+
+
 def record_refusal(base_directory: str, candidate: registry.Candidate) -> None:
     """Records a candidate a check refused, under the push lock (nothing is pushed)."""
     with push_lock(base_directory) as confirm:
@@ -415,9 +425,7 @@ class Executor(tfx_pusher_executor.Executor):
         if not self.CheckBlessing(input_dict):
             model_push.set_int_custom_property(PUSHED_PROPERTY, 0)
             _mark_served(served, blessing, model, serves=False, copied=False)
-            candidate.fate = registry.Fate(blessing.get_string_custom_property(serving_check.FATE_PROPERTY)
-                                           or registry.Fate.NOT_BLESSED.value)
-            candidate.reason = blessing.get_string_custom_property(serving_check.REASON_PROPERTY)
+            candidate.fate, candidate.reason = refusal(blessing)
             model_push.set_string_custom_property(FATE_PROPERTY, candidate.fate.value)
             record_refusal(base, candidate)
             return

@@ -370,3 +370,19 @@ def test_a_candidate_judged_against_another_version_than_serves_at_its_push_awai
     _, third, _, after = pusher.publish(models["c"], base, keep_versions=5, candidate=judged,
                                         judged_against=str(first))
     assert after.serving == third and judged.fate is registry.Fate.SERVED and judged.reason == ""
+
+
+def test_a_refused_candidate_takes_the_reason_of_the_check_that_refused_it():
+    from tfx.types import standard_artifacts
+
+    from components.custom import recorded, serving_check
+    from components.support import registry
+
+    blessing = standard_artifacts.ModelBlessing()
+    blessing.set_string_custom_property(serving_check.REASON_PROPERTY, "p99 0.3 ms within its budget")
+    blessing.set_string_custom_property(recorded.SHADOW_CHECK_PROPERTY, "flip rate 0.035 over its threshold 0.0001")
+    blessing.set_string_custom_property(serving_check.FATE_PROPERTY, registry.Fate.SHADOW_REFUSED.value)
+    assert pusher.refusal(blessing) == (registry.Fate.SHADOW_REFUSED, "flip rate 0.035 over its threshold 0.0001")
+    blessing.set_string_custom_property(serving_check.FATE_PROPERTY, registry.Fate.SERVING_CHECK_FAILED.value)
+    assert pusher.refusal(blessing) == (registry.Fate.SERVING_CHECK_FAILED, "p99 0.3 ms within its budget")
+    assert pusher.refusal(standard_artifacts.ModelBlessing()) == (registry.Fate.NOT_BLESSED, "")
