@@ -168,14 +168,17 @@ class Decision:
         return f"{what} was trained on these very inputs: {fate}"
 
 
-def decide(record: Record, inputs: str, on_disk: Sequence[int], serving: Optional[int]) -> Optional[Decision]:
+def decide(record: Record, inputs: str, on_disk: Sequence[int], serving: Optional[int],
+           pinned: bool = False) -> Optional[Decision]:
     """The candidate a run of `inputs` would repeat, if any: the version that serves
     (`serving`, as `models.config` names it), or the newest candidate, when either was
     trained on these inputs (see the module doc), or the newest candidate of these inputs
     when a person rejected it: the same inputs train the same model again, and a rejection
-    is not undone by the data coming back (a `--force` run of them since undoes it). A
-    version that serves or is the newest and is not `on_disk` (deleted or moved by hand)
-    is not repeated: a run makes one that can serve."""
+    is not undone by the data coming back (a `--force` run of them since undoes it). While
+    a pin or a rollback holds (`pinned`), also a version `on_disk` that may serve and has
+    these inputs, however old: the operator chose what serves, and its copy would be
+    pushed only to stay behind the pin. A version that serves or is the newest and is not
+    `on_disk` (deleted or moved by hand) is not repeated: a run makes one that can serve."""
     served = serving if serving in on_disk else None
     serving = record.of_version(served) if served is not None else None
     if serving is not None and serving.inputs == inputs:
@@ -184,7 +187,10 @@ def decide(record: Record, inputs: str, on_disk: Sequence[int], serving: Optiona
     if newest is not None and newest.inputs == inputs and (newest.version is None or newest.version in on_disk):
         return Decision(newest, served)
     same = [c for c in record.candidates if c.inputs == inputs]
-    return Decision(same[-1], served) if same and same[-1].fate is Fate.REJECTED else None
+    if same and same[-1].fate is Fate.REJECTED:
+        return Decision(same[-1], served)
+    kept = [c for c in same if pinned and c.fate.servable and c.version in on_disk]
+    return Decision(kept[-1], served) if kept else None
 
 
 @functools.cache

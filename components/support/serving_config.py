@@ -357,11 +357,11 @@ def decide(model_dir: str, inputs: str) -> Optional[registry.Decision]:
     on_disk = versions(model_dir)
     record = registry.read(model_dir)
     serving = serving_version(model_dir)
-    decision = registry.decide(record, inputs, on_disk, serving)
+    pinned = _pinned(model_dir) is not None or record.pinned
+    decision = registry.decide(record, inputs, on_disk, serving, pinned)
     if decision is None or decision.candidate.version in (None, serving):
         return decision
     servable = registry.servable(record, on_disk)
-    pinned = _pinned(model_dir) is not None or record.pinned
     # SERVED only: the Pusher sets it and serves in one execution, which a kill leaves
     # unfinished and the next run executes again; an approval cut short is finished by
     # approving again (`pipeline.ops.serving.decide`).

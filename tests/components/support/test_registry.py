@@ -71,6 +71,17 @@ def test_after_a_rollback_the_inputs_of_the_version_rolled_back_from_train_nothi
     assert decision.candidate.version == 200
     assert decision.says == ("version 200 was trained on these very inputs and served; version 100 serves now, "
                              "as an operator set it")
+    # Rolled back from a version that is no longer the newest candidate (a rejected one came
+    # after it): its inputs still train nothing while the rollback holds, where a run would
+    # push a copy of it that the pin keeps from serving; unpinned, they train again.
+    record.add(Candidate("rejected", [3, 4], Fate.REJECTED, version=300))
+    for pinned, expected in ((True, 200), (False, None)):
+        decision = registry.decide(record, "new", [100, 200, 300], record.serving, pinned)
+        assert (decision.candidate.version if decision else None) == expected
+    # A version deleted since, or one that never served, is not repeated.
+    assert registry.decide(record, "new", [100, 300], record.serving, True) is None
+    record.candidates[1].fate = Fate.SUPERSEDED
+    assert registry.decide(record, "new", [100, 200, 300], record.serving, True) is None
 
 
 def test_a_candidate_that_passes_every_check_supersedes_the_one_awaiting_approval():
