@@ -7,6 +7,7 @@ TensorFlow import on a local folder."""
 from __future__ import annotations
 
 import os
+import re
 import time
 from typing import IO, Callable, List, Tuple, Type, TypeVar
 
@@ -110,3 +111,13 @@ def replace(source: str, target: str) -> None:
         _gfile().rename(source, target, overwrite=True)
     else:
         os.replace(source, target)
+
+
+def tensorflow_reason(message: str, limit: int = 200) -> str:
+    """What a TensorFlow error's message says, for people: its first line without the
+    internal function it ran in ("{{function_node ...}}") and the op's name ("[Op:...]")."""
+    lines = message.strip().splitlines()
+    text = re.sub(r"\{\{[^}]*\}\}|\[Op:[^\]]*\]|\s+name:\s*$", "", lines[0] if lines else "").strip()
+    text = re.sub(r"truncated record at (\d+)' failed with EOF reached",
+                  r"the file ends inside the record at byte \1", text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -26,7 +26,6 @@ import binascii
 import dataclasses
 import gzip
 import json
-import re
 from typing import Iterator, List, Optional, Tuple, Union
 
 import tensorflow as tf
@@ -34,6 +33,7 @@ from google.protobuf.message import DecodeError
 
 from components.model import features
 from components.support import traffic
+from components.support.files import tensorflow_reason
 
 EXAMPLES, PREDICTION_LOGS, JSON_LINES = FORMATS = traffic.REQUEST_FORMATS
 # The request input of `serving_default` (components.model.trainer.settings.EXAMPLES_INPUT).
@@ -90,7 +90,7 @@ def detect(path: str) -> str:
         first = next(iter(tf.data.TFRecordDataset(path, compression_type=_compression(path)).take(1)), None)
     except tf.errors.OpError as err:
         raise ValueError(f"{path} is neither JSON lines nor a readable TFRecord file "
-                         f"({err.message.splitlines()[0][:120]}): name its format with --format") from err
+                         f"({tensorflow_reason(err.message, 120)}): name its format with --format") from err
     if first is None:
         raise ValueError(f"{path} holds no records: leave it out, or name its format with --format")
     record = first.numpy()
@@ -149,8 +149,7 @@ def _tfrecords(path: str) -> Iterator[Tuple[int, Union[bytes, str]]]:
             yield index, record.numpy()
             index += 1
     except tf.errors.OpError as err:
-        message = re.sub(r"\{\{.*?\}\}\s*", "", err.message).splitlines()[0][:160]
-        yield index, f"the file is damaged from here on ({message})"
+        yield index, f"the file is damaged from here on ({tensorflow_reason(err.message, 160)})"
 
 
 def read_examples(path: str) -> Iterator[Item]:

@@ -70,16 +70,10 @@ def check_inputs(paths: Sequence[str]) -> None:
     from pipeline.run import preflight
 
     def problem(path: str) -> str:
-        import tensorflow as tf
-
         compressed = path.endswith(".gz")
-        count = 0
-        try:
-            for _ in tf.data.TFRecordDataset(path, compression_type="GZIP" if compressed else ""):
-                count += 1
-        except tf.errors.OpError as err:
-            return f"input file {path} is not a readable TFRecord file (damaged after {count} records: " \
-                   f"{err.message.splitlines()[0][:200]})"
+        count, reason = preflight.read_through(path, "GZIP" if compressed else "")
+        if reason:
+            return f"input file {path} is not a readable TFRecord file (damaged after {count} records: {reason})"
         cut = preflight.gzip_problem(path) if compressed else ""
         return f"input file {path} {cut} (after {count} whole records)" if cut else ""
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import re
 from concurrent.futures import Future
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from components.support import spans
+from components.support.files import tensorflow_reason
 
 # Records decoded at a time when the data is checked before a run.
 _CHECK_BATCH = 10_000
@@ -66,7 +67,8 @@ def checked_spans(data_root: str) -> List[spans.Span]:
         )
     empty = [path for path, size in files if size == 0]
     if empty:
-        raise BadDataError(f"empty data files: {', '.join(empty)}")
+        raise BadDataError(f"empty data files (0 bytes): {', '.join(empty)}: copy each again (a transfer cut "
+                           "short?), or move it out of the data root")
     empty_spans = [
         span.path + (f" (holds only {', '.join(os.path.basename(p) for p in span.ignored)})" if span.ignored else "")
         for span in found if not span.files
@@ -203,9 +205,9 @@ def _check_file(path: str) -> int:
         if "Data types don't match" in message:
             raise BadDataError(f"{where} has {_mistyped(message)}: fix the export upstream, or move the file out "
                                "of the data root") from err
-        raise BadDataError(_unreadable(path, count, message)) from err
+        raise BadDataError(_unreadable(path)) from err
     except tf.errors.OpError as err:
-        raise BadDataError(_unreadable(path, count, err.message.splitlines()[0])) from err
+        raise BadDataError(_unreadable(path)) from err
     except UnicodeDecodeError as err:
         # TensorFlow quotes the record it could not parse; binary garbage fails to decode.
         raise BadDataError(f"{path}: a record among {count + 1}-{count + _CHECK_BATCH} is not a serialized "
@@ -215,15 +217,29 @@ def _check_file(path: str) -> int:
         raise BadDataError(f"{path} {cut} (after {count} whole records): copy it again, or move it out of the data "
                            "root")
     if count == 0:
-        raise BadDataError(f"{path} holds no records")
+        raise BadDataError(f"{path} holds no records (it may be another kind of file: a CSV goes through "
+                           "`taxi-pipeline make-data`): copy it again, or move it out of the data root")
     return count
 
 
-def _unreadable(path: str, count: int, message: str) -> str:
-    # TensorFlow's message starts with the function it ran in ("{{function_node ...}} ").
-    reason = re.sub(r"\{\{[^}]*\}\}\s*", "", message).strip()
-    return (f"{path} is not a readable GZIP TFRecord file (truncated or corrupt after {count} records: {reason}): "
-            "copy it again, or move it out of the data root")
+def _unreadable(path: str) -> str:
+    count, reason = read_through(path, "GZIP")
+    return (f"{path} is not a readable GZIP TFRecord file (truncated or corrupt after {count} whole records: "
+            f"{reason}): copy it again, or move it out of the data root")
+
+
+def read_through(path: str, compression: str) -> Tuple[int, str]:
+    """The records TFRecord file `path` holds whole, read one by one to the first damage,
+    and what TensorFlow says of that damage ("" when there is none)."""
+    import tensorflow as tf
+
+    count = 0
+    try:
+        for _ in tf.data.TFRecordDataset(path, compression_type=compression):
+            count += 1
+    except tf.errors.OpError as err:
+        return count, tensorflow_reason(err.message)
+    return count, ""
 
 
 # A TFRecord's bytes around its data: its length (8) and two CRCs (4 each).

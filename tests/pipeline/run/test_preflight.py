@@ -2,6 +2,7 @@
 same verdicts either way."""
 
 import glob
+import os
 import shutil
 import zlib
 
@@ -70,6 +71,17 @@ def test_a_cut_file_among_small_data_is_named(span_files, tmp_path):
         out.write(whole.read()[:-40])
     with pytest.raises(preflight.BadDataError, match=r"cut\.gz .*copy it again"):
         preflight.check_records(span_files[1:] + [cut])
+    # Cut inside a record: the records before it are counted one by one, and TensorFlow's
+    # reason is said without its internal function and op names.
+    with open(span_files[0], "rb") as whole, open(cut, "wb") as out:
+        out.write(whole.read()[: os.path.getsize(span_files[0]) // 2])
+    whole_records = sum(1 for _ in tf.data.TFRecordDataset(cut, compression_type="GZIP").take(10**6).apply(
+        tf.data.experimental.ignore_errors()))
+    with pytest.raises(preflight.BadDataError) as raised:
+        preflight.check_records(span_files[1:] + [cut])
+    message = str(raised.value)
+    assert whole_records > 0 and f"truncated or corrupt after {whole_records} whole records: " in message, message
+    assert "{{" not in message and "[Op:" not in message and message.endswith("move it out of the data root")
 
 
 def test_a_file_without_records_among_small_data_is_named(span_files, tmp_path):
