@@ -11,6 +11,8 @@ import signal
 import sys
 from typing import Dict, List, Optional
 
+from components.support.registry import NOTHING_SERVES
+
 
 class ExitCode(enum.IntEnum):
     """Exit status of `taxi-pipeline`, for schedulers and monitors."""
@@ -108,10 +110,18 @@ class RunReport:
     # Why a candidate that would have served awaits approval instead, when the Pusher held
     # it (`components.custom.pusher.hold_if_judged_against_another`).
     held: str = ""
+    # The version that serves after the push, when a pin keeps it from being the one pushed.
+    pinned_to: str = ""
 
     @property
     def exit_code(self) -> ExitCode:
         return ExitCode.OK if self.acknowledged else self.outcome.exit_code
+
+    @property
+    def kept_serving(self) -> str:
+        """What serves when this run's candidate does not: "the previous version keeps
+        serving", or, when none served as the run started, that none does."""
+        return "no version serves yet" if self.baseline == NOTHING_SERVES else "the previous version keeps serving"
 
     @property
     def pushed_version(self) -> Optional[str]:

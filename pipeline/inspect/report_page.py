@@ -141,8 +141,8 @@ def decision(details: details_lib.RunDetails) -> str:
     if report.outcome is Outcome.AWAITING_APPROVAL:
         version = report.pushed_version or "VERSION"
         held = f" Held for approval: {report.held}." if report.held else ""
-        return (f"Model passed every check and awaits approval as {report.pushed_version_dir}; the previous version "
-                f"keeps serving until `taxi-pipeline serving approve {version}` (exit {code}).{held}")
+        return (f"Model passed every check and awaits approval as {report.pushed_version_dir}; "
+                f"{report.kept_serving} until `taxi-pipeline serving approve {version}` (exit {code}).{held}")
     if report.outcome is Outcome.SHADOW_REFUSED:
         return f"Model passed the serving check but the shadow check refused it: {report.shadow_check} (exit {code})."
     if report.outcome is Outcome.REJECTED:
@@ -150,7 +150,7 @@ def decision(details: details_lib.RunDetails) -> str:
     if report.outcome is Outcome.SERVING_CHECK_FAILED:
         return (f"Model blessed but it failed the serving check, so it was not pushed: {report.serving_check} "
                 f"(exit {code}).")
-    return f"Model trained but not blessed: the previous version keeps serving (exit {code})."
+    return f"Model trained but not blessed: {report.kept_serving} (exit {code})."
 
 
 def environment() -> jinja2.Environment:

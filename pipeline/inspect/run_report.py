@@ -294,6 +294,9 @@ def report_of(records: RunRecords, run_id: str, details: bool = True) -> RunRepo
             report.outcome = Outcome.AWAITING_APPROVAL
             report.held = string_property(pushed, recorded.HELD_PROPERTY)
         report.pushed_version_dir = string_property(pushed, recorded.DESTINATION_PROPERTY)
+        serving = string_property(pushed, recorded.SERVING_PROPERTY)
+        if report.outcome is Outcome.PUSHED and serving not in ("", "None", report.pushed_version):
+            report.pinned_to = serving
     return report
 
 

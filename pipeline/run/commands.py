@@ -238,19 +238,26 @@ def _ranges(numbers: Sequence[int]) -> str:
 
 
 _OUTCOME_LINES = {
-    Outcome.PUSHED: "Pushed a new model version: {report.pushed_version_dir}",
+    Outcome.PUSHED: "Pushed a new model version: {report.pushed_version_dir}{pinned}",
     Outcome.UP_TO_DATE: "Up to date; serving {report.pushed_version_dir}",
-    Outcome.NOT_BLESSED: "Model trained but NOT blessed; the previous version keeps serving.",
-    Outcome.SERVING_CHECK_FAILED: "Model blessed but it FAILED the serving check ({report.serving_check}); "
-                                  "the previous version keeps serving.",
+    Outcome.NOT_BLESSED: "Model trained but NOT blessed (the run's page says which threshold it missed); {kept}.",
+    Outcome.SERVING_CHECK_FAILED: "Model blessed but it FAILED the serving check ({report.serving_check}); {kept}.",
     Outcome.DATA_REJECTED: "Data rejected; nothing was trained or pushed.",
     Outcome.AWAITING_APPROVAL: "Model passed every check and awaits approval: {report.pushed_version_dir} "
                                "(`taxi-pipeline serving approve {version}`, or `serving reject {version} --note WHY`); "
-                               "the previous version keeps serving.",
+                               "{kept}.",
     Outcome.REJECTED: "A person rejected the model of these inputs; nothing was trained.",
     Outcome.SHADOW_REFUSED: "Model passed the serving check but the shadow check REFUSED it ({report.shadow_check}); "
-                            "the previous version keeps serving.",
+                            "{kept}.",
 }
+
+
+def _outcome_line(report: RunReport) -> str:
+    """The outcome's line: what serves now, said as the run found it."""
+    pinned = (f"; version {report.pinned_to} keeps serving, pinned (`taxi-pipeline serving unpin` serves the newest)"
+              if report.pinned_to else "")
+    return _OUTCOME_LINES[report.outcome].format(report=report, version=report.pushed_version or "VERSION",
+                                                 kept=report.kept_serving, pinned=pinned)
 
 
 def summary(report: RunReport, log_path: str) -> str:
@@ -294,8 +301,7 @@ def summary(report: RunReport, log_path: str) -> str:
         lines.append(f"Stack {report.stack}")
     if report.held:
         lines.append(f"Held for approval: {report.held}")
-    outcome = _OUTCOME_LINES[report.outcome].format(report=report, version=report.pushed_version or "VERSION")
-    lines.append(f"{outcome} ({report.seconds:.1f} s, exit {int(report.exit_code)})")
+    lines.append(f"{_outcome_line(report)} ({report.seconds:.1f} s, exit {int(report.exit_code)})")
     lines.append(f"Full log: {log_path}")
     if report.page:
         lines.append(f"Report: {report.page}")

@@ -80,7 +80,7 @@ class Plan:
         lines.append(f"Kept {len(self.kept_runs)} run(s) and {self.kept_artifacts} artifact(s):")
         lines += [f"  {why}: {', '.join(runs)}" for why, runs in sorted(reasons.items())]
         if self.removed_runs:
-            lines.append(f"Removed runs: {', '.join(self.removed_runs)}")
+            lines.append(f"{'Runs it would remove' if dry_run else 'Removed runs'}: {', '.join(self.removed_runs)}")
         return "\n".join(lines)
 
 

@@ -62,6 +62,9 @@ def test_a_dry_run_lists_paths_and_bytes_and_changes_nothing(store):
     assert sorted(found.paths) == sorted(store.uri(a) for a in old.values())
     assert found.bytes == 100 * len(old)
     assert all(store.state(a) == LIVE and os.path.exists(store.uri(a)) for a in old.values())
+    said = found.summary(dry_run=True)
+    assert said.startswith("Would remove 1 run(s)") and "Removed" not in said
+    assert said.endswith("Runs it would remove: 20260101-000000-000000-1-k")
 
 
 def test_a_served_version_keeps_its_run_and_what_made_it_but_not_its_warm_start_history(store):
