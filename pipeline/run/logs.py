@@ -27,6 +27,8 @@ from components.model.trainer.settings import EPOCH_PROGRESS
 RUNNING = ("Component %s is running.", "node %s is running.")
 FINISHED = ("Component %s is finished.", "node %s is finished.")
 CACHED = "A cached execution %d is used."
+# A node whose inputs a condition left unmet (the data gate refused the data): not run.
+SKIPPED = "Skipping execution for %s"
 # Echoed, indented, while a component runs: the Trainer's epochs.
 ECHOED = (EPOCH_PROGRESS,)
 
@@ -45,7 +47,7 @@ PROGRESS = Progress()
 
 class ProgressHandler(logging.Handler):
     """Keeps `PROGRESS`, and prints one line per component as it finishes, with its wall
-    time (no line with `stream` None)."""
+    time, or "cached" or "skipped" (no line with `stream` None)."""
 
     def __init__(self, stream: Optional[TextIO] = sys.stdout):
         super().__init__(logging.INFO)
@@ -53,20 +55,23 @@ class ProgressHandler(logging.Handler):
         self._started = time.perf_counter()
         self._component: Optional[str] = None
         self._component_started = 0.0
-        self._cached = False
+        self._how = ""  # "cached" or "skipped", said instead of the component's time
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.msg in RUNNING:
-            self._component, self._component_started, self._cached = record.args[0], time.perf_counter(), False
+            self._component, self._component_started, self._how = record.args[0], time.perf_counter(), ""
             PROGRESS.running = self._component
         elif record.msg == CACHED:
-            self._cached = True
+            self._how = "cached"
+        elif record.msg == SKIPPED:
+            self._how = "skipped"
         elif record.msg in ECHOED and self._component:
             self._write(f"{'':11s}{self._component}: {record.getMessage()}\n")
         elif record.msg in FINISHED and self._component:
             now = time.perf_counter()
-            how = "cached" if self._cached else f"{now - self._component_started:5.1f} s"
-            PROGRESS.finished.append(self._component)
+            how = self._how or f"{now - self._component_started:5.1f} s"
+            if self._how != "skipped":
+                PROGRESS.finished.append(self._component)
             PROGRESS.running = None
             self._write(f"[{now - self._started:6.1f} s] {self._component:28s} {how}\n")
 

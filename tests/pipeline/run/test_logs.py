@@ -19,7 +19,7 @@ TFX_ROOT = pathlib.Path(tfx.__file__).parent
 @pytest.mark.parametrize("source, messages", [
     ("orchestration/local/local_dag_runner.py", (logs.RUNNING[0], logs.FINISHED[0])),
     ("orchestration/beam/beam_dag_runner.py", (logs.RUNNING[1], logs.FINISHED[1])),
-    ("orchestration/portable/launcher.py", (logs.CACHED,)),
+    ("orchestration/portable/launcher.py", (logs.CACHED, logs.SKIPPED)),
 ])
 def test_tfx_still_logs_the_messages_progress_is_read_from(source, messages):
     text = (TFX_ROOT / source).read_text()
@@ -41,10 +41,14 @@ def test_one_line_per_component_with_its_time_or_cached(running, finished):
     handler.emit(_record(logs.CACHED, 7))
     handler.emit(_record(finished, "Trainer"))
     handler.emit(_record("something else %s", "x"))
+    handler.emit(_record(running, "Evaluator"))
+    handler.emit(_record(logs.SKIPPED, "Evaluator"))
+    handler.emit(_record(finished, "Evaluator"))
     lines = out.getvalue().splitlines()
-    assert len(lines) == 2
+    assert len(lines) == 3
     assert "Transform" in lines[0] and lines[0].endswith(" s")
     assert "Trainer" in lines[1] and lines[1].endswith("cached")
+    assert "Evaluator" in lines[2] and lines[2].endswith("skipped")
 
 
 def test_the_trainer_epochs_are_echoed_under_their_component():
