@@ -112,6 +112,8 @@ class RunReport:
     held: str = ""
     # The version that serves after the push, when a pin keeps it from being the one pushed.
     pinned_to: str = ""
+    # The thresholds a candidate the Evaluator did not bless missed (TFMA's validation).
+    missed: List[str] = dataclasses.field(default_factory=list)
 
     @property
     def exit_code(self) -> ExitCode:

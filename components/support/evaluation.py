@@ -73,6 +73,36 @@ def overall(evaluation_uri: str) -> Dict[str, float]:
     return {name: float(metrics[name]["doubleValue"]) for name in HEADLINE if "doubleValue" in metrics.get(name, {})}
 
 
+def failures(evaluation_uri: str) -> List[str]:
+    """Each threshold the candidate missed, by slice ("auc 0.9533 on Overall, where it must
+    be at least 0.99"), from TFMA's validation: why the Evaluator did not bless it."""
+    import tensorflow_model_analysis as tfma
+
+    validation = tfma.load_validation_result(evaluation_uri)
+    return [_missed(failure, slice_name(per_slice.slice_key))
+            for per_slice in validation.metric_validations_per_slice for failure in per_slice.failures]
+
+
+def _missed(failure, slice_text: str) -> str:
+    import tensorflow_model_analysis as tfma
+
+    threshold, bounds = failure.metric_threshold, []
+    if threshold.HasField("value_threshold"):
+        given = threshold.value_threshold
+        bounds += [f"at least {given.lower_bound.value:g}"] if given.HasField("lower_bound") else []
+        bounds += [f"at most {given.upper_bound.value:g}"] if given.HasField("upper_bound") else []
+    if threshold.HasField("change_threshold"):
+        given = threshold.change_threshold
+        side = "at least" if given.direction == tfma.MetricDirection.HIGHER_IS_BETTER else "at most"
+        bounds += [f"{side} {given.absolute.value:g}"] if given.HasField("absolute") else []
+        bounds += [f"{side} {given.relative.value:g} of the baseline's"] if given.HasField("relative") else []
+    name = failure.metric_key.name + (" change from the baseline" if failure.metric_key.is_diff else "")
+    value = (f" {failure.metric_value.double_value.value:.4f}" if failure.metric_value.HasField("double_value")
+             else "")
+    must = f", where it must be {' and '.join(bounds)}" if bounds else ""
+    return f"{name}{value} on {slice_text}{must}" + (f" ({failure.message})" if failure.message else "")
+
+
 def thresholds(evaluation_uri: str) -> List[Threshold]:
     """The value and change floors of the evaluation's config."""
     from tensorflow_model_analysis.writers import eval_config_writer

@@ -156,19 +156,13 @@ def _drift(records: run_report.RunRecords) -> List[DriftMeasure]:
 
 
 def _evaluation(details: RunDetails, evaluation_uri: str) -> None:
-    import tensorflow_model_analysis as tfma
-
     details.slices = evaluation_output.slices(evaluation_uri)
     details.has_baseline = any(s.baseline for s in details.slices)
     for threshold in evaluation_output.thresholds(evaluation_uri):
         details.thresholds.append(
             f"{threshold.metric} - baseline's >= {threshold.value:g} (when there is a baseline)" if threshold.change
             else f"{threshold.metric} >= {threshold.value:g}")
-    validation = tfma.load_validation_result(evaluation_uri)
-    for per_slice in validation.metric_validations_per_slice:
-        for failure in per_slice.failures:
-            details.validation_failures.append(
-                f"{failure.metric_key.name} on {evaluation_output.slice_name(per_slice.slice_key)}: {failure.message}")
+    details.validation_failures = evaluation_output.failures(evaluation_uri)
 
 
 def _optional_int(artifact, name: str) -> Optional[int]:

@@ -274,6 +274,10 @@ def report_of(records: RunRecords, run_id: str, details: bool = True) -> RunRepo
         report.eval_metrics = eval_metrics(evaluation)
     checked = output(NodeId.SERVING_CHECK, recorded.BLESSING_KEY)
     blessing = output(NodeId.EVALUATOR, recorded.BLESSING_KEY)
+    if details and live(evaluation) and blessing is not None and int_property(blessing, recorded.BLESSED_PROPERTY) != 1:
+        from components.support import evaluation as evaluation_output
+
+        report.missed = evaluation_output.failures(evaluation.uri)
     if checked is not None:
         report.serving_check = string_property(checked, recorded.SERVING_CHECK_PROPERTY)
         evaluator_blessed = blessing is not None and int_property(blessing, recorded.BLESSED_PROPERTY) == 1

@@ -240,7 +240,7 @@ def _ranges(numbers: Sequence[int]) -> str:
 _OUTCOME_LINES = {
     Outcome.PUSHED: "Pushed a new model version: {report.pushed_version_dir}{pinned}",
     Outcome.UP_TO_DATE: "Up to date; serving {report.pushed_version_dir}",
-    Outcome.NOT_BLESSED: "Model trained but NOT blessed (the run's page says which threshold it missed); {kept}.",
+    Outcome.NOT_BLESSED: "Model trained but NOT blessed ({missed}); {kept}.",
     Outcome.SERVING_CHECK_FAILED: "Model blessed but it FAILED the serving check ({report.serving_check}); {kept}.",
     Outcome.DATA_REJECTED: "Data rejected; nothing was trained or pushed.",
     Outcome.AWAITING_APPROVAL: "Model passed every check and awaits approval: {report.pushed_version_dir} "
@@ -256,8 +256,9 @@ def _outcome_line(report: RunReport) -> str:
     """The outcome's line: what serves now, said as the run found it."""
     pinned = (f"; version {report.pinned_to} keeps serving, pinned (`taxi-pipeline serving unpin` serves the newest)"
               if report.pinned_to else "")
+    missed = "; ".join(report.missed) or "the run's page says which threshold it missed"
     return _OUTCOME_LINES[report.outcome].format(report=report, version=report.pushed_version or "VERSION",
-                                                 kept=report.kept_serving, pinned=pinned)
+                                                 kept=report.kept_serving, pinned=pinned, missed=missed)
 
 
 def summary(report: RunReport, log_path: str) -> str:
