@@ -20,6 +20,7 @@ import importlib.util
 import logging
 import os
 import sys
+import threading
 from types import ModuleType
 from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
@@ -31,6 +32,9 @@ Patch = Tuple[object, str, Callable[[object], object]]
 _INHERITED = object()
 # The finder `defer` installed, once per process.
 _deferring: List["AfterImport"] = []
+# A `DeferredModule` runs its code under this lock, marked by this key in its namespace.
+_LOADING_LOCK = threading.RLock()
+_LOADING = "__deferred_module_loading__"
 
 
 def enabled() -> bool:
@@ -108,9 +112,17 @@ class DeferredModule(ModuleType):
     def __getattr__(self, name: str):
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
-        self.__class__ = ModuleType
-        self.__spec__.loader.exec_module(self)
-        return getattr(self, name)
+        # One thread runs the code, once; a name asked for while it runs (a circular
+        # import) is missing, as in any module being imported.
+        with _LOADING_LOCK:
+            if type(self) is DeferredModule and not self.__dict__.get(_LOADING):
+                self.__dict__[_LOADING] = True
+                try:
+                    self.__spec__.loader.exec_module(self)
+                    self.__class__ = ModuleType
+                finally:
+                    del self.__dict__[_LOADING]
+        return object.__getattribute__(self, name)
 
 
 def defer(names: Sequence[str]) -> None:
