@@ -48,10 +48,6 @@ FUSE_ROOT = "/gcs/"
 # lock takes (components/support/object_lock.py), and which TensorFlow and Beam in the
 # image read without another file system (docs/beyond-one-machine.md, S3 or MinIO).
 CLOUD_STORAGE = "gs://"
-# The compiled pipeline's locations: Cloud Storage, whose generation preconditions the push
-# lock takes (components/support/object_lock.py), and which TensorFlow and Beam in the
-# image read without another file system (docs/beyond-one-machine.md, S3 or MinIO).
-CLOUD_STORAGE = "gs://"
 # Where the Dockerfile installs the package; the schema ships inside it.
 IMAGE_SCHEMA_DIR = "/pipeline/components/model/schema"
 

@@ -12,7 +12,7 @@ lineage store; this record is what the decisions read:
 - whether a run trains at all (`decide`): not when its inputs are those of the version that
   serves, or of the newest candidate (whatever became of it: refused, awaiting approval,
   rejected, or served and then rolled back from), or of a candidate a person rejected
-  (the newest of those inputs). Settings that only judge or place a
+  (the newest of those inputs), or, while a pin holds, of the version an unpin would serve. Settings that only judge or place a
   model (thresholds, promotion, retention, the latency budget) are not inputs: a change
   to one trains nothing and applies to the next candidate;
 - which versions TF Serving may load (`servable`): never one awaiting approval, rejected,
@@ -164,7 +164,8 @@ class Decision:
         fate = candidate.fate.value + (f" ({candidate.reason})" if candidate.reason else "")
         if candidate.fate.servable:
             now = f"version {self.serving} serves" if self.serving is not None else "nothing serves"
-            return f"{what} was trained on these very inputs and {fate}; {now} now, as an operator set it"
+            return (f"{what} was trained on these very inputs and passed every check ({fate}); {now} now, as an "
+                    f"operator set it (`taxi-pipeline serving unpin` serves {what})")
         return f"{what} was trained on these very inputs: {fate}"
 
 
@@ -175,9 +176,9 @@ def decide(record: Record, inputs: str, on_disk: Sequence[int], serving: Optiona
     trained on these inputs (see the module doc), or the newest candidate of these inputs
     when a person rejected it: the same inputs train the same model again, and a rejection
     is not undone by the data coming back (a `--force` run of them since undoes it). While
-    a pin or a rollback holds (`pinned`), also a version `on_disk` that may serve and has
-    these inputs, however old: the operator chose what serves, and its copy would be
-    pushed only to stay behind the pin. A version that serves or is the newest and is not
+    a pin or a rollback holds (`pinned`), also the version `on_disk` an unpin would serve
+    (the newest that may), when it has these inputs, however old its candidate: the
+    operator chose what serves, and its copy would be pushed only to stay behind the pin. A version that serves or is the newest and is not
     `on_disk` (deleted or moved by hand) is not repeated: a run makes one that can serve."""
     served = serving if serving in on_disk else None
     serving = record.of_version(served) if served is not None else None
@@ -190,7 +191,8 @@ def decide(record: Record, inputs: str, on_disk: Sequence[int], serving: Optiona
     if same and same[-1].fate is Fate.REJECTED:
         return Decision(same[-1], served)
     kept = [c for c in same if pinned and c.fate.servable and c.version in on_disk]
-    return Decision(kept[-1], served) if kept else None
+    # Only the version an unpin would serve: a copy of an older one would be pushed as the newest.
+    return Decision(kept[-1], served) if kept and servable(record, on_disk)[-1:] == [kept[-1].version] else None
 
 
 @functools.cache

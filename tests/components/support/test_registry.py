@@ -69,8 +69,9 @@ def test_after_a_rollback_the_inputs_of_the_version_rolled_back_from_train_nothi
                      Candidate("new", [2, 3], Fate.SERVED, version=200), serving=100, pinned=True)
     decision = registry.decide(record, "new", [100, 200], record.serving)
     assert decision.candidate.version == 200
-    assert decision.says == ("version 200 was trained on these very inputs and served; version 100 serves now, "
-                             "as an operator set it")
+    assert decision.says == ("version 200 was trained on these very inputs and passed every check (served); "
+                             "version 100 serves now, as an operator set it (`taxi-pipeline serving unpin` serves "
+                             "version 200)")
     # Rolled back from a version that is no longer the newest candidate (a rejected one came
     # after it): its inputs still train nothing while the rollback holds, where a run would
     # push a copy of it that the pin keeps from serving; unpinned, they train again.
@@ -78,10 +79,12 @@ def test_after_a_rollback_the_inputs_of_the_version_rolled_back_from_train_nothi
     for pinned, expected in ((True, 200), (False, None)):
         decision = registry.decide(record, "new", [100, 200, 300], record.serving, pinned)
         assert (decision.candidate.version if decision else None) == expected
-    # A version deleted since, or one that never served, is not repeated.
+    # A version deleted since is not repeated.
     assert registry.decide(record, "new", [100, 300], record.serving, True) is None
-    record.candidates[1].fate = Fate.SUPERSEDED
-    assert registry.decide(record, "new", [100, 200, 300], record.serving, True) is None
+    # Nor one an unpin would not serve (a newer version may): its inputs train again, and
+    # their copy, the newest version, is what an unpin serves.
+    record.add(Candidate("newer", [5], Fate.SERVED, version=400))
+    assert registry.decide(record, "new", [100, 200, 300, 400], record.serving, True) is None
 
 
 def test_a_candidate_that_passes_every_check_supersedes_the_one_awaiting_approval():

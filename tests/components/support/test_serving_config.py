@@ -281,3 +281,24 @@ def test_an_approval_cut_short_before_its_config_is_decided_and_not_run_again(tm
     registry.write(model_dir, record)
     assert serving_config.state(serving_dir, MODEL).serving == 100
     assert serving_config.decide(model_dir, "b").candidate.version == 200
+
+
+def test_a_run_with_the_inputs_of_the_version_an_unpin_would_serve_trains_nothing_while_a_rollback_holds(tmp_path):
+    from components.support import registry
+
+    serving_dir = _serving(tmp_path, [100, 200, 300])
+    model_dir = os.path.join(serving_dir, MODEL)
+    record = registry.Record()
+    record.add(registry.Candidate("a", [1], registry.Fate.SERVED, version=100))
+    record.add(registry.Candidate("b", [2], registry.Fate.SERVED, version=200))
+    record.add(registry.Candidate("c", [3], registry.Fate.REJECTED, version=300))
+    registry.write(model_dir, record)
+    serving_config.follow(serving_dir, MODEL)
+    assert serving_config.decide(model_dir, "b").candidate.version == 200  # it serves
+    serving_config.pin(serving_dir, MODEL, 100)  # what `serving rollback` pins here
+    # Rolled back from 200, which an unpin would serve again: its inputs train nothing.
+    decision = serving_config.decide(model_dir, "b")
+    assert decision.candidate.version == 200 and "serving unpin` serves version 200" in decision.says
+    serving_config.follow(serving_dir, MODEL)  # `serving unpin`
+    assert serving_config.state(serving_dir, MODEL).serving == 200
+    assert serving_config.decide(model_dir, "b").candidate.version == 200  # it serves again
