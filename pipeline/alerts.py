@@ -142,12 +142,12 @@ def monitor_failed_payload(error: str) -> Dict[str, Any]:
 
 def final_status_payload(final_status: str, pushed: Optional[int] = None, serving: Optional[int] = None,
                          determined: bool = True, newest_span: Optional[int] = None,
-                         awaiting: bool = False) -> Dict[str, Any]:
+                         awaiting: bool = False, pinned: bool = False) -> Dict[str, Any]:
     """The alert for Vertex's final status (`PipelineTaskFinalStatus` as JSON), with the
     version this job pushed (`pushed`; `awaiting`: it awaits approval) and the one serving
-    (`serving`); `determined` False when whether the job pushed could not be told;
-    `newest_span` the newest span of the data root when the serving model was trained on
-    it already (nothing new)."""
+    (`serving`; `pinned`: a pin or rollback holds it); `determined` False when whether the
+    job pushed could not be told; `newest_span` the newest span of the data root when a
+    model was trained on it already (nothing new)."""
     try:
         status = json.loads(final_status)
     except ValueError:
@@ -167,10 +167,10 @@ def final_status_payload(final_status: str, pushed: Optional[int] = None, servin
     elif pushed is not None:
         text += f"; pushed model version {pushed}"
         if serving != pushed:
-            text += f" ({serving_text}: a pin or rollback holds it)"
+            text += f" ({serving_text}: {'a pin or rollback holds it' if pinned else 'pushed or approved since'})"
     elif newest_span is not None and serving and state == "SUCCEEDED":
-        text += f"; nothing new: span {newest_span} is the newest, and version {serving}, which keeps serving, " \
-                "was trained on it"
+        text += f"; nothing new: span {newest_span} is the newest, and a model was trained on it already " \
+                f"(version {serving} keeps serving)"
     else:
         text += f"; nothing pushed ({f'version {serving} keeps serving' if serving else serving_text})"
     return {"text": text, "outcome": state.lower(),

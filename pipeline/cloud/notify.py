@@ -22,9 +22,10 @@ from pipeline.alerts import final_status_payload, send
 from pipeline.cloud import compiled_fixes, secrets
 
 
-def pushed_by(model_dir: str, job: str) -> Tuple[Optional[registry.Candidate], Optional[int], bool]:
-    """(the candidate job `job` pushed to `model_dir`, or None; the version TF Serving
-    serves, as `models.config` says; whether the first could be told). The model's record
+def pushed_by(model_dir: str, job: str) -> Tuple[Optional[registry.Candidate], Optional[serving_config.ServingState],
+                                                 bool]:
+    """(the candidate job `job` pushed to `model_dir`, or None; what TF Serving serves, as
+    `models.config` says, None when it could not be read; whether the first could be told). The model's record
     names each candidate by the job that made it (the Pusher's `run`,
     `compiled_fixes.pusher_names_its_job`), so another job's push while this one ran is
     not taken for this job's, and a version whose push was cut short before it was whole
@@ -39,20 +40,21 @@ def pushed_by(model_dir: str, job: str) -> Tuple[Optional[registry.Candidate], O
         return None, None, False
     if not job or job.startswith("{{"):
         logging.warning("the job's name %r was not resolved: which version it pushed is unknown", job)
-        return None, current.serving, False
+        return None, current, False
     try:
         record = registry.read(model_dir)
     except (tf.errors.OpError, OSError, ValueError) as err:
         logging.warning("could not read the record of %s: %s", model_dir, err)
-        return None, current.serving, False
+        return None, current, False
     mine = [candidate for candidate in record.candidates
             if candidate.run == job and candidate.version in current.on_disk]
-    return (mine[-1] if mine else None), current.serving, True
+    return (mine[-1] if mine else None), current, True
 
 
 def newest_span_already_served(data_root: str, model_dir: str, serving: Optional[int]) -> Optional[int]:
-    """The data root's newest span, when the serving version's model card says it was
-    trained on it (so the job had nothing new to train on); else None."""
+    """The data root's newest span, when the model's newest candidate (or, without a
+    record, the serving version's model card) was trained on it (`window.trained_on`: the
+    job had nothing new to train on); else None."""
     if not (data_root and model_dir and serving):
         return None
     try:
@@ -83,11 +85,13 @@ def notify_final_status(final_status: Any, url_from: str, model_dir: str, job: s
     if problem:
         logging.warning("could not notify: %s (the job's outcome is unchanged)", problem)
         return False
-    pushed, serving, determined = pushed_by(model_dir, job)
+    pushed, current, determined = pushed_by(model_dir, job)
+    serving = current.serving if current is not None else None
     newest = newest_span_already_served(data_root, model_dir, serving) if determined and pushed is None else None
     return send(url, final_status_payload(
         status_text(final_status), pushed.version if pushed else None, serving, determined, newest,
-        awaiting=pushed is not None and pushed.fate is registry.Fate.AWAITING_APPROVAL))
+        awaiting=pushed is not None and pushed.fate is registry.Fate.AWAITING_APPROVAL,
+        pinned=current is not None and current.pinned is not None))
 
 
 @tfx.orchestration.experimental.exit_handler

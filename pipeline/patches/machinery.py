@@ -22,7 +22,7 @@ import os
 import sys
 import threading
 from types import ModuleType
-from typing import Callable, Dict, Iterator, List, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Sequence, Set, Tuple
 
 # Off with `TAXI_PIPELINE_SPEEDUPS=0` in the environment (or `taxi-pipeline run --no-speedups`).
 ENV = "TAXI_PIPELINE_SPEEDUPS"
@@ -32,9 +32,9 @@ Patch = Tuple[object, str, Callable[[object], object]]
 _INHERITED = object()
 # The finder `defer` installed, once per process.
 _deferring: List["AfterImport"] = []
-# A `DeferredModule` runs its code under this lock, marked by this key in its namespace.
-_LOADING_LOCK = threading.RLock()
-_LOADING = "__deferred_module_loading__"
+# Each `DeferredModule`'s lock, by module name, and those whose code is running.
+_LOCKS: Dict[str, threading.RLock] = {}
+_RUNNING: Set[str] = set()
 
 
 def enabled() -> bool:
@@ -112,17 +112,19 @@ class DeferredModule(ModuleType):
     def __getattr__(self, name: str):
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
-        # One thread runs the code, once; a name asked for while it runs (a circular
-        # import) is missing, as in any module being imported.
-        with _LOADING_LOCK:
-            if type(self) is DeferredModule and not self.__dict__.get(_LOADING):
-                self.__dict__[_LOADING] = True
+        # One thread runs the code, once, under the module's own lock; a name asked for
+        # while it runs, by the code it runs (a circular import), is missing, as in any
+        # module being imported.
+        module = self.__spec__.name
+        with _LOCKS.setdefault(module, threading.RLock()):
+            if type(self) is DeferredModule and module not in _RUNNING:
+                _RUNNING.add(module)
                 try:
                     self.__spec__.loader.exec_module(self)
                     self.__class__ = ModuleType
                 finally:
-                    del self.__dict__[_LOADING]
-        return object.__getattribute__(self, name)
+                    _RUNNING.discard(module)
+        return ModuleType.__getattribute__(self, name)
 
 
 def defer(names: Sequence[str]) -> None:

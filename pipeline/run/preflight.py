@@ -205,9 +205,9 @@ def _check_file(path: str) -> int:
         if "Data types don't match" in message:
             raise BadDataError(f"{where} has {_mistyped(message)}: fix the export upstream, or move the file out "
                                "of the data root") from err
-        raise BadDataError(_unreadable(path)) from err
+        raise BadDataError(_unreadable(path, message)) from err
     except tf.errors.OpError as err:
-        raise BadDataError(_unreadable(path)) from err
+        raise BadDataError(_unreadable(path, err.message)) from err
     except UnicodeDecodeError as err:
         # TensorFlow quotes the record it could not parse; binary garbage fails to decode.
         raise BadDataError(f"{path}: a record among {count + 1}-{count + _CHECK_BATCH} is not a serialized "
@@ -222,8 +222,14 @@ def _check_file(path: str) -> int:
     return count
 
 
-def _unreadable(path: str) -> str:
+def _unreadable(path: str, message: str) -> str:
+    """Names the damage where reading `path` record by record meets it; a file that reads
+    whole then (a read that failed once, records that do not parse) is named with
+    `message`, the error of the check's read."""
     count, reason = read_through(path, "GZIP")
+    if not reason:
+        return (f"{path} could not be read or parsed ({tensorflow_reason(message)}): check it, copy it again, or "
+                "move it out of the data root")
     return (f"{path} is not a readable GZIP TFRecord file (truncated or corrupt after {count} whole records: "
             f"{reason}): copy it again, or move it out of the data root")
 

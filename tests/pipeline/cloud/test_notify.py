@@ -29,13 +29,13 @@ def test_the_job_s_push_is_the_version_its_record_names_by_the_job_not_another_j
     served = registry.Fate.SERVED
     _pushed(model_dir, (1700000000, served, "job-a"), (1700000500, served, "job-b"), (1700000600, served, "job-c"))
     (model_dir / ".staging-1700000900").mkdir()
-    candidate, serving, determined = notify.pushed_by(str(model_dir), "job-b")
-    assert (candidate.version, serving, determined) == (1700000500, 1700000600, True)
+    candidate, current, determined = notify.pushed_by(str(model_dir), "job-b")
+    assert (candidate.version, current.serving, current.pinned, determined) == (1700000500, 1700000600, None, True)
     # Job c pushed while job b ran, or after: job b's alert names its own version, and
     # what serves; a job that pushed nothing (its push a model already there) names none.
-    assert notify.pushed_by(str(model_dir), "job-d") == (None, 1700000600, True)
-    text = alerts.final_status_payload(STATUS, candidate.version, serving)["text"]
-    assert text.endswith("pushed model version 1700000500 (version 1700000600 serving: a pin or rollback holds it)")
+    assert notify.pushed_by(str(model_dir), "job-d")[::2] == (None, True)
+    text = alerts.final_status_payload(STATUS, candidate.version, current.serving)["text"]
+    assert text.endswith("pushed model version 1700000500 (version 1700000600 serving: pushed or approved since)")
 
 
 def test_a_push_cut_short_before_its_version_was_whole_is_not_called_pushed(tmp_path):
@@ -44,7 +44,8 @@ def test_a_push_cut_short_before_its_version_was_whole_is_not_called_pushed(tmp_
     model_dir = tmp_path / "big_tip"
     _pushed(model_dir, (1700000000, registry.Fate.SERVED, "job-a"), (1700000500, registry.Fate.SERVED, "job-b"))
     (model_dir / "1700000500").rename(model_dir / ".staging-1700000500")
-    assert notify.pushed_by(str(model_dir), "job-b") == (None, 1700000000, True)
+    candidate, current, determined = notify.pushed_by(str(model_dir), "job-b")
+    assert (candidate, current.serving, determined) == (None, 1700000000, True)
 
 
 def test_a_pin_is_what_keeps_serving(tmp_path):
@@ -53,8 +54,10 @@ def test_a_pin_is_what_keeps_serving(tmp_path):
     model_dir = tmp_path / "big_tip"
     _pushed(model_dir, (1700000000, registry.Fate.SERVED, "job-a"), (1700000500, registry.Fate.SERVED, "job-b"))
     serving_config.pin(str(tmp_path), "big_tip", 1700000000)
-    candidate, serving, _ = notify.pushed_by(str(model_dir), "job-b")
-    assert (candidate.version, serving) == (1700000500, 1700000000)
+    candidate, current, _ = notify.pushed_by(str(model_dir), "job-b")
+    assert (candidate.version, current.serving, current.pinned) == (1700000500, 1700000000, 1700000000)
+    text = alerts.final_status_payload(STATUS, candidate.version, current.serving, pinned=True)["text"]
+    assert text.endswith("pushed model version 1700000500 (version 1700000000 serving: a pin or rollback holds it)")
 
 
 def test_a_version_awaiting_approval_is_said_to_await_it(tmp_path, monkeypatch):
@@ -76,12 +79,15 @@ def test_a_version_awaiting_approval_is_said_to_await_it(tmp_path, monkeypatch):
 def test_no_model_folder_an_unresolved_job_name_and_a_damaged_record_are_said_as_such(tmp_path):
     from components.support import registry
 
-    assert notify.pushed_by(str(tmp_path / "missing"), "job-a") == (None, None, True)
+    candidate, current, determined = notify.pushed_by(str(tmp_path / "missing"), "job-a")
+    assert (candidate, current.serving, determined) == (None, None, True)
     _pushed(tmp_path / "m", (5, registry.Fate.SERVED, "job-a"))
-    assert notify.pushed_by(str(tmp_path / "m"), "{{$.pipeline_job_name}}") == (None, 5, False)
+    candidate, current, determined = notify.pushed_by(str(tmp_path / "m"), "{{$.pipeline_job_name}}")
+    assert (candidate, current.serving, determined) == (None, 5, False)
     assert notify.pushed_by("", "job-a") == (None, None, False)
     (tmp_path / "m" / registry.RECORD_FILE).write_text("{not json")
-    assert notify.pushed_by(str(tmp_path / "m"), "job-a") == (None, 5, False)
+    candidate, current, determined = notify.pushed_by(str(tmp_path / "m"), "job-a")
+    assert (candidate, current.serving, determined) == (None, 5, False)
     unknown = alerts.final_status_payload(STATUS, None, 5, determined=False)
     assert unknown["text"].endswith("; whether it pushed is unknown (version 5 serving)") and unknown["version"] is None
 
@@ -110,8 +116,8 @@ def test_nothing_new_is_said_when_the_serving_model_was_trained_on_the_newest_sp
     assert notify.newest_span_already_served(str(data_root), str(model_dir), 1700000500) == 4
     payload = alerts.final_status_payload(STATUS, None, 1700000500, True, 4)
     assert payload["nothing_new"] and payload["version"] is None
-    assert payload["text"].endswith("nothing new: span 4 is the newest, and version 1700000500, which keeps serving, "
-                                    "was trained on it"), payload["text"]
+    assert payload["text"].endswith("nothing new: span 4 is the newest, and a model was trained on it already "
+                                    "(version 1700000500 keeps serving)"), payload["text"]
     # A span the model has not seen: not "nothing new" (the gate or a failure held it back).
     (data_root / "span-5").mkdir()
     assert notify.newest_span_already_served(str(data_root), str(model_dir), 1700000500) is None
