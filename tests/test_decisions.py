@@ -63,8 +63,9 @@ def test_a_rollback_holds_and_a_candidate_awaits_approval_until_a_person_approve
     # The inputs of the version rolled back from: nothing trains, nothing is pushed.
     again = taxi_pipeline("run", *locations, "--seed", "7")
     assert again.returncode == 0, again.stdout + again.stderr
-    assert (f"Nothing to train: version {second} was trained on these very inputs and served; version {first} "
-            "serves now, as an operator set it") in again.stdout
+    assert (f"Nothing to train: version {second} was trained on these very inputs and passed every check "
+            f"(served); version {first} serves now, as an operator set it (`taxi-pipeline serving unpin` serves "
+            f"version {second})") in again.stdout
     assert ws.versions() == [first, second]
 
     # Blessed whatever this seed's AUC: the drop allowed only judges, it is no input.

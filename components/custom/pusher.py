@@ -88,6 +88,7 @@ VERSION_PROPERTY = recorded.VERSION_PROPERTY
 REPLACED_PROPERTY = recorded.REPLACED_PROPERTY
 SERVING_PROPERTY = recorded.SERVING_PROPERTY
 HELD_PROPERTY = recorded.HELD_PROPERTY
+PINNED_PROPERTY = recorded.PINNED_PROPERTY
 _FINGERPRINT = "fingerprint.pb"
 
 
@@ -455,6 +456,8 @@ class Executor(tfx_pusher_executor.Executor):
         if before is not None and before != after.serving:
             model_push.set_string_custom_property(REPLACED_PROPERTY, str(before))
         model_push.set_string_custom_property(SERVING_PROPERTY, str(after.serving))
+        if after.pinned is not None:
+            model_push.set_string_custom_property(PINNED_PROPERTY, str(after.pinned))
         model_push.set_string_custom_property(FATE_PROPERTY, candidate.fate.value)
         if candidate.fate is registry.Fate.AWAITING_APPROVAL and candidate.reason:
             model_push.set_string_custom_property(HELD_PROPERTY, candidate.reason)

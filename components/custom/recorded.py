@@ -77,3 +77,5 @@ VERSION_PROPERTY = "pushed_version"
 REPLACED_PROPERTY = "replaced_version"
 # The Pusher's output: why a candidate that would have served awaits approval instead.
 HELD_PROPERTY = "held_because"
+# The Pusher's output: the version a pin or rollback keeps serving after the push, if any.
+PINNED_PROPERTY = "pinned_version"

@@ -12,9 +12,10 @@ lineage store; this record is what the decisions read:
 - whether a run trains at all (`decide`): not when its inputs are those of the version that
   serves, or of the newest candidate (whatever became of it: refused, awaiting approval,
   rejected, or served and then rolled back from), or of a candidate a person rejected
-  (the newest of those inputs), or, while a pin holds, of the version an unpin would serve. Settings that only judge or place a
-  model (thresholds, promotion, retention, the latency budget) are not inputs: a change
-  to one trains nothing and applies to the next candidate;
+  (the newest of those inputs), or, while a pin holds, of the version an unpin would
+  serve. Settings that only judge or place a model (thresholds, promotion, retention, the
+  latency budget) are not inputs: a change to one trains nothing and applies to the next
+  candidate;
 - which versions TF Serving may load (`servable`): never one awaiting approval, rejected,
   or superseded while it waited.
 
@@ -178,8 +179,9 @@ def decide(record: Record, inputs: str, on_disk: Sequence[int], serving: Optiona
     is not undone by the data coming back (a `--force` run of them since undoes it). While
     a pin or a rollback holds (`pinned`), also the version `on_disk` an unpin would serve
     (the newest that may), when it has these inputs, however old its candidate: the
-    operator chose what serves, and its copy would be pushed only to stay behind the pin. A version that serves or is the newest and is not
-    `on_disk` (deleted or moved by hand) is not repeated: a run makes one that can serve."""
+    operator chose what serves, and its copy would be pushed only to stay behind the pin.
+    A version that serves or is the newest and is not `on_disk` (deleted or moved by
+    hand) is not repeated: a run makes one that can serve."""
     served = serving if serving in on_disk else None
     serving = record.of_version(served) if served is not None else None
     if serving is not None and serving.inputs == inputs:

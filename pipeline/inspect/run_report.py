@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import logging
 import os
 from typing import Any, Dict, List, Optional
 
@@ -161,6 +162,20 @@ def _window_mode(anomalies_uri: str) -> bool:
     return f"Split-{recorded.PREVIOUS_SPAN_SPLIT}" in files.listdir(anomalies_uri, missing_ok=True)
 
 
+def _missed(evaluation_uri: str) -> List[str]:
+    """The thresholds a candidate missed, [] (logged) when its validation cannot be read:
+    the summary still says it was not blessed."""
+    import tensorflow as tf
+
+    from components.support import evaluation as evaluation_output
+
+    try:
+        return evaluation_output.failures(evaluation_uri)
+    except (tf.errors.OpError, OSError, ValueError) as err:
+        logging.warning("which thresholds the model missed is not known: %s", err)
+        return []
+
+
 def eval_metrics(evaluation: metadata_store_pb2.Artifact) -> Dict[str, float]:
     """The Evaluator's metrics over all examples: as it recorded them on its output, or
     for an evaluation recorded without them, read from its files by TFMA."""
@@ -275,9 +290,7 @@ def report_of(records: RunRecords, run_id: str, details: bool = True) -> RunRepo
     checked = output(NodeId.SERVING_CHECK, recorded.BLESSING_KEY)
     blessing = output(NodeId.EVALUATOR, recorded.BLESSING_KEY)
     if details and live(evaluation) and blessing is not None and int_property(blessing, recorded.BLESSED_PROPERTY) != 1:
-        from components.support import evaluation as evaluation_output
-
-        report.missed = evaluation_output.failures(evaluation.uri)
+        report.missed = _missed(evaluation.uri)
     if checked is not None:
         report.serving_check = string_property(checked, recorded.SERVING_CHECK_PROPERTY)
         evaluator_blessed = blessing is not None and int_property(blessing, recorded.BLESSED_PROPERTY) == 1
@@ -298,9 +311,9 @@ def report_of(records: RunRecords, run_id: str, details: bool = True) -> RunRepo
             report.outcome = Outcome.AWAITING_APPROVAL
             report.held = string_property(pushed, recorded.HELD_PROPERTY)
         report.pushed_version_dir = string_property(pushed, recorded.DESTINATION_PROPERTY)
-        serving = string_property(pushed, recorded.SERVING_PROPERTY)
-        if report.outcome is Outcome.PUSHED and serving not in ("", "None", report.pushed_version):
-            report.pinned_to = serving
+        pinned = string_property(pushed, recorded.PINNED_PROPERTY)
+        if report.outcome is Outcome.PUSHED and pinned and pinned != report.pushed_version:
+            report.pinned_to = pinned
     return report
 
 

@@ -336,8 +336,8 @@ def test_a_push_cut_short_after_its_version_was_recorded_is_finished_by_the_next
         assert serving_config.decide(base, inputs).says.endswith("serves, trained on these very inputs")
     serving_config.pin(*os.path.split(base), pushed["a"])  # a rollback
     assert serving_config.decide(base, "b").says == (
-        f"version {pushed['b']} was trained on these very inputs and served; version {pushed['a']} serves now, "
-        "as an operator set it")
+        f"version {pushed['b']} was trained on these very inputs and passed every check (served); version "
+        f"{pushed['a']} serves now, as an operator set it (`taxi-pipeline serving unpin` serves version {pushed['b']})")
 
 
 def _candidate_of(inputs):
