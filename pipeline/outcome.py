@@ -122,8 +122,12 @@ class RunReport:
     @property
     def kept_serving(self) -> str:
         """What serves when this run's candidate does not: "the previous version keeps
-        serving", or, when none served as the run started, that none does."""
-        return "no version serves yet" if self.baseline == NOTHING_SERVES else "the previous version keeps serving"
+        serving", or, when none served as the run started (a run decided from the record
+        names the serving version in `pushed_version_dir`, or none), that none does."""
+        decided_without_serving = self.reused_previous_run and not self.baseline and not self.pushed_version_dir
+        if self.baseline == NOTHING_SERVES or decided_without_serving:
+            return "no version serves yet"
+        return "the previous version keeps serving"
 
     @property
     def pushed_version(self) -> Optional[str]:

@@ -13,6 +13,11 @@ def test_a_refused_first_candidate_says_no_version_serves_and_a_later_one_that_t
     first = RunReport(Outcome.NOT_BLESSED, baseline=registry.NOTHING_SERVES, seconds=1.0)
     assert _outcome_line(first) == ("Model trained but NOT blessed (the run's page says which threshold it missed); "
                                     "no version serves yet. (1.0 s, exit 3)")
+    # Decided from the model's record (nothing run): no baseline; nothing serves, or a version does.
+    decided = RunReport(Outcome.NOT_BLESSED, reused_previous_run=True, seconds=0.0)
+    assert _outcome_line(decided).endswith("; no version serves yet. (0.0 s, exit 3)")
+    decided.pushed_version_dir = "/s/big_tip/1700000000"
+    assert _outcome_line(decided).endswith("; the previous version keeps serving. (0.0 s, exit 3)")
     later = RunReport(Outcome.SHADOW_REFUSED, baseline="1700000000", shadow_check="flip rate 0.2", seconds=1.0)
     assert _outcome_line(later).endswith("REFUSED it (flip rate 0.2); the previous version keeps serving. "
                                          "(1.0 s, exit 8)")
