@@ -47,6 +47,17 @@ def test_an_edit_the_gate_refused_then_reverted_trains_nothing(copy_of_finished_
     (new,) = ws.versions()
     assert _serving(ws) == [int(new)] and f"Pushed a new model version: {ws.model_dir / new}" in pushed.stdout
 
+    # Deleted again: now every component's output is cached for these inputs, the Pusher's
+    # too, which executes all the same and pushes the model again.
+    (ws.model_dir / new).rename(ws.root / "moved-aside-again")
+    again = taxi_pipeline("run", *ws.locations())
+    assert again.returncode == 0, again.stdout + again.stderr
+    (newer,) = ws.versions()
+    assert newer != new and _serving(ws) == [int(newer)], again.stdout
+    assert f"Pushed a new model version: {ws.model_dir / newer}" in again.stdout and "Trainer " in again.stdout
+    assert all(line.endswith("cached") for line in again.stdout.splitlines()
+               if line.startswith("[") and " Pusher " not in line), again.stdout
+
 
 def test_a_rollback_holds_and_a_candidate_awaits_approval_until_a_person_approves_it(
         copy_of_finished_run, finished_run, taxi_pipeline):

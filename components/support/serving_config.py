@@ -373,6 +373,20 @@ def decide(model_dir: str, inputs: str) -> Optional[registry.Decision]:
     return decision
 
 
+def pushed_and_gone(model_dir: str, inputs: str) -> Optional[int]:
+    """The version the newest candidate of `inputs` was pushed as, when it is no longer
+    whole in `model_dir` (deleted or moved by hand); else None. A run of those inputs
+    finds every component's output cached, its Pusher's too, and must push it again."""
+    try:
+        record = registry.read(model_dir)
+    except ValueError:  # damaged: said where the record is needed (the decision, the Pusher)
+        return None
+    same = [c for c in record.candidates if inputs and c.inputs == inputs]
+    if same and same[-1].fate.pushed and same[-1].version is not None and same[-1].version not in versions(model_dir):
+        return same[-1].version
+    return None
+
+
 def refuse_a_lost_pin(model_dir: str) -> None:
     """Raises when the model in `model_dir` is pinned to a version that is not whole in
     its folder: TF Serving serves nothing, and a run's pushes would never serve while the

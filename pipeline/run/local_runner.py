@@ -54,10 +54,16 @@ def build_pipeline(
 
 
 def compile_ir(run_config: config.RunConfig, span_listing: Sequence[str], run_id: str, enable_cache: bool = True,
-               inputs: str = "", serving: Optional[str] = None):
-    """The pipeline's IR with `run_id` as its pipeline_run context."""
+               inputs: str = "", serving: Optional[str] = None, push_again: bool = False):
+    """The pipeline's IR with `run_id` as its pipeline_run context; with `push_again`, the
+    Pusher's cache key holds the run's id, so that it executes even when every input is
+    an earlier run's: the version that run pushed is gone (`serving_config.pushed_and_gone`)."""
     ir = compiler.Compiler().compile(build_pipeline(run_config, span_listing, enable_cache, inputs, serving))
     runtime_parameter_utils.substitute_runtime_parameter(ir, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: run_id})
+    if push_again:
+        for node in ir.nodes:
+            if node.pipeline_node.node_info.id == NodeId.PUSHER:
+                node.pipeline_node.parameters.parameters[pusher.RUN_KEY].field_value.string_value = run_id
     return ir
 
 
@@ -97,8 +103,12 @@ def run(
         if not plan.cache:
             logging.warning("%s", plan.cache_note)
         run_id = new_run_id(plan.fingerprint)
+        gone = serving_config.pushed_and_gone(run_config.model_serving_dir, plan.inputs)
+        if gone is not None:
+            logging.warning("version %d, pushed by a run of these inputs, is no longer in %s: this run pushes the "
+                            "model again", gone, run_config.model_serving_dir)
         ir = compile_ir(run_config, plan.folders, run_id, enable_cache=plan.cache, inputs=plan.inputs,
-                        serving=serving)
+                        serving=serving, push_again=gone is not None)
         os.makedirs(run_config.output_root, exist_ok=True)  # MLMD's SQLite file is local
         # A MySQL store or a Beam service that stops answering would hold the run for good.
         with watch.watching(run_config.metadata, run_config.settings.beam_args, logs.current_path(""), command,

@@ -302,3 +302,19 @@ def test_a_run_with_the_inputs_of_the_version_an_unpin_would_serve_trains_nothin
     serving_config.follow(serving_dir, MODEL)  # `serving unpin`
     assert serving_config.state(serving_dir, MODEL).serving == 200
     assert serving_config.decide(model_dir, "b").candidate.version == 200  # it serves again
+
+
+def test_a_pushed_version_gone_from_the_folder_is_named_for_its_inputs_only(tmp_path):
+    from components.support import registry
+
+    serving_dir = _serving(tmp_path, [100])
+    model_dir = os.path.join(serving_dir, MODEL)
+    record = registry.Record()
+    record.add(registry.Candidate("a", [1], registry.Fate.SERVED, version=100))
+    record.add(registry.Candidate("b", [2], registry.Fate.SERVED, version=200))  # moved aside by hand
+    record.add(registry.Candidate("c", [3], registry.Fate.NOT_BLESSED))
+    registry.write(model_dir, record)
+    assert [serving_config.pushed_and_gone(model_dir, inputs) for inputs in ("a", "b", "c", "")] == [
+        None, 200, None, None]
+    (tmp_path / "serving" / MODEL / registry.RECORD_FILE).write_text("{not json")
+    assert serving_config.pushed_and_gone(model_dir, "b") is None  # said where the record is needed
