@@ -26,6 +26,8 @@ DATA_ROOT = "data"
 OUTPUT_ROOT = "tfx_pipeline_output"
 # The record of the last finished runs under the output root (`pipeline.run.run_state`).
 LAST_RUN_FILE = "last_run.json"
+# The components' outputs, in a local run's output root beside its metadata store.
+PIPELINE_ROOT_DIR = "pipeline_root"
 # The SQLite metadata store's file under the output root.
 METADATA_FILE = "metadata.sqlite"
 SERVING_DIR = "serving_model"
@@ -243,7 +245,7 @@ class RunConfig:
 
     @property
     def pipeline_root(self) -> str:
-        return os.path.join(self.output_root, "pipeline_root")
+        return os.path.join(self.output_root, PIPELINE_ROOT_DIR)
 
     @property
     def metadata_path(self) -> str:

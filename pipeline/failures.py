@@ -68,12 +68,22 @@ def _where(err: BaseException, text: str, *reasons: str) -> str:
     return f" {path}" if path else ""
 
 
+def _new_history(path: str) -> str:
+    """How to start a new history beside the store at `path`, and what it costs."""
+    root = os.path.dirname(path)
+    aside = " ".join(os.path.join(root, name) for name in (os.path.basename(path), config.LAST_RUN_FILE,
+                                                             config.PIPELINE_ROOT_DIR))
+    old = os.path.join(root, "old")
+    return (f"to start a new history, move {aside} aside together (mkdir {old} && mv {aside} {old}: a new "
+            "store's runs would write where the old outputs are): the next run reuses nothing, trains only "
+            "inputs the model's record has not seen, and compares with the version that serves; `history` "
+            "starts over")
+
+
 def damaged_store(metadata: config.MetadataConfig) -> str:
     path = metadata.sqlite_path
     return (f"the metadata store {path} is damaged (not a readable SQLite database): restore it from a backup; "
-            f"or move it aside (mv {path} {path}.damaged) to start a new history, at a cost: the next run runs "
-            "every component again (no cache) and has no blessed model to compare with, so its model is judged "
-            f"by the absolute thresholds alone. {NOTHING_CHANGED}")
+            f"or, {_new_history(path)}. {NOTHING_CHANGED}")
 
 
 def locked_store(metadata: config.MetadataConfig) -> str:
@@ -137,8 +147,7 @@ def check_store(metadata: config.MetadataConfig, output_root: str = "", writable
     if record and os.path.exists(record):
         raise StoreError(
             f"the metadata store {metadata.sqlite_path} is missing, though this output root recorded runs "
-            f"({record}): restore it from a backup; or, to start a new history on purpose (no cache, no blessed "
-            f"model to compare with), move {record} aside as well. {NOTHING_CHANGED}"
+            f"({record}): restore it from a backup; or, {_new_history(metadata.sqlite_path)}. {NOTHING_CHANGED}"
         )
 
 

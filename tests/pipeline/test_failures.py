@@ -54,7 +54,7 @@ def test_a_damaged_or_locked_sqlite_store_is_named_with_what_to_do(store, tmp_pa
         damaged.write(b"\x00garbage" * 4096)
     with pytest.raises(failures.StoreError, match=r"metadata store .*metadata.sqlite is damaged") as found:
         failures.check_store(store)
-    assert "mv " in str(found.value) and "no cache" in str(found.value)
+    assert "mv " in str(found.value) and "reuses nothing" in str(found.value)
     mlmd = RuntimeError("Error when executing query: file is not a database query:  CREATE TABLE IF NOT EXISTS")
     assert failures.explain(mlmd, store) == failures.damaged_store(store)
 
@@ -124,3 +124,12 @@ def test_a_value_the_model_refuses_is_named_with_its_rows_not_as_a_graph_error()
         f"run again. {failures.NOTHING_CHANGED}")
     other = RuntimeError("InvalidArgumentError: Graph execution error:\n\nassertion failed: [x > 0]")
     assert failures.explain(other).endswith("(the full log says where)")
+
+
+def test_a_new_history_moves_the_store_the_last_run_and_the_outputs_aside_together(tmp_path):
+    """A new store numbers its executions from 1 again: beside the old outputs, its first
+    run's components would write into folders the old ones filled."""
+    store = tmp_path / "metadata.sqlite"
+    message = failures.damaged_store(config.MetadataConfig(str(store)))
+    assert (f"move {store} {tmp_path / config.LAST_RUN_FILE} {tmp_path / config.PIPELINE_ROOT_DIR} aside together"
+            in message) and "no blessed model" not in message
