@@ -176,9 +176,15 @@ def card(model_dir: str, version: Optional[int]) -> str:
     written again from its JSON when it is missing."""
     from components.custom import model_card
 
+    _require_pushed(model_dir)
     current = serving_config.state_of(model_dir)
     version = current.serving if version is None else version
-    if version is None or version not in current.on_disk:
+    if version is None and not current.on_disk:
+        raise ValueError(f"no version in {model_dir}: nothing was pushed there yet")
+    if version is None:
+        raise ValueError(f"no version of {model_dir} serves: name one of {', '.join(map(str, current.on_disk))} "
+                         "(`taxi-pipeline serving card VERSION`)")
+    if version not in current.on_disk:
         raise ValueError(f"no version {version} in {model_dir} ({', '.join(map(str, current.on_disk)) or 'none'})")
     folder = os.path.join(model_dir, str(version), model_card.CARD_DIR)
     page, data = os.path.join(folder, model_card.HTML_FILE), os.path.join(folder, model_card.JSON_FILE)

@@ -140,3 +140,12 @@ def test_a_decision_that_took_effect_says_so_when_the_metadata_store_fails_after
     assert "the record and the model card hold the decision: the same command again records it there" in said
     assert registry.read(f"{serving_dir}/{MODEL}").of_version(300).fate is Fate.APPROVED
     assert serving_config.state(serving_dir, MODEL).serving == 300
+
+
+def test_a_card_of_a_folder_without_a_version_that_serves_says_what_to_give(tmp_path):
+    model_dir = tmp_path / "big_tip"
+    with pytest.raises(ValueError, match="no serving folder .*: nothing was pushed there yet"):
+        serving.card(str(model_dir), None)
+    model_dir.mkdir()
+    with pytest.raises(ValueError, match="no version in .*big_tip: nothing was pushed there yet"):
+        serving.card(str(model_dir), None)
