@@ -15,9 +15,11 @@ import getpass
 import json
 import logging
 import os
+import re
 from typing import Dict, List, Optional
 
 from components.support import files, registry, serving_config
+from pipeline import failures
 from pipeline.config import MetadataConfig
 from pipeline.options import UsageError
 
@@ -125,7 +127,9 @@ def _stored(metadata: MetadataConfig, model_dir: str, version: int, candidate: r
         return record_in_store(metadata, model_dir, version, candidate)
     except (errors.StatusError, RuntimeError) as err:  # MLMD's query errors; its connection's
         logging.exception("the decision on version %d was not recorded in %s", version, metadata)
-        return (f"note: not recorded in {metadata} ({err}); the record and the model card hold the decision: "
+        # MLMD's message ends with the SQL it ran ("... query: CREATE TABLE ..."): the log has it.
+        reason = re.sub(r"^(.*)\s+query:\s.*$", r"\1", failures.short(err), flags=re.DOTALL)
+        return (f"note: not recorded in {metadata} ({reason}); the record and the model card hold the decision: "
                 "the same command again records it there")
 
 

@@ -140,6 +140,12 @@ def test_a_decision_that_took_effect_says_so_when_the_metadata_store_fails_after
     assert "the record and the model card hold the decision: the same command again records it there" in said
     assert registry.read(f"{serving_dir}/{MODEL}").of_version(300).fate is Fate.APPROVED
     assert serving_config.state(serving_dir, MODEL).serving == 300
+    # A damaged store: its error is said, not the SQL it was running.
+    damaged = tmp_path / "damaged.sqlite"
+    damaged.write_bytes(b"\x00garbage" * 4096)
+    said = serving.decide(serving_dir, MODEL, 300, serving.Verdict(True, note="again", by="ana"),
+                          config.MetadataConfig(str(damaged)))
+    assert "note: not recorded in " in said and "file is not a database" in said and "CREATE" not in said, said
 
 
 def test_a_card_of_a_folder_without_a_version_that_serves_says_what_to_give(tmp_path):
