@@ -84,11 +84,4 @@ def ShadowCheck(  # a component is named like a class
                               DECISION_THRESHOLD)
     blessing.set_string_custom_property(MEASURES_PROPERTY, json.dumps({**measures.to_json(), "serving": serving}))
     against = f"the {measures.requests} newest requests, against version {serving}"
-    if measures.flip_rate > max_flip_rate:
-        said(f"flip rate {measures.flip_rate:.3f} over its threshold {max_flip_rate} on {against}", refused=True)
-    elif measures.score_shift > max_score_shift:
-        said(f"score shift {measures.score_shift:.3f} over its threshold {max_score_shift} on {against}",
-             refused=True)
-    else:
-        said(f"passed: flip rate {measures.flip_rate:.3f} (threshold {max_flip_rate}), score shift "
-             f"{measures.score_shift:.3f} (threshold {max_score_shift}) on {against}")
+    said(*shadow.judged(measures, max_flip_rate, max_score_shift, against))

@@ -20,7 +20,7 @@ refuse the whole batch): `Sample.problem` says which.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -50,6 +50,18 @@ class Measures:
 
     def to_json(self) -> Dict[str, object]:
         return dataclasses.asdict(self)
+
+
+def judged(measures: Measures, max_flip_rate: float, max_score_shift: float, against: str) -> Tuple[str, bool]:
+    """What the shadow check says of `measures` on `against` (the requests and the serving
+    version), and whether it refuses the candidate: each threshold exceeded is named."""
+    over = [f"{name} {value:.3f} over its threshold {limit}"
+            for name, value, limit in (("flip rate", measures.flip_rate, max_flip_rate),
+                                       ("score shift", measures.score_shift, max_score_shift)) if value > limit]
+    if over:
+        return f"{' and '.join(over)} on {against}", True
+    return (f"passed: flip rate {measures.flip_rate:.3f} (threshold {max_flip_rate}), score shift "
+            f"{measures.score_shift:.3f} (threshold {max_score_shift}) on {against}"), False
 
 
 def ks_distance(a: Sequence[float], b: Sequence[float]) -> float:

@@ -63,3 +63,16 @@ def test_scores_come_from_the_serving_signature_in_batches(tmp_path):
     tf.saved_model.save(model, str(tmp_path / "model"), signatures={"serving_default": model.serve})
     scores = shadow.score(str(tmp_path / "model"), [b"a"] * 5, batch=2)
     assert np.allclose(scores, 0.25) and scores.shape == (5,)
+
+
+def test_each_threshold_the_candidate_exceeds_is_named():
+    against = "the 200 newest requests, against version 7"
+
+    def said(flip_rate, score_shift):
+        return shadow.judged(shadow.Measures(200, flip_rate, score_shift, [], []), 0.05, 0.3, against)
+
+    assert said(0.055, 0.458) == ("flip rate 0.055 over its threshold 0.05 and score shift 0.458 over its "
+                                  f"threshold 0.3 on {against}", True)
+    assert said(0.01, 0.458) == (f"score shift 0.458 over its threshold 0.3 on {against}", True)
+    assert said(0.01, 0.1) == ("passed: flip rate 0.010 (threshold 0.05), score shift 0.100 (threshold 0.3) on "
+                               f"{against}", False)
