@@ -122,6 +122,10 @@ class Record:
                 return candidate
         return None
 
+    def of_inputs(self, inputs: str) -> List[Candidate]:
+        """The candidates trained on `inputs`, oldest first."""
+        return [c for c in self.candidates if c.inputs == inputs]
+
     @property
     def newest(self) -> Optional[Candidate]:
         return self.candidates[-1] if self.candidates else None
@@ -189,7 +193,7 @@ def decide(record: Record, inputs: str, on_disk: Sequence[int], serving: Optiona
     newest = record.newest
     if newest is not None and newest.inputs == inputs and (newest.version is None or newest.version in on_disk):
         return Decision(newest, served)
-    same = [c for c in record.candidates if c.inputs == inputs]
+    same = record.of_inputs(inputs)
     if same and same[-1].fate is Fate.REJECTED:
         return Decision(same[-1], served)
     kept = [c for c in same if pinned and c.fate.servable and c.version in on_disk]

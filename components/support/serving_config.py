@@ -381,7 +381,7 @@ def pushed_and_gone(model_dir: str, inputs: str) -> Optional[int]:
         record = registry.read(model_dir)
     except ValueError:  # damaged: said where the record is needed (the decision, the Pusher)
         return None
-    same = [c for c in record.candidates if inputs and c.inputs == inputs]
+    same = record.of_inputs(inputs) if inputs else []
     if same and same[-1].fate.pushed and same[-1].version is not None and same[-1].version not in versions(model_dir):
         return same[-1].version
     return None
