@@ -14,7 +14,7 @@ fails for a launcher whose publishing method moved, changed its signature, or is
 elsewhere than once after the executor ran, and
 tests/pipeline/patches/test_tfx.py::test_tfx_archives_itself_only_for_workers_beyond_this_environment
 builds a Beam executor through TFX's own code, with the patch and without, and
-tests/pipeline/patches/test_tfx.py::test_the_deferred_module_is_imported_by_tfx_and_loads_on_first_use_only
+tests/pipeline/patches/test_tfx.py::test_the_deferred_modules_are_imported_by_tfx_and_load_on_first_use_only
 imports the local runner with `pipeline.patches.defer_imports`, then traces a function
 with autograph, which asks every module for its `__file__`. What each saves:
 docs/performance.md#patches-to-tfx.
@@ -29,10 +29,14 @@ from typing import Callable, Dict, Iterator, List
 
 from pipeline.patches.machinery import Patch
 
-# TFX modules that `tfx.components` imports (every run imports it: LocalDagRunner's input
-# resolution imports the Evaluator's package) and that the pipeline never runs: the
-# InfraValidator's Kubernetes runner, which imports the Kubernetes client.
-DEFERRED_MODULES = ("tfx.components.infra_validator.model_server_runners.kubernetes_runner",)
+# TFX modules that every run imports and never runs:
+# - `tfx.components` itself, the package: LocalDagRunner's input resolution imports the
+#   Evaluator's constants from it, and its `__init__` imports every component, the Tuner's
+#   with Keras Tuner (and, through it, Keras 3 on a Keras 2 stack); the pipeline imports
+#   each component from its own module, which leaves the package's `__init__` unrun;
+# - the InfraValidator's Kubernetes runner, which imports the Kubernetes client, for when
+#   the package's `__init__` runs after all.
+DEFERRED_MODULES = ("tfx.components", "tfx.components.infra_validator.model_server_runners.kubernetes_runner")
 
 # Work for once a node has run (`when_done`): node id -> callables of its outputs.
 _when_done: Dict[str, List[Callable[[dict], object]]] = {}

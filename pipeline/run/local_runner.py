@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import datetime
 import functools
+import importlib
 import logging
 import os
 import time
@@ -19,8 +20,6 @@ from typing import Iterator, Optional, Sequence, Tuple
 
 from tfx.dsl.compiler import compiler, constants
 from tfx.orchestration import pipeline as tfx_pipeline
-from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
-from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 from tfx.orchestration.portable import runtime_parameter_utils
 
 from components import compat
@@ -36,7 +35,16 @@ from pipeline.run import logs, preflight, process, run_state, watch
 
 # LocalDagRunner runs the nodes one after another in this process; BeamDagRunner makes
 # each node a step of one Beam pipeline (here on the DirectRunner, in this process too).
-ORCHESTRATORS = dict(zip(config.ORCHESTRATORS, (LocalDagRunner, BeamDagRunner)))
+# Each is imported when a run asks for it: TFX's BeamDagRunner module imports its Docker
+# launcher, and with it the Docker client.
+ORCHESTRATORS = dict(zip(config.ORCHESTRATORS, ("tfx.orchestration.local.local_dag_runner.LocalDagRunner",
+                                                "tfx.orchestration.beam.beam_dag_runner.BeamDagRunner")))
+
+
+def orchestrator_class(name: str) -> type:
+    """The runner class of `ORCHESTRATORS`' `name`."""
+    module, _, attribute = ORCHESTRATORS[name].rpartition(".")
+    return getattr(importlib.import_module(module), attribute)
 
 
 def build_pipeline(
@@ -115,7 +123,7 @@ def run(
                             notify_url):
             try:
                 with _probe_ahead(rows, bool(run_config.settings.parallel_beam_args)):
-                    ORCHESTRATORS[orchestrator]().run_with_ir(ir)
+                    orchestrator_class(orchestrator)().run_with_ir(ir)
             finally:
                 serving_check.stop_spare()
             report = run_report.read_run(run_config.metadata, run_config.settings.pipeline_name, run_id)
