@@ -141,7 +141,8 @@ def run(args: argparse.Namespace, ending: Ending) -> int:
     logging.info("Stack %s", compat.describe())
 
     def run_pipeline(run_with: config.RunConfig, plan: run_state.RunPlan) -> RunReport:
-        logs.import_tensorflow(log_path, args.verbose)
+        with process.frozen_imports(machinery.enabled()):
+            logs.import_tensorflow(log_path, args.verbose)
         record_check = preflight.start_check(plan.files)  # beside TFX's imports
         with process.local_runner(machinery.enabled()) as local_runner:
             return local_runner.run(run_with, plan, orchestrator=args.orchestrator, recover=not args.force,

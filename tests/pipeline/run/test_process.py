@@ -28,6 +28,16 @@ def test_the_heavy_import_runs_with_the_gc_paused_and_leaves_it_as_it_was(monkey
         gc.enable()
 
 
+def test_imports_with_the_speedups_off_leave_the_collector_as_it_is(monkeypatch):
+    frozen = []
+    monkeypatch.setattr(process.gc, "freeze", lambda: frozen.append(1))
+    with process.frozen_imports(on=False):
+        assert gc.isenabled()
+    with process.frozen_imports(on=True):
+        assert not gc.isenabled()
+    assert frozen == [1] and gc.isenabled()
+
+
 _AFTER_EXIT = """
 import os, sys, time
 from pipeline.run import process
