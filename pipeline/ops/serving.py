@@ -101,7 +101,11 @@ def decide(serving_dir: str, model_name: str, version: Optional[int], verdict: V
             what = f"is {candidate.fate.value}" if candidate is not None else "is not a candidate this record knows"
             raise ValueError(f"version {version} {what}; "
                              + (f"awaiting approval: version {waiting}" if waiting else "no version awaits approval"))
-        candidate.fate, candidate.by, candidate.at, candidate.reason = done, verdict.who, registry.now(), verdict.note
+        # Deciding again keeps the first decision's who, when and note: the record is the
+        # audit trail of who let a version serve, and a repeat only finishes what it began.
+        repeated = candidate.fate is done
+        if not repeated:
+            candidate.fate, candidate.by, candidate.at, candidate.reason = done, verdict.who, registry.now(), verdict.note
         confirm()
         registry.write(model_dir, record)  # first: the version may serve once the record says so
         _note_in_card(os.path.join(model_dir, str(version)), candidate)
@@ -114,8 +118,9 @@ def decide(serving_dir: str, model_name: str, version: Optional[int], verdict: V
                 serving_config.follow(serving_dir, model_name)
         now = serving_config.state(serving_dir, model_name)
     stored = f"\n{_stored(metadata, model_dir, version, candidate)}" if metadata is not None else ""
-    return (f"{action}: version {version} {done.value} by {candidate.by}; serving version {now.serving}{stored}\n"
-            + describe(now, model_dir))
+    first = f" already, at {candidate.at} (the record keeps the first decision)" if repeated else ""
+    return (f"{action}: version {version} {done.value} by {candidate.by}{first}; serving version {now.serving}"
+            f"{stored}\n" + describe(now, model_dir))
 
 
 def _stored(metadata: MetadataConfig, model_dir: str, version: int, candidate: registry.Candidate) -> str:

@@ -69,9 +69,14 @@ def test_approving_serves_it_and_an_unknown_version_names_what_awaits(tmp_path):
         serving.decide(serving_dir, MODEL, 7, serving.Verdict(approve=True))
     serving.decide(serving_dir, MODEL, 300, serving.Verdict(True, by="ana"))
     assert serving_config.state(serving_dir, MODEL).loaded == [200, 300]
-    # Again (an approval cut short before it served is finished so): nothing changes.
-    serving.decide(serving_dir, MODEL, 300, serving.Verdict(True, by="ana"))
-    assert registry.read(f"{serving_dir}/{MODEL}").serving == 300
+    first = registry.read(f"{serving_dir}/{MODEL}").of_version(300)
+    # Again (an approval cut short before it served is finished so): nothing changes, and
+    # the record keeps who approved it, when and why.
+    said = serving.decide(serving_dir, MODEL, 300, serving.Verdict(True, note="looks fine", by="bo"))
+    assert said.startswith(f"approve: version 300 approved by ana already, at {first.at} (the record keeps the "
+                           "first decision); serving version 300")
+    again = registry.read(f"{serving_dir}/{MODEL}")
+    assert again.serving == 300 and again.of_version(300).to_json() == first.to_json()
 
 
 def test_a_decision_given_the_store_is_recorded_on_the_versions_push(tmp_path):
