@@ -56,12 +56,14 @@ def nothing_new(previous: RunReport) -> RunReport:
     """The last window run's report as this call's answer: exit 0, and one line saying
     what was decided when."""
     decided = previous.outcome if previous.outcome is not Outcome.UP_TO_DATE else Outcome.PUSHED
-    then = f"exit {int(decided.exit_code)} then" if decided.exit_code else "exit 0"
+    if decided is Outcome.REJECTED:  # only a candidate awaiting approval is rejected: its run exited 0
+        said = f"{Outcome.AWAITING_APPROVAL.value}, exit 0; {decided.value} since"
+    else:
+        said = f"{decided.value}, " + (f"exit {int(decided.exit_code)} then" if decided.exit_code else "exit 0")
     newest = previous.spans[-1] if previous.spans else "?"
     previous.note = (
         f"Nothing new: span {newest} was already trained on with the same data, code and settings "
-        f"(run {previous.run_id}, finished {previous.finished or 'earlier'}: {decided.value}, {then}). "
-        "Nothing to do."
+        f"(run {previous.run_id}, finished {previous.finished or 'earlier'}: {said}). Nothing to do."
     )
     previous.acknowledged = True
     return previous

@@ -10,7 +10,7 @@ import pytest
 
 from pipeline import cli
 from pipeline.outcome import Outcome, RunReport
-from pipeline.run import commands, lock, run_state
+from pipeline.run import commands, lock, retrain, run_state
 
 HOLD_LOCK = """
 import fcntl, os, sys, time
@@ -99,6 +99,13 @@ def test_nothing_new_exits_0_and_says_what_was_decided_when(workspace, copy_span
     assert ("Nothing new: span 16 was already trained on with the same data, code and settings "
             f"(run 20261121-030000-1-abc, finished 2026-11-21T03:04:05+00:00: {then}). Nothing to do.") in result.stdout
     assert workspace.metadata.stat().st_size == 0  # checked, not written
+
+
+def test_nothing_new_after_a_rejection_says_the_run_exited_0_and_a_person_rejected_since():
+    previous = RunReport(outcome=Outcome.REJECTED, spans=[15, 16], run_id="r1", finished="2026-11-21T03:04:05+00:00")
+    assert retrain.nothing_new(previous).note == (
+        "Nothing new: span 16 was already trained on with the same data, code and settings (run r1, finished "
+        "2026-11-21T03:04:05+00:00: awaiting approval, exit 0; rejected by a person since). Nothing to do.")
 
 
 def test_rewritten_identical_bytes_are_no_change_and_a_changed_byte_is(workspace, copy_spans):
