@@ -31,6 +31,8 @@ PIPELINE_ROOT_DIR = "pipeline_root"
 # The SQLite metadata store's file under the output root.
 METADATA_FILE = "metadata.sqlite"
 SERVING_DIR = "serving_model"
+# Each run's page, `<output root>/reports/<run id>.html` (`pipeline.inspect.report_page`).
+REPORTS_DIR = "reports"
 # Pushed versions kept in the serving folder (the newest always among them).
 KEEP_VERSIONS = 3
 # Newest runs `retrain` and `gc` keep whole (pipeline.run.retention).
@@ -66,6 +68,10 @@ class EvaluationConfig:
     # A local run over more rows than this many eval rows would be keeps the eval split
     # near this size, the rest going to training (see `sized_evaluation`).
     max_eval_rows: int = 50_000
+
+
+def report_path(output_root: str, run_id: str) -> str:
+    return os.path.join(output_root, REPORTS_DIR, f"{run_id}.html")
 
 
 def sized_evaluation(evaluation: EvaluationConfig, rows: int) -> EvaluationConfig:

@@ -14,11 +14,11 @@ from typing import Dict, List, Optional
 
 import jinja2
 
+from pipeline import config
 from pipeline.inspect import run_details as details_lib
 from pipeline.inspect import svg_charts
 from pipeline.outcome import Outcome, RunReport
 
-REPORTS_DIR = "reports"
 # The id of the text of a page that stands in for a run's page being drawn.
 PLACEHOLDER_ID = "being-drawn"
 TEMPLATE = "run_report.html.j2"
@@ -30,10 +30,6 @@ NEWEST_COLOR, PREVIOUS_COLOR = "#1f6feb", "#f0883e"
 MIN_PLOTTED_SLICE = 30
 # The metrics of the per-slice table, in this order.
 SLICE_METRICS = ("example_count", "auc", "binary_accuracy", "calibration")
-
-
-def report_path(output_root: str, run_id: str) -> str:
-    return os.path.join(output_root, REPORTS_DIR, f"{run_id}.html")
 
 
 def _timings_plot(report: RunReport) -> Optional[str]:
@@ -197,7 +193,7 @@ def render(details: details_lib.RunDetails) -> str:
 
 def write(output_root: str, details: details_lib.RunDetails) -> str:
     """Writes the run's page (atomically) and returns its path."""
-    return _replace(report_path(output_root, details.report.run_id), render(details))
+    return _replace(config.report_path(output_root, details.report.run_id), render(details))
 
 
 def write_placeholder(output_root: str, run_id: str) -> str:
@@ -208,7 +204,7 @@ def write_placeholder(output_root: str, run_id: str) -> str:
             f"<title>Run {run_id}</title></head>\n<body><p id=\"{PLACEHOLDER_ID}\">The page of run {run_id} is "
             "being drawn; this page reloads by itself. If it still shows this after a minute, write it with "
             f"<code>taxi-pipeline report {run_id} --output-root {output_root}</code>.</p></body></html>\n")
-    return _replace(report_path(output_root, run_id), text)
+    return _replace(config.report_path(output_root, run_id), text)
 
 
 def _replace(path: str, text: str) -> str:

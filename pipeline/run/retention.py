@@ -42,7 +42,7 @@ from components.custom import pusher
 from components.custom.recorded import NodeId
 from components.support import files
 from pipeline import config
-from pipeline.inspect import report_page, run_report
+from pipeline.inspect import run_report
 from pipeline.run import run_state
 
 Artifact = metadata_store_pb2.Artifact
@@ -263,11 +263,11 @@ def collect(
     found.paths = [p for p in found.paths if tf.io.gfile.exists(p)]
     found.bytes = sum(_bytes(p) for p in found.paths)
     root = run_config.output_root
-    pages = [report_page.report_path(root, run_id) for run_id in found.removed_runs]
+    pages = [config.report_path(root, run_id) for run_id in found.removed_runs]
     # Files no MLMD run owns: command logs, and the pages of runs stopped before the
     # pipeline started (a rejected data file), older than the oldest of the newest runs.
-    owned = {report_page.report_path(root, run_id) for run_id in found.runs}
-    old = _older_than_newest_runs(found, [os.path.join(root, "logs", "*.log"), report_page.report_path(root, "*")])
+    owned = {config.report_path(root, run_id) for run_id in found.runs}
+    old = _older_than_newest_runs(found, [os.path.join(root, "logs", "*.log"), config.report_path(root, "*")])
     unowned = [p for p in old if p not in owned]
     extra = [p for p in sorted(set(pages + unowned)) if os.path.exists(p)]
     found.bytes += sum(os.path.getsize(p) for p in extra)

@@ -156,7 +156,7 @@ def plan(run_config: config_lib.RunConfig) -> RunPlan:
     last = None if record is None else (record.report if window_size is None else record.window_report)
     for path in ignored:
         logging.warning("ignored (not a span folder or span data file, read by nothing): %s", path)
-    previous = decided_before(last, run_fingerprint, inputs, run_config.model_serving_dir)
+    previous = decided_before(last, run_fingerprint, inputs, run_config.model_serving_dir, run_config.output_root)
     if previous is not None:
         previous.seconds = time.perf_counter() - started
         previous.ignored = ignored
@@ -190,11 +190,13 @@ _OUTCOMES = {
 
 
 def decided_before(last: Optional[RunReport], run_fingerprint: str, inputs: str,
-                   model_serving_dir: str) -> Optional[RunReport]:
+                   model_serving_dir: str, output_root: str = "") -> Optional[RunReport]:
     """The report of what decided already, when a run of these inputs would repeat it:
     the model's record (`serving_config.decide`: the version that serves or the newest
     candidate had these inputs, or a person rejected them), or the last run when it had this very fingerprint and
-    made no candidate (the data gate refused the data) or ran before the record existed."""
+    made no candidate (the data gate refused the data) or ran before the record existed.
+    Decided by the record, its page is the page of the run that made the candidate, when
+    `output_root` has it (another output root may have pushed to the serving folder)."""
     if last is not None and last.fingerprint == run_fingerprint and last.outcome is Outcome.DATA_REJECTED:
         return _as_reused(last)
     record = registry.read(model_serving_dir)
@@ -207,8 +209,9 @@ def decided_before(last: Optional[RunReport], run_fingerprint: str, inputs: str,
     if last is not None and last.run_id and last.run_id == candidate.run:
         report = last
     else:
+        page = config_lib.report_path(output_root, candidate.run) if output_root and candidate.run else ""
         report = RunReport(outcome=Outcome.UP_TO_DATE, spans=list(candidate.spans), run_id=candidate.run,
-                           finished=candidate.at)
+                           finished=candidate.at, page=page if page and os.path.exists(page) else "")
     report.outcome = _OUTCOMES.get(candidate.fate, Outcome.UP_TO_DATE)
     shown = candidate.version if candidate.fate is registry.Fate.AWAITING_APPROVAL else decision.serving
     report.pushed_version_dir = files.join(model_serving_dir, str(shown)) if shown is not None else None

@@ -9,6 +9,7 @@ import tempfile
 
 import pytest
 
+from pipeline import config
 from pipeline.patches import machinery
 from pipeline.run import process
 
@@ -105,10 +106,10 @@ def test_a_placeholder_stands_in_for_a_page_being_drawn_and_reloads(tmp_path):
 
     path = report_page.write_placeholder(str(tmp_path), "20261125-000000-000000-1-abc")
     text = open(path).read()
-    assert path == report_page.report_path(str(tmp_path), "20261125-000000-000000-1-abc")
+    assert path == config.report_path(str(tmp_path), "20261125-000000-000000-1-abc")
     assert 'http-equiv="refresh"' in text and f'id="{report_page.PLACEHOLDER_ID}"' in text
     assert f"taxi-pipeline report 20261125-000000-000000-1-abc --output-root {tmp_path}" in text
-    assert os.listdir(tmp_path / report_page.REPORTS_DIR) == [os.path.basename(path)]  # nothing staged is left
+    assert os.listdir(tmp_path / config.REPORTS_DIR) == [os.path.basename(path)]  # nothing staged is left
 
 
 def test_the_collector_runs_less_often_inside_the_run_only(monkeypatch):

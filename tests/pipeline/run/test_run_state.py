@@ -45,6 +45,12 @@ def test_a_run_of_the_newest_candidates_inputs_ends_with_its_fates_outcome(tmp_p
     # What it names: the version awaiting approval, else the one that serves.
     assert report.pushed_version_dir == f"{model_dir}/{300 if fate is Fate.AWAITING_APPROVAL else 100}"
     assert run_state.decided_before(None, "fingerprint", "c", model_dir) is None
+    # Its page: the deciding run's, when this output root has it.
+    assert not report.page
+    page = tmp_path / "out" / "reports" / "run-2.html"
+    page.parent.mkdir(parents=True)
+    page.write_text("<html></html>")
+    assert run_state.decided_before(None, "fingerprint", "b", model_dir, str(tmp_path / "out")).page == str(page)
 
 
 def test_the_last_run_decides_only_for_a_refused_data_or_a_folder_without_a_record(tmp_path):
