@@ -105,7 +105,8 @@ def decide(serving_dir: str, model_name: str, version: Optional[int], verdict: V
         # audit trail of who let a version serve, and a repeat only finishes what it began.
         repeated = candidate.fate is done
         if not repeated:
-            candidate.fate, candidate.by, candidate.at, candidate.reason = done, verdict.who, registry.now(), verdict.note
+            candidate.fate, candidate.by, candidate.at = done, verdict.who, registry.now()
+            candidate.reason = verdict.note
         confirm()
         registry.write(model_dir, record)  # first: the version may serve once the record says so
         _note_in_card(os.path.join(model_dir, str(version)), candidate)
