@@ -19,7 +19,7 @@ from tfx.dsl.experimental.conditionals.conditional import Cond
 from tfx.orchestration import pipeline as tfx_pipeline
 from tfx.proto import example_gen_pb2, trainer_pb2, transform_pb2
 
-from components.custom import baseline, gate, ingest, recorded, serving_check, shadow_check, window
+from components.custom import baseline, gate, ingest, recorded, serving_check, shadow_check, statistics, window
 from components.custom import evaluator as evaluator_lib
 from components.custom import pusher as staged_pusher
 from components.custom.recorded import NodeId
@@ -173,6 +173,7 @@ def _data_checks(
     ).with_id(NodeId.WINDOW)
     example_gen = _example_gen(data_root, span_window, window_size, evaluation, code_version)
     statistics_gen = StatisticsGen(examples=example_gen.outputs[recorded.EXAMPLES_KEY])
+    statistics_gen.executor_spec = statistics.executor()
     inferred_schema = SchemaGen(
         statistics=statistics_gen.outputs[recorded.STATISTICS_KEY], infer_feature_shape=True
     ).with_id("InferredSchemaGen")

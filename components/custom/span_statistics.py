@@ -75,7 +75,7 @@ def compute_span_statistics(
         raise ValueError(f"spans {numbers} were ingested but are no longer all under {data_root}")
     path = os.path.join(output_dir, f"span-{STATS_FILE}")
     result = span_statistics_in_process(found, schema, rate) if in_process else None
-    if result is not None and _beyond_exact_counts(result):
+    if result is not None and any(beyond_exact_counts(statistics) for statistics in result.values()):
         logging.info("a categorical feature of a span has more than %d distinct values: the spans' statistics "
                      "are computed by the Beam pass instead", EXACT_DISTINCT_VALUES)
         result = None
@@ -111,12 +111,11 @@ def computed_in_process(total_rows: int, rate: float, options: PipelineOptions) 
     return round(total_rows * rate) <= IN_PROCESS_ROWS and beam_runs_here(options)
 
 
-def _beyond_exact_counts(result: Dict[int, statistics_pb2.DatasetFeatureStatisticsList]) -> bool:
-    return any(
-        feature.string_stats.unique > EXACT_DISTINCT_VALUES
-        for statistics in result.values()
-        for feature in statistics.datasets[0].features
-    )
+def beyond_exact_counts(statistics: statistics_pb2.DatasetFeatureStatisticsList) -> bool:
+    """Whether a categorical feature has more distinct values than TFDV's in-memory
+    computation counts exactly."""
+    return any(feature.string_stats.unique > EXACT_DISTINCT_VALUES
+               for dataset in statistics.datasets for feature in dataset.features)
 
 
 def span_statistics_in_process(

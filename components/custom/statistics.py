@@ -1,0 +1,121 @@
+"""TFX's StatisticsGen, with small data's statistics computed in its own process.
+
+When Beam runs in the component's process anyway (`span_statistics.beam_runs_here`) and the
+examples hold at most `span_statistics.IN_PROCESS_ROWS` rows, as ImportExampleGen counted
+them (`split_rows`), each split's records are decoded into one record batch, a split per
+thread, and TFDV's in-memory computation makes its statistics: the data gate's way for
+its per-span statistics (`span_statistics.span_statistics_in_process`), without the fixed
+cost of building and running a Beam pipeline. The same figures as TFX's Beam pass while
+no categorical feature has more than `span_statistics.EXACT_DISTINCT_VALUES` distinct
+values in a split (checked: beyond, TFX's pass runs instead); the artifact, its files and
+its properties are TFX's. Any other input or setting (a schema input, stats options,
+excluded splits, per-split sample rates, sharded output, a custom split pattern, rows not
+recorded, Beam elsewhere) runs TFX's executor as it is.
+
+When TFX changes under it,
+tests/components/custom/test_statistics.py::test_in_process_statistics_are_tfx_s_artifact_for_artifact
+runs TFX's executor and this one on the same examples and compares what each wrote.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, List, Optional
+
+from apache_beam.options.pipeline_options import PipelineOptions
+from tensorflow_metadata.proto.v0 import statistics_pb2
+from tfx import types
+from tfx.components.statistics_gen import executor as tfx_statistics_gen
+from tfx.components.util import examples_utils
+from tfx.dsl.components.base import executor_spec
+from tfx.types import artifact_utils, standard_component_specs
+from tfx.utils import io_utils, json_utils, stats_utils
+
+from components.custom import beam_fns, span_statistics
+from components.model import split_rows
+
+_EXAMPLES_KEY = standard_component_specs.EXAMPLES_KEY
+_STATISTICS_KEY = standard_component_specs.STATISTICS_KEY
+# What TFX's executor reads besides the examples; with any of them set, it runs as it is.
+_SETTINGS = (standard_component_specs.STATS_OPTIONS_JSON_KEY, standard_component_specs.SAMPLE_RATE_BY_SPLIT_KEY,
+             standard_component_specs.SHARDED_STATS_OUTPUT_KEY)
+
+
+class Executor(tfx_statistics_gen.Executor):
+    def Do(self, input_dict: Dict[str, List[types.Artifact]], output_dict: Dict[str, List[types.Artifact]],
+           exec_properties: Dict[str, Any]) -> None:
+        examples = artifact_utils.get_single_instance(input_dict[_EXAMPLES_KEY])
+        splits = self._in_process_splits(input_dict, examples, exec_properties)
+        computed = split_statistics_in_process(examples, splits) if splits else None
+        if computed is None:
+            super().Do(input_dict, output_dict, exec_properties)
+            return
+        self._log_startup(input_dict, output_dict, exec_properties)
+        statistics = artifact_utils.get_single_instance(output_dict[_STATISTICS_KEY])
+        statistics.split_names = artifact_utils.encode_split_names(splits)
+        statistics.span = examples.span
+        try:
+            link = stats_utils.generate_stats_dashboard_link(statistics)
+        except Exception:  # as TFX's executor: a link is not worth the statistics
+            logging.exception("no statistics dashboard link")
+            link = ""
+        statistics.set_string_custom_property(tfx_statistics_gen.STATS_DASHBOARD_LINK, link)
+        statistics.set_json_value_custom_property(tfx_statistics_gen.SAMPLE_RATE_BY_SPLIT_PROPERTY_NAME,
+                                                  json_utils.dumps({split: 1.0 for split in splits}))
+        for split, result in zip(splits, computed):
+            output_uri = artifact_utils.get_split_uri([statistics], split)
+            io_utils.write_bytes_file(os.path.join(output_uri, tfx_statistics_gen.DEFAULT_FILE_NAME),
+                                      result.SerializeToString())
+            logging.info("Statistics for split %s written to %s, computed in this process.", split, output_uri)
+
+    def _in_process_splits(self, input_dict: Dict[str, List[types.Artifact]], examples: types.Artifact,
+                           exec_properties: Dict[str, Any]) -> Optional[List[str]]:
+        """The splits whose statistics are computed in this process, or None: TFX's pass."""
+        excluded = json_utils.loads(exec_properties.get(standard_component_specs.EXCLUDE_SPLITS_KEY) or "null")
+        if (excluded or any(exec_properties.get(key) for key in _SETTINGS)
+                or input_dict.get(standard_component_specs.SCHEMA_KEY)
+                or examples.has_custom_property(examples_utils.CUSTOM_SPLIT_PATTERN_PROPERTY_NAME)):
+            return None
+        splits = artifact_utils.decode_split_names(examples.split_names)
+        rows = split_rows.read(examples.uri) or {}
+        counted = [rows.get(split) for split in splits]
+        if not splits or not all(isinstance(count, int) for count in counted):
+            return None
+        if sum(counted) > span_statistics.IN_PROCESS_ROWS:
+            return None
+        return splits if span_statistics.beam_runs_here(PipelineOptions(self._beam_pipeline_args)) else None
+
+
+def split_statistics_in_process(
+    examples: types.Artifact, splits: List[str]
+) -> Optional[List[statistics_pb2.DatasetFeatureStatisticsList]]:
+    """Each split's statistics, a split per thread, by TFDV's in-memory computation on all
+    its records decoded at once (without a schema, as TFX's pass decodes them); None when
+    a categorical feature of a split has more distinct values than it counts exactly."""
+    import tensorflow as tf
+    import tensorflow_data_validation as tfdv
+    from tensorflow_data_validation.statistics import stats_impl
+    from tfx_bsl.coders import example_coder
+
+    def statistics_of(split: str) -> statistics_pb2.DatasetFeatureStatisticsList:
+        folder = artifact_utils.get_split_uri([examples], split)
+        records = [record for name in sorted(tf.io.gfile.listdir(folder))
+                   for record in beam_fns.tfrecords(os.path.join(folder, name))]
+        decoded = example_coder.ExamplesToRecordBatchDecoder().DecodeBatch(records)
+        del records
+        return stats_impl.generate_statistics_in_memory(decoded, tfdv.StatsOptions())
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(splits), os.cpu_count() or 1))) as pool:
+        computed = list(pool.map(statistics_of, splits))
+    if any(span_statistics.beyond_exact_counts(result) for result in computed):
+        logging.info("a categorical feature of a split has more than %d distinct values: TFX's Beam pass computes "
+                     "the statistics instead", span_statistics.EXACT_DISTINCT_VALUES)
+        return None
+    return computed
+
+
+def executor() -> executor_spec.BeamExecutorSpec:
+    """The StatisticsGen node's executor spec."""
+    return executor_spec.BeamExecutorSpec(Executor)
