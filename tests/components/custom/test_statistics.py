@@ -64,7 +64,7 @@ def test_in_process_statistics_are_tfx_s_artifact_for_artifact(repo, tmp_path, c
         names = [sorted(os.listdir(os.path.join(a.uri, f"Split-{split}"))) for a in (ours, theirs)]
         assert names[0] == names[1] == [tfx_statistics_gen.DEFAULT_FILE_NAME]
         (count, mine), (their_count, tfx_features) = (
-            _features(tfdv.load_stats_binary(os.path.join(a.uri, f"Split-{split}", tfx_statistics_gen.DEFAULT_FILE_NAME)))
+            _features(tfdv.load_stats_binary(os.path.join(a.uri, f"Split-{split}", names[0][0])))
             for a in (ours, theirs))
         # Every figure of every feature the same (categorical values are counted exactly
         # on both sides below the sketch's size); only the order of the features differs.
