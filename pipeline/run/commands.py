@@ -285,11 +285,13 @@ def summary(report: RunReport, log_path: str) -> str:
         more = len(report.ignored) - 3
         shown = ", ".join(report.ignored[:3]) + (f" and {more} more" if more > 0 else "")
         lines.append(f"Ignored (not span data, read by nothing; listed in the log): {shown}")
-    if report.baseline:
+    # What a run started from: a run that reused an earlier one's decision started nothing
+    # (the earlier run's page says what it started from).
+    if report.baseline and not report.reused_previous_run:
         lines.append("Baseline (warm start and comparison): " + (
             "none, no version served when the run started" if report.baseline == registry.NOTHING_SERVES
             else f"version {report.baseline}, which served when the run started"))
-    if report.warm_start:
+    if report.warm_start and not report.reused_previous_run:
         lines.append(f"Warm start: {report.warm_start}")
     if report.anomalies:
         lines.append("Data rejected by the schema contract:")

@@ -31,3 +31,14 @@ def test_a_push_a_pin_keeps_from_serving_says_so():
         "(`taxi-pipeline serving unpin` serves the newest) (1.0 s, exit 0)")
     pushed.pinned_to = ""
     assert _outcome_line(pushed) == "Pushed a new model version: /s/big_tip/1700000500 (1.0 s, exit 0)"
+
+
+def test_a_reused_decision_does_not_say_what_the_earlier_run_started_from():
+    ran = RunReport(Outcome.PUSHED, baseline="1700000000", warm_start="yes: started from /s/big_tip/1700000000",
+                    pushed_version_dir="/s/big_tip/1700000500", seconds=9.0)
+    said = commands.summary(ran, "run.log")
+    assert "Baseline (warm start and comparison): version 1700000000" in said and "Warm start: yes" in said
+    ran.reused_previous_run, ran.outcome, ran.seconds = True, Outcome.UP_TO_DATE, 0.1
+    said = commands.summary(ran, "run.log")
+    assert "Baseline" not in said and "Warm start" not in said
+    assert said.splitlines()[0] == "Nothing changed since the last run (same data, code and settings); nothing was run."
