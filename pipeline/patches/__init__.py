@@ -1,6 +1,6 @@
 """Library patches: every change this project makes to a library's internals, one module
 per library (a patch to a library lives in that library's module, nowhere else): `beam`,
-`tfx`, `tfxio` (tfx_bsl's), `tfdv`, `tfma`, with `equi_width` and `metric_updates`, the
+`tfx`, `tfxio` (tfx_bsl's), `tft`, `tfdv`, `tfma`, with `equi_width` and `metric_updates`, the
 two replacements of TFDV's and TFMA's code, beside them; `machinery` applies and undoes
 them.
 
@@ -26,12 +26,12 @@ import contextlib
 import sys
 from typing import Callable, Dict, Iterator, List
 
-from pipeline.patches import beam, machinery, tfdv, tfma, tfx, tfxio
+from pipeline.patches import beam, machinery, tfdv, tfma, tft, tfx, tfxio
 
 
 def every_patch() -> List[machinery.Patch]:
     """The patches of the process that runs the pipeline: every library's."""
-    return beam.patches() + tfx.patches() + tfxio.patches() + tfdv.patches() + tfma.patches()
+    return beam.patches() + tfx.patches() + tfxio.patches() + tft.patches() + tfdv.patches() + tfma.patches()
 
 
 def defer_imports() -> None:
