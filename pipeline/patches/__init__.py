@@ -35,9 +35,9 @@ def every_patch() -> List[machinery.Patch]:
 
 
 def defer_imports() -> None:
-    """The modules a library imports and no run calls (`tfx.DEFERRED_MODULES`) load when
+    """The modules a library imports and no run calls (`tfx.deferred_modules`) load when
     first used (`machinery.defer`)."""
-    machinery.defer(tfx.DEFERRED_MODULES)
+    machinery.defer(tfx.deferred_modules())
 
 
 def _worker_libraries() -> Dict[str, Callable[[], List[machinery.Patch]]]:

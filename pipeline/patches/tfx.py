@@ -1,6 +1,6 @@
 """Patches to TFX: work handed on as soon as a node has run (`when_done`), no archive
 of TFX built for Beam workers that never read it, and no import of what the pipeline never
-runs until it runs (`DEFERRED_MODULES`, bound by `pipeline.patches.defer_imports`). What
+runs until it runs (`deferred_modules`, bound by `pipeline.patches.defer_imports`). What
 each patch changes and why: `patches`.
 
 The serving check's probe, started once the data gate let the run through, is handed the
@@ -25,18 +25,28 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from typing import Callable, Dict, Iterator, List
+from typing import Callable, Dict, Iterator, List, Tuple
 
 from pipeline.patches.machinery import Patch
 
-# TFX modules that every run imports and never runs:
-# - `tfx.components` itself, the package: LocalDagRunner's input resolution imports the
-#   Evaluator's constants from it, and its `__init__` imports every component, the Tuner's
-#   with Keras Tuner (and, through it, Keras 3 on a Keras 2 stack); the pipeline imports
-#   each component from its own module, which leaves the package's `__init__` unrun;
-# - the InfraValidator's Kubernetes runner, which imports the Kubernetes client, for when
-#   the package's `__init__` runs after all.
-DEFERRED_MODULES = ("tfx.components", "tfx.components.infra_validator.model_server_runners.kubernetes_runner")
+# TFX modules that every run imports and never runs (`deferred_modules`): the
+# InfraValidator's Kubernetes runner, which imports the Kubernetes client; and on TFX
+# before 1.17, `tfx.components` itself, the package: LocalDagRunner's input resolution
+# imports the Evaluator's constants from it, and its `__init__` imports every component,
+# the Tuner's with Keras Tuner and, through it, Keras 3 on that Keras 2 stack. The
+# pipeline imports each component from its own module, which leaves that `__init__`
+# unrun. From TFX 1.21 on the `__init__` also sets TFMA's config classes on TFMA's
+# module (its Evaluator component reads `tfma.EvalConfig`), so there it runs.
+DEFERRED_MODULES = ("tfx.components.infra_validator.model_server_runners.kubernetes_runner",)
+DEFERRED_PACKAGE, PACKAGE_DEFERRED_BEFORE = "tfx.components", (1, 17)
+
+
+def deferred_modules() -> Tuple[str, ...]:
+    """The modules of TFX a run defers on this stack (`DEFERRED_MODULES`), the package first."""
+    from components import compat
+
+    package = (DEFERRED_PACKAGE,) if compat.TFX_VERSION < PACKAGE_DEFERRED_BEFORE else ()
+    return package + DEFERRED_MODULES
 
 # Work for once a node has run (`when_done`): node id -> callables of its outputs.
 _when_done: Dict[str, List[Callable[[dict], object]]] = {}

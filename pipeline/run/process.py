@@ -28,7 +28,7 @@ from types import ModuleType
 from typing import Callable, Iterator, List
 
 from pipeline import patches
-from pipeline.patches import machinery
+from pipeline.patches import machinery, stdlib
 
 LOCAL_RUNNER = "pipeline.run.local_runner"
 # The cyclic GC's thresholds during a run (Python's are 700, 10, 10; see `collecting_less_often`).
@@ -44,16 +44,18 @@ _ends_here = [False]
 
 @contextlib.contextmanager
 def frozen_imports(on: bool = True) -> Iterator[None]:
-    """Within the block, when `on`, the cyclic GC paused; on leaving, `gc.freeze()`. An
-    import of TensorFlow alone creates objects enough for hundreds of collections, each
-    of which rescans all it created so far: a quarter of the import's time."""
+    """Within the block, when `on`, the cyclic GC paused and the standard library's patches
+    for imports (`pipeline.patches.stdlib`); on leaving, `gc.freeze()`. An import of
+    TensorFlow alone creates objects enough for hundreds of collections, each of which
+    rescans all it created so far: a quarter of the import's time."""
     if not on:
         yield
         return
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        yield
+        with machinery.patched(stdlib.patches()):
+            yield
     finally:
         gc.freeze()
         if was_enabled:
