@@ -1,8 +1,9 @@
 """Library patches: every change this project makes to a library's internals, one module
 per library (a patch to a library lives in that library's module, nowhere else): `beam`,
 `tfx`, `tfxio` (tfx_bsl's), `tft`, `tfdv`, `tfma`, with `equi_width` and `metric_updates`, the
-two replacements of TFDV's and TFMA's code, beside them; `machinery` applies and undoes
-them.
+two replacements of TFDV's and TFMA's code, beside them, and `stdlib`, the standard
+library's, for the run's heavy imports only (`pipeline.run.process.frozen_imports`);
+`machinery` applies and undoes them.
 
 They remove per-run Python overhead; a run makes the same decisions and the same model
 with and without them (compared artifact by artifact by `pipeline.inspect.parity`, in the
