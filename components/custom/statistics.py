@@ -5,12 +5,15 @@ examples hold at most `span_statistics.IN_PROCESS_ROWS` rows, as ImportExampleGe
 them (`split_rows`), each split's records are decoded into one record batch, a split per
 thread, and TFDV's in-memory computation makes its statistics: the data gate's way for
 its per-span statistics (`span_statistics.span_statistics_in_process`), without the fixed
-cost of building and running a Beam pipeline. The same figures as TFX's Beam pass while
-no categorical feature has more than `span_statistics.EXACT_DISTINCT_VALUES` distinct
-values in a split (checked: beyond, TFX's pass runs instead); the artifact, its files and
-its properties are TFX's. Any other input or setting (a schema input, stats options,
-excluded splits, per-split sample rates, sharded output, a custom split pattern, rows not
-recorded, Beam elsewhere) runs TFX's executor as it is.
+cost of building and running a Beam pipeline. The same statistics as TFX's Beam pass, to
+the last bits of a float (one sum over a split where Beam adds up its batches' sums;
+exactly the same on data/), while no categorical feature has more than
+`span_statistics.EXACT_DISTINCT_VALUES` distinct values in a split (checked: beyond,
+TFX's pass runs instead); TFDV lists the features in another order. The artifact, its
+files and its properties are TFX's. Anything else (examples other than tf.Example, a
+split without rows, a schema input, stats options, excluded splits, per-split sample
+rates, sharded output, a custom split pattern, rows not recorded, as for spans copied as
+they are in window mode, Beam elsewhere) runs TFX's executor as it is.
 
 When TFX changes under it,
 tests/components/custom/test_statistics.py::test_in_process_statistics_are_tfx_s_artifact_for_artifact
@@ -30,6 +33,7 @@ from tfx import types
 from tfx.components.statistics_gen import executor as tfx_statistics_gen
 from tfx.components.util import examples_utils
 from tfx.dsl.components.base import executor_spec
+from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, json_utils, stats_utils
 
@@ -78,10 +82,12 @@ class Executor(tfx_statistics_gen.Executor):
                 or input_dict.get(standard_component_specs.SCHEMA_KEY)
                 or examples.has_custom_property(examples_utils.CUSTOM_SPLIT_PATTERN_PROPERTY_NAME)):
             return None
+        if examples_utils.get_payload_format(examples) != example_gen_pb2.PayloadFormat.FORMAT_TF_EXAMPLE:
+            return None
         splits = artifact_utils.decode_split_names(examples.split_names)
         rows = split_rows.read(examples.uri) or {}
         counted = [rows.get(split) for split in splits]
-        if not splits or not all(isinstance(count, int) for count in counted):
+        if not splits or not all(isinstance(count, int) and count > 0 for count in counted):
             return None
         if sum(counted) > span_statistics.IN_PROCESS_ROWS:
             return None

@@ -43,7 +43,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     on = machinery.enabled()
     if on:
         patches.defer_imports()
-    process.import_frozen(module)
+    process.import_frozen(module, on)
     # runpy runs the module's code again as `__main__`, its imports done: the module itself
     # must not be in sys.modules (runpy warns of "unpredictable behaviour" if it is).
     sys.modules.pop(module, None)

@@ -2,8 +2,8 @@
 per library (a patch to a library lives in that library's module, nowhere else): `beam`,
 `tfx`, `tfxio` (tfx_bsl's), `tft`, `tfdv`, `tfma`, with `equi_width` and `metric_updates`, the
 two replacements of TFDV's and TFMA's code, beside them, and `stdlib`, the standard
-library's, for the run's heavy imports only (`pipeline.run.process.frozen_imports`);
-`machinery` applies and undoes them.
+library's, for the heavy imports only (`pipeline.run.process.frozen_imports`); `machinery`
+applies and undoes them.
 
 They remove per-run Python overhead; a run makes the same decisions and the same model
 with and without them (compared artifact by artifact by `pipeline.inspect.parity`, in the
@@ -16,7 +16,9 @@ the Beam worker processes it starts (`in_workers`, by `pipeline.run.beam_worker`
 components in their own containers (Vertex AI, Dataflow workers) get the libraries as they
 are, but for `defer_imports`, which changes no code that runs, only when a module a
 library imports and no task uses is loaded: every `taxi-pipeline` command and the compiled
-tasks' `pipeline.cloud.task` make it. Off with `TAXI_PIPELINE_SPEEDUPS=0`
+tasks' `pipeline.cloud.task` make it; and but for `stdlib`'s, which a compiled task's
+heavy import has too (it changes how often the installed packages are read, not what is
+read). Off with `TAXI_PIPELINE_SPEEDUPS=0`
 (`machinery.ENV`) or `taxi-pipeline run --no-speedups` (which leaves `defer_imports` on).
 What each saves: docs/performance.md#the-library-patches.
 """

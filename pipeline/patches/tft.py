@@ -11,6 +11,7 @@ saves: docs/performance.md#patches-to-tft.
 
 from __future__ import annotations
 
+import functools
 from types import ModuleType
 from typing import Any, List, Mapping, Optional, Tuple
 
@@ -36,7 +37,9 @@ def patches() -> List[Patch]:
 class SharedTrace:
     """`impl_helper` as `inspect_preprocessing_fn` reads it: every name is the module's,
     but `trace_preprocessing_function`, which answers a call with the same function,
-    specs (equal), mode and folder as the call before with that call's trace."""
+    type specs (equal), mode and folder as the call before with that call's trace (the
+    entry is read once per call: a call on another thread gets its own trace or the
+    same one, never another call's)."""
 
     def __init__(self, module: ModuleType):
         self._module = module
@@ -47,12 +50,19 @@ class SharedTrace:
 
     def trace_preprocessing_function(self, preprocessing_fn, input_specs: Mapping[str, Any], use_tf_compat_v1: bool,
                                      base_temp_dir: Optional[str] = None):
+        import tensorflow as tf  # imported by then: TFT's caller runs on it
+
+        trace = functools.partial(self._module.trace_preprocessing_function, preprocessing_fn, input_specs,
+                                  use_tf_compat_v1=use_tf_compat_v1, base_temp_dir=base_temp_dir)
+        # TFX asks with type specs; feature specs may hold arrays, which `==` cannot compare.
+        if not all(isinstance(spec, tf.TypeSpec) for spec in input_specs.values()):
+            return trace()
         key = (preprocessing_fn, dict(input_specs), use_tf_compat_v1, base_temp_dir)
-        if self._last is None or not _same(self._last[0], key):
-            traced = self._module.trace_preprocessing_function(
-                preprocessing_fn, input_specs, use_tf_compat_v1=use_tf_compat_v1, base_temp_dir=base_temp_dir)
-            self._last = (key, traced)
-        return self._last[1]
+        last = self._last
+        if last is None or not _same(last[0], key):
+            last = (key, trace())
+            self._last = last
+        return last[1]
 
 
 def _same(before: Tuple[Any, ...], now: Tuple[Any, ...]) -> bool:

@@ -35,8 +35,9 @@ from pipeline.patches.machinery import Patch
 # imports the Evaluator's constants from it, and its `__init__` imports every component,
 # the Tuner's with Keras Tuner and, through it, Keras 3 on that Keras 2 stack. The
 # pipeline imports each component from its own module, which leaves that `__init__`
-# unrun. From TFX 1.21 on the `__init__` also sets TFMA's config classes on TFMA's
-# module (its Evaluator component reads `tfma.EvalConfig`), so there it runs.
+# unrun. TFX 1.21's `__init__` also sets TFMA's config classes on TFMA's module (its
+# Evaluator component reads `tfma.EvalConfig`); the versions between were not checked, so
+# from 1.17 on it runs.
 DEFERRED_MODULES = ("tfx.components.infra_validator.model_server_runners.kubernetes_runner",)
 DEFERRED_PACKAGE, PACKAGE_DEFERRED_BEFORE = "tfx.components", (1, 17)
 

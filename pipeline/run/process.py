@@ -1,10 +1,10 @@
 """The life of a process that runs the pipeline, from its heavy imports to its end.
 
-- `local_runner`: TensorFlow (`frozen_imports`), TFX, Beam, TFMA and TFDV imported with the
-  cyclic GC paused, then `gc.freeze()`: the long-lived objects they create (modules, classes, protos) are
-  not rescanned by every later full collection. Within the run, the library patches
-  (`pipeline.patches`), and the collector's first threshold at 10,000 allocations instead
-  of 700 (`GC_THRESHOLDS`).
+- `frozen_imports`: the heavy imports (TensorFlow's, then `local_runner`'s: TFX, Beam, TFMA
+  and TFDV) with the cyclic GC paused, then `gc.freeze()`: the long-lived objects they
+  create (modules, classes, protos) are not rescanned by every later full collection.
+- `local_runner`: within the run, the library patches (`pipeline.patches`), and the
+  collector's first threshold at 10,000 allocations instead of 700 (`GC_THRESHOLDS`).
 - `exit_process`: the process ends with `os._exit` once every output is written and
   closed, instead of tearing down an interpreter with TensorFlow and Beam loaded.
   The compiled pipeline's tasks end the same way (`pipeline.cloud.task`).
@@ -62,9 +62,9 @@ def frozen_imports(on: bool = True) -> Iterator[None]:
             gc.enable()
 
 
-def import_frozen(name: str) -> ModuleType:
-    """Imports `name` within `frozen_imports`."""
-    with frozen_imports():
+def import_frozen(name: str, on: bool = True) -> ModuleType:
+    """Imports `name` within `frozen_imports(on)`."""
+    with frozen_imports(on):
         return importlib.import_module(name)
 
 

@@ -39,16 +39,21 @@ def _examples(repo, tmp_path, spans=(15, 16)) -> standard_artifacts.Examples:
 def _run(executor_class, examples, out, **exec_properties):
     result = standard_artifacts.ExampleStatistics()
     result.uri = str(out)
-    executor = executor_class(executor_class.Context(beam_pipeline_args=["--runner=DirectRunner"], tmp_dir=str(out)))
+    context = executor_class.Context(beam_pipeline_args=["--runner=DirectRunner"], tmp_dir=f"{out}-tmp")
+    executor = executor_class(context)
     executor.Do({standard_component_specs.EXAMPLES_KEY: [examples]},
                 {standard_component_specs.STATISTICS_KEY: [result]},
                 {standard_component_specs.EXCLUDE_SPLITS_KEY: "[]", **exec_properties})
     return result
 
 
-def _features(statistics_list):
+def _sorted(statistics_list):
+    """The one dataset of `statistics_list`, its features in the order of their paths."""
     (dataset,) = statistics_list.datasets
-    return dataset.num_examples, {tuple(f.path.step): f for f in dataset.features}
+    features = sorted(dataset.features, key=lambda feature: tuple(feature.path.step))
+    del dataset.features[:]
+    dataset.features.extend(features)
+    return dataset
 
 
 def test_in_process_statistics_are_tfx_s_artifact_for_artifact(repo, tmp_path, caplog):
@@ -63,23 +68,40 @@ def test_in_process_statistics_are_tfx_s_artifact_for_artifact(repo, tmp_path, c
     for split in ("train", "eval"):
         names = [sorted(os.listdir(os.path.join(a.uri, f"Split-{split}"))) for a in (ours, theirs)]
         assert names[0] == names[1] == [tfx_statistics_gen.DEFAULT_FILE_NAME]
-        (count, mine), (their_count, tfx_features) = (
-            _features(tfdv.load_stats_binary(os.path.join(a.uri, f"Split-{split}", names[0][0])))
-            for a in (ours, theirs))
-        # Every figure of every feature the same (categorical values are counted exactly
-        # on both sides below the sketch's size); only the order of the features differs.
-        assert count == their_count > 0 and mine == tfx_features
+        mine, tfx = (_sorted(tfdv.load_stats_binary(os.path.join(a.uri, f"Split-{split}", names[0][0])))
+                     for a in (ours, theirs))
+        # Every figure of every feature the same on these spans (categorical values are
+        # counted exactly on both sides below the sketch's size); only the order differs.
+        assert mine.num_examples > 0 and mine == tfx
 
 
-def test_anything_but_the_pipeline_s_settings_runs_tfx_s_pass(repo, tmp_path, caplog, monkeypatch):
+@pytest.mark.parametrize("change", ["sample rate", "rows", "uncounted", "distinct values", "excluded split"])
+def test_anything_but_the_pipeline_s_settings_runs_tfx_s_pass(repo, tmp_path, caplog, monkeypatch, change):
     examples = _examples(repo, tmp_path)
     caplog.set_level("INFO")
-    _run(statistics.Executor, examples, tmp_path / "rate", sample_rate_by_split='{"train": 0.5}')
+    settings = {}
+    if change == "sample rate":
+        settings[standard_component_specs.SAMPLE_RATE_BY_SPLIT_KEY] = '{"train": 0.5}'
+    elif change == "rows":
+        monkeypatch.setattr(span_statistics, "IN_PROCESS_ROWS", 10)
+    elif change == "uncounted":
+        os.remove(os.path.join(examples.uri, split_rows.FILE))
+    elif change == "distinct values":  # more than the in-memory computation counts exactly
+        monkeypatch.setattr(span_statistics, "EXACT_DISTINCT_VALUES", 1)
+    else:
+        settings[standard_component_specs.EXCLUDE_SPLITS_KEY] = '["eval"]'
+    result = _run(statistics.Executor, examples, tmp_path / "out", **settings)
     assert "computed in this process" not in caplog.text
-    monkeypatch.setattr(span_statistics, "IN_PROCESS_ROWS", 10)
-    _run(statistics.Executor, examples, tmp_path / "big")
-    assert "computed in this process" not in caplog.text
-    os.remove(os.path.join(examples.uri, split_rows.FILE))
-    monkeypatch.undo()
-    _run(statistics.Executor, examples, tmp_path / "uncounted")
-    assert "computed in this process" not in caplog.text
+    written = sorted(os.listdir(result.uri))
+    assert written == (["Split-train"] if change == "excluded split" else ["Split-eval", "Split-train"])
+    assert os.listdir(os.path.join(result.uri, "Split-train")) == [tfx_statistics_gen.DEFAULT_FILE_NAME]
+
+
+def test_beam_beyond_the_process_runs_tfx_s_pass(repo, tmp_path):
+    examples = _examples(repo, tmp_path)
+    context = statistics.Executor.Context(beam_pipeline_args=["--runner=PortableRunner", "--job_endpoint=x:1"],
+                                          tmp_dir=str(tmp_path))
+    executor = statistics.Executor(context)
+    assert executor._in_process_splits({}, examples, {}) is None
+    here = statistics.Executor(statistics.Executor.Context(beam_pipeline_args=[], tmp_dir=str(tmp_path)))
+    assert here._in_process_splits({}, examples, {}) == ["train", "eval"]
