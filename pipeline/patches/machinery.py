@@ -102,15 +102,16 @@ class PatchedOnImport(AfterImport):
 
 class DeferredModule(ModuleType):
     """A module bound in `sys.modules` and in its package before its code ran: its code
-    runs when one of its names is first asked for. Its double-underscore attributes are
-    the spec's (`__file__`, `__spec__`, ...) and a missing one is missing, without running
-    it: code that walks `sys.modules` asking each module for those (TensorFlow's autograph
-    does, for every function it converts) leaves it unloaded, where a module of
-    `importlib.util.LazyLoader`, which runs on any attribute, would be loaded by the first
-    such walk."""
+    runs when one of its names is first asked for (`__all__` too, which `import *` reads).
+    Its other double-underscore attributes are the spec's (`__file__`, `__spec__`, ...)
+    and a missing one is missing, without running it: code that walks `sys.modules`
+    asking each module for those (TensorFlow's autograph does, for every function it
+    converts) leaves it unloaded, where a module of `importlib.util.LazyLoader`, which
+    runs on any attribute, would be loaded by the first such walk."""
 
     def __getattr__(self, name: str):
-        if name.startswith("__") and name.endswith("__"):
+        # `__all__` is the module's own, not its spec's: `from module import *` reads it.
+        if name.startswith("__") and name.endswith("__") and name != "__all__":
             raise AttributeError(name)
         # One thread runs the code, once, under the module's own lock; a name asked for
         # while it runs, by the code it runs (a circular import), is missing, as in any

@@ -70,6 +70,12 @@ def test_a_deferred_module_answers_what_scanners_of_sys_modules_ask_without_runn
             assert (first.result(timeout=30), second.result(timeout=30)) == (42, 42)
         assert sys.ran_heavy == 1 and type(heavy) is type(sys)
         assert getattr(heavy, "missing", None) is None
+        # `import *` of one not yet run gets its names.
+        (package / "starred.py").write_text("__all__ = ['NAME']\nNAME = 7\n")
+        machinery._bind_deferred(["deferring_package.starred"], imported)
+        names: dict = {}
+        exec("from deferring_package.starred import *", names)
+        assert names["NAME"] == 7
     finally:
-        for name in ("deferring_package.heavy", "deferring_package"):
+        for name in ("deferring_package.heavy", "deferring_package.starred", "deferring_package"):
             sys.modules.pop(name, None)
