@@ -210,8 +210,10 @@ def decided_before(last: Optional[RunReport], run_fingerprint: str, inputs: str,
         report = last
     else:
         page = config_lib.report_path(output_root, candidate.run) if output_root and candidate.run else ""
+        # A person's decision set the candidate's time: then when its run finished is not known here.
         report = RunReport(outcome=Outcome.UP_TO_DATE, spans=list(candidate.spans), run_id=candidate.run,
-                           finished=candidate.at, page=page if page and os.path.exists(page) else "")
+                           finished="" if candidate.by else candidate.at,
+                           page=page if page and os.path.exists(page) else "")
     report.outcome = _OUTCOMES.get(candidate.fate, Outcome.UP_TO_DATE)
     shown = candidate.version if candidate.fate is registry.Fate.AWAITING_APPROVAL else decision.serving
     report.pushed_version_dir = files.join(model_serving_dir, str(shown)) if shown is not None else None

@@ -45,6 +45,10 @@ def test_a_run_of_the_newest_candidates_inputs_ends_with_its_fates_outcome(tmp_p
     # What it names: the version awaiting approval, else the one that serves.
     assert report.pushed_version_dir == f"{model_dir}/{300 if fate is Fate.AWAITING_APPROVAL else 100}"
     assert run_state.decided_before(None, "fingerprint", "c", model_dir) is None
+    # When its run finished: the candidate's time, unless a person's decision set it since.
+    for by, finished in (("", "T"), ("ana", "")):
+        decided = _model_dir(tmp_path / f"decided-{by}", Candidate("b", [2], fate, run="run-2", at="T", by=by))
+        assert run_state.decided_before(None, "fingerprint", "b", decided).finished == finished
     # Its page: the deciding run's, when this output root has it.
     assert not report.page
     page = tmp_path / "out" / "reports" / "run-2.html"
