@@ -16,7 +16,7 @@ still checked on every row, by ExampleValidator over the whole splits.
 
 import logging
 import os
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence, TypeVar
 
 import apache_beam as beam
 import tensorflow as tf
@@ -45,6 +45,8 @@ IN_PROCESS_ROWS = 300_000
 # TFDV's in-memory statistics count categorical values exactly up to this many distinct
 # values (its Misra-Gries sketch's size, `stats_impl._DEFAULT_MG_SKETCH_SIZE`).
 EXACT_DISTINCT_VALUES = 1024
+
+T = TypeVar("T")
 
 
 def sample_rate(total_rows: int, span_count: int) -> float:
@@ -131,6 +133,23 @@ def span_statistics_in_process(
     counts exactly: the same figures while a feature has at most `EXACT_DISTINCT_VALUES`
     distinct values in a span (`compute_span_statistics` checks, and falls back to the
     Beam pass beyond); every other statistic is the Beam pass's to the last bits of a float."""
+    def records_of(span: spans.Span) -> List[bytes]:
+        return [record for file, _ in span.files for batch in beam_fns.sampled_batches(file, rate) for record in batch]
+
+    computed = statistics_in_memory(found, records_of, schema)
+    for span, statistics in zip(found, computed):
+        if statistics is not None:
+            statistics.datasets[0].name = str(span.number)
+    return {span.number: statistics for span, statistics in zip(found, computed) if statistics is not None}
+
+
+def statistics_in_memory(
+    items: Sequence[T], records_of: Callable[[T], List[bytes]], schema: Optional[schema_pb2.Schema] = None,
+) -> List[Optional[statistics_pb2.DatasetFeatureStatisticsList]]:
+    """The statistics of each item's serialized examples (`records_of(item)`; None for
+    none), an item per thread and a thread per core, each item's records decoded at once
+    (by `schema`, or without one as TFX decodes them) and summarised by TFDV's in-memory
+    computation: reading and decoding leave the GIL."""
     from concurrent.futures import ThreadPoolExecutor
 
     from tensorflow_data_validation.statistics import stats_impl
@@ -138,20 +157,16 @@ def span_statistics_in_process(
 
     serialized_schema = schema.SerializeToString() if schema is not None else None
 
-    def statistics_of(span: spans.Span) -> Optional[statistics_pb2.DatasetFeatureStatisticsList]:
-        records = [record for file, _ in span.files for batch in beam_fns.sampled_batches(file, rate)
-                   for record in batch]
+    def statistics_of(item: T) -> Optional[statistics_pb2.DatasetFeatureStatisticsList]:
+        records = records_of(item)
         if not records:
             return None
         decoded = example_coder.ExamplesToRecordBatchDecoder(serialized_schema).DecodeBatch(records)
         del records
-        statistics = stats_impl.generate_statistics_in_memory(decoded, tfdv.StatsOptions())
-        statistics.datasets[0].name = str(span.number)
-        return statistics
+        return stats_impl.generate_statistics_in_memory(decoded, tfdv.StatsOptions())
 
-    with ThreadPoolExecutor(max_workers=max(1, min(len(found), os.cpu_count() or 1))) as pool:
-        computed = list(pool.map(statistics_of, found))
-    return {span.number: statistics for span, statistics in zip(found, computed) if statistics is not None}
+    with ThreadPoolExecutor(max_workers=max(1, min(len(items), os.cpu_count() or 1))) as pool:
+        return list(pool.map(statistics_of, items))
 
 
 def _span_statistics_in_beam(

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional
 
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -101,20 +100,15 @@ def split_statistics_in_process(
     its records decoded at once (without a schema, as TFX's pass decodes them); None when
     a categorical feature of a split has more distinct values than it counts exactly."""
     import tensorflow as tf
-    import tensorflow_data_validation as tfdv
-    from tensorflow_data_validation.statistics import stats_impl
-    from tfx_bsl.coders import example_coder
 
-    def statistics_of(split: str) -> statistics_pb2.DatasetFeatureStatisticsList:
+    def records_of(split: str) -> List[bytes]:
         folder = artifact_utils.get_split_uri([examples], split)
-        records = [record for name in sorted(tf.io.gfile.listdir(folder))
-                   for record in beam_fns.tfrecords(os.path.join(folder, name))]
-        decoded = example_coder.ExamplesToRecordBatchDecoder().DecodeBatch(records)
-        del records
-        return stats_impl.generate_statistics_in_memory(decoded, tfdv.StatsOptions())
+        return [record for name in sorted(tf.io.gfile.listdir(folder))
+                for record in beam_fns.tfrecords(os.path.join(folder, name))]
 
-    with ThreadPoolExecutor(max_workers=max(1, min(len(splits), os.cpu_count() or 1))) as pool:
-        computed = list(pool.map(statistics_of, splits))
+    computed = span_statistics.statistics_in_memory(splits, records_of)
+    if any(result is None for result in computed):  # counted rows, no records: TFX's pass says what it finds
+        return None
     if any(span_statistics.beyond_exact_counts(result) for result in computed):
         logging.info("a categorical feature of a split has more than %d distinct values: TFX's Beam pass computes "
                      "the statistics instead", span_statistics.EXACT_DISTINCT_VALUES)
