@@ -40,7 +40,7 @@ SPAN_SAMPLE_ROWS = 25_000
 # in that process, a span per thread (`span_statistics_in_process`): 1.3 s instead of
 # 2.6 s on data/ (15k rows), 4.0 s instead of 7.5 s at 1M rows (a sample of 200,000);
 # beyond, by the pipeline's Beam runner, whose workers share the reading. StatisticsGen's
-# statistics of the splits the same way, up to as many rows (`components.custom.statistics`).
+# statistics of the splits the same way, up to its own limit (`components.custom.statistics`).
 IN_PROCESS_ROWS = 300_000
 # TFDV's in-memory statistics count categorical values exactly up to this many distinct
 # values (its Misra-Gries sketch's size, `stats_impl._DEFAULT_MG_SKETCH_SIZE`).

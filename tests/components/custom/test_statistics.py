@@ -83,7 +83,7 @@ def test_anything_but_the_pipeline_s_settings_runs_tfx_s_pass(repo, tmp_path, ca
     if change == "sample rate":
         settings[standard_component_specs.SAMPLE_RATE_BY_SPLIT_KEY] = '{"train": 0.5}'
     elif change == "rows":
-        monkeypatch.setattr(span_statistics, "IN_PROCESS_ROWS", 10)
+        monkeypatch.setattr(statistics, "IN_PROCESS_ROWS", 10)
     elif change == "uncounted":
         os.remove(os.path.join(examples.uri, split_rows.FILE))
     elif change == "distinct values":  # more than the in-memory computation counts exactly
