@@ -19,7 +19,7 @@ import sys
 import threading
 import types
 import weakref
-from typing import Callable, List, Tuple
+from typing import Callable, Dict, List, Tuple
 
 from pipeline.patches.machinery import Patch
 
@@ -55,6 +55,14 @@ def patches() -> List[Patch]:
       out the rest of a sleep. Sampled every `SAMPLING_PERIOD_MS` instead; the samples
       only feed Beam's own timing counters (the thread wakes without the GIL).
     - `bz2` as Beam's two picklers call it: `RememberingBz2`.
+    - `_find_imported_submodules` of the cloudpickle Beam's pickler uses (cloudpickle's
+      own on Beam 2.59, Beam's copy of it on 2.77): for every function it pickles by
+      value (a lambda, a closure), it walks the whole of `sys.modules` once per module
+      the function's globals hold, looking for that module's submodules: thousands of
+      names in a run's process, for each of Beam's and TFMA's lambdas, over and over.
+      `SubmoduleIndex` answers from an index of `sys.modules`' names by their parent
+      packages, in `sys.modules`' order, made again whenever those names changed: the
+      same modules in the same order, so the same pickled bytes.
     - `SubprocessSDKEnvironment.from_command_string`: the DirectRunner's
       `multi_processing` workers start as `pipeline.run.beam_worker`, Beam's own worker
       with the patches that act on their work (`pipeline.patches.in_workers`), instead of
@@ -75,6 +83,7 @@ def patches() -> List[Patch]:
         (core, "get_signature", _method_signatures_remembered),
         (decorators, "get_signature", _method_signatures_remembered),
         (cloudpickle_pickler, "bz2", lambda old: RememberingBz2()),
+        (submodule_scan_owner(), "_find_imported_submodules", lambda old: SubmoduleIndex().find),
         (dill_pickler, "bz2", lambda old: RememberingBz2()),
         (
             environments.SubprocessSDKEnvironment,
@@ -82,6 +91,60 @@ def patches() -> List[Patch]:
             lambda old: classmethod(_workers_with_speedups(old.__func__)),
         ),
     ]
+
+
+def submodule_scan_owner() -> types.ModuleType:
+    """The module whose `_find_imported_submodules` Beam's pickler calls: where the
+    cloudpickle it uses defines its pickler (cloudpickle 2's `cloudpickle_fast`, the one
+    module of Beam's copy)."""
+    from apache_beam.internal import cloudpickle_pickler
+
+    return sys.modules[cloudpickle_pickler.cloudpickle.CloudPickler.__module__]
+
+
+class SubmoduleIndex:
+    """cloudpickle's `_find_imported_submodules(code, top_level_dependencies)`: the
+    loaded submodules of each package among a function's globals whose dotted names the
+    function's code can spell, in `sys.modules`' order, from an index of `sys.modules`'
+    names by each of their parent packages. The index is kept while `sys.modules` holds
+    the same names in the same order (compared as a list, at C speed) and made again
+    when it does not."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._names: List[object] = []
+        self._under: Dict[str, List[str]] = {}
+
+    def _index(self) -> Dict[str, List[str]]:
+        """The index, brought up to `sys.modules`; the caller holds the lock."""
+        names = list(sys.modules)
+        if names == self._names:
+            return self._under
+        # Imports add names at the end: index only those. Otherwise index anew.
+        if names[:len(self._names)] == self._names:
+            added = names[len(self._names):]
+        else:
+            self._under, added = {}, names
+        for name in added:
+            if not isinstance(name, str):  # older pytest puts None in sys.modules
+                continue
+            parts = name.split(".")
+            for end in range(1, len(parts)):
+                self._under.setdefault(".".join(parts[:end]), []).append(name)
+        self._names = names
+        return self._under
+
+    def find(self, code: types.CodeType, top_level_dependencies) -> List[types.ModuleType]:
+        packages = [dependency for dependency in top_level_dependencies
+                    if isinstance(dependency, types.ModuleType) and getattr(dependency, "__package__", None)]
+        if not packages:
+            return []
+        names = set(code.co_names)
+        with self._lock:
+            under = self._index()
+            found = [name for package in packages for name in under.get(package.__name__, ())
+                     if not set(name[len(package.__name__) + 1:].split(".")) - names]
+        return [sys.modules[name] for name in found]
 
 
 def _memoized(original: Callable) -> Callable:

@@ -20,7 +20,7 @@ from pipeline.patches import machinery
 
 def test_every_patched_target_exists_with_the_shape_the_patch_expects():
     patches = beam_patches.patches()
-    assert len(patches) == 9
+    assert len(patches) == 10
     for owner, name, _ in patches:
         assert name in owner.__dict__, f"{owner.__name__}.{name} moved: its speed-up must be revisited"
     assert isinstance(worker_handlers.STATE_CACHE_SIZE_MB, int) and worker_handlers.STATE_CACHE_SIZE_MB > 0
@@ -28,6 +28,8 @@ def test_every_patched_target_exists_with_the_shape_the_patch_expects():
     assert list(inspect.signature(PipelineOptions.view_as).parameters) == ["self", "cls"]
     assert list(inspect.signature(statesampler.StateSampler.__init__).parameters) == [
         "self", "prefix", "counter_factory", "sampling_period_ms"]
+    assert list(inspect.signature(beam_patches.submodule_scan_owner()._find_imported_submodules).parameters) == [
+        "code", "top_level_dependencies"]
 
 
 def test_the_patches_hold_inside_the_block_only():
@@ -195,3 +197,40 @@ def test_beam_s_worker_processes_run_the_worker_speed_ups_import_only_what_their
     assert not (tmp_path / "torn-down").exists(), "the worker's interpreter was torn down"
     assert "Exception ignored" not in capfd.readouterr().err
 
+
+
+def test_submodules_found_from_the_index_are_cloudpickle_s_in_its_order_and_pickle_the_same(monkeypatch):
+    import concurrent.futures
+    import sys
+    import types
+    import xml
+    import xml.dom.minidom
+
+    from apache_beam.internal import pickler
+
+    owner = beam_patches.submodule_scan_owner()
+    theirs = owner._find_imported_submodules
+    index = beam_patches.SubmoduleIndex()
+
+    def uses_submodules():
+        return concurrent.futures.ThreadPoolExecutor, xml.dom.minidom.parseString, os.path.join
+
+    code, globals_ = uses_submodules.__code__, [concurrent, xml, os, sys, "not a module"]
+    expected = theirs(code, globals_)
+    assert concurrent.futures in expected and xml.dom.minidom in expected  # what the scan is for
+    assert index.find(code, globals_) == expected
+    # A module loaded since: found too, where sys.modules lists it.
+    monkeypatch.setitem(sys.modules, "xml.dom.spelled", types.ModuleType("xml.dom.spelled"))
+    assert index.find(code, globals_) == theirs(code, globals_) == expected
+    monkeypatch.setitem(sys.modules, "concurrent.futures.pool", types.ModuleType("concurrent.futures.pool"))
+    pool_code = (lambda: concurrent.futures.pool).__code__
+    assert sys.modules["concurrent.futures.pool"] in index.find(pool_code, globals_)
+    assert index.find(pool_code, globals_) == theirs(pool_code, globals_)
+    monkeypatch.delitem(sys.modules, "concurrent.futures.pool")  # one gone: indexed anew
+    assert index.find(pool_code, globals_) == theirs(pool_code, globals_) == [concurrent.futures]
+
+    unpatched = pickler.dumps(uses_submodules)
+    with machinery.patched(beam_patches.patches()):
+        assert owner._find_imported_submodules is not theirs
+        assert pickler.dumps(uses_submodules) == unpatched
+    assert owner._find_imported_submodules is theirs
