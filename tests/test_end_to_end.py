@@ -54,6 +54,11 @@ def test_first_run_executes_every_node_once_and_pushes_one_version(finished_run,
     (gate_done,) = [number for number, line in enumerate(log.splitlines()) if "Component DataGate is finished" in line]
     trainer_started = min(number for number, line in enumerate(log.splitlines()) if "[Trainer]" in line)
     assert gate_done < started < trainer_started
+    # The gate took the spans' statistics computed in the process started with the run
+    # (the same as its own: tests/pipeline/run/test_statistics_ahead.py), which ended.
+    (ahead,) = [line for line in log.splitlines() if "span statistics: computed ahead in a process" in line]
+    assert "span statistics: computed ahead, in the process started with the run" in log
+    assert not os.path.exists(f"/proc/{int(ahead.rsplit('(pid ', 1)[1].rstrip(')'))}")
 
 
 def test_a_run_leaves_nothing_in_the_temporary_folder(finished_run):

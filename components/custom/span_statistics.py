@@ -14,6 +14,8 @@ their measured error. A rule that one bad row breaks (a required feature missing
 still checked on every row, by ExampleValidator over the whole splits.
 """
 
+import hashlib
+import json
 import logging
 import os
 from typing import Callable, Dict, List, Optional, Sequence, TypeVar
@@ -26,7 +28,7 @@ from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 from tfx.types import standard_artifacts
 
 from components.custom import beam_fns
-from components.support import beam_place, spans
+from components.support import beam_place, files, spans
 
 # StatisticsGen's file of one split's statistics; the gate's own, of every span, is
 # `span-FeatureStats.pb` in its verdict's folder.
@@ -77,7 +79,8 @@ def compute_span_statistics(
     if sorted(span.number for span in found) != sorted(numbers):
         raise ValueError(f"spans {numbers} were ingested but are no longer all under {data_root}")
     path = os.path.join(output_dir, f"span-{STATS_FILE}")
-    result = span_statistics_in_process(found, schema, rate) if in_process else None
+    result = (computed_ahead(found, schema, rate) or span_statistics_in_process(found, schema, rate)
+              if in_process else None)
     if result is not None and any(beyond_exact_counts(statistics) for statistics in result.values()):
         logging.info("a categorical feature of a span has more than %d distinct values: the spans' statistics "
                      "are computed by the Beam pass instead", EXACT_DISTINCT_VALUES)
@@ -133,14 +136,85 @@ def span_statistics_in_process(
     counts exactly: the same figures while a feature has at most `EXACT_DISTINCT_VALUES`
     distinct values in a span (`compute_span_statistics` checks, and falls back to the
     Beam pass beyond); every other statistic is the Beam pass's to the last bits of a float."""
-    def records_of(span: spans.Span) -> List[bytes]:
-        return [record for file, _ in span.files for batch in beam_fns.sampled_batches(file, rate) for record in batch]
+    return statistics_of_spans(found, lambda span: span_records(span, rate), schema)
 
+
+def span_records(span: spans.Span, rate: float) -> List[bytes]:
+    """The serialized records of `span` the statistics read at the sample `rate`."""
+    return [record for file, _ in span.files for batch in beam_fns.sampled_batches(file, rate) for record in batch]
+
+
+def statistics_of_spans(
+    found: List[spans.Span], records_of: Callable[[spans.Span], List[bytes]], schema: Optional[schema_pb2.Schema],
+) -> Dict[int, statistics_pb2.DatasetFeatureStatisticsList]:
+    """`statistics_in_memory` of each span's `records_of`, each dataset named by its span."""
     computed = statistics_in_memory(found, records_of, schema)
     for span, statistics in zip(found, computed):
         if statistics is not None:
             statistics.datasets[0].name = str(span.number)
     return {span.number: statistics for span, statistics in zip(found, computed) if statistics is not None}
+
+
+# A local run's spans' statistics computed ahead, in a process of their own started with the
+# run (`pipeline.run.statistics_ahead`): a function that waits for that process and gives
+# the file it wrote, or None when it wrote none. Unset: nothing is computed ahead.
+_ahead: Optional[Callable[[], Optional[str]]] = None
+
+
+def expect_ahead(wait: Optional[Callable[[], Optional[str]]]) -> None:
+    """Sets (None: clears) where `computed_ahead` finds the statistics computed ahead."""
+    global _ahead
+    _ahead = wait
+
+
+def ahead_key(found: List[spans.Span], schema: Optional[schema_pb2.Schema], rate: float) -> str:
+    """What statistics computed ahead must have been computed from to stand for the gate's:
+    the same files (path, size, modification time), decoded by the same schema, at the
+    same sample rate."""
+    listed = []
+    for span in found:
+        for path, _ in span.files:
+            stat = os.stat(path)
+            listed.append([span.number, path, stat.st_size, stat.st_mtime_ns])
+    digest = hashlib.sha256(schema.SerializeToString(deterministic=True)).hexdigest() if schema is not None else ""
+    return json.dumps({"files": listed, "schema": digest, "rate": rate}, sort_keys=True)
+
+
+def write_ahead(path: str, key: str, result: Dict[int, statistics_pb2.DatasetFeatureStatisticsList]) -> None:
+    """Writes statistics computed ahead, then their key beside them (`<path>.key`): a key
+    there means the statistics are whole."""
+    sliced = statistics_pb2.DatasetFeatureStatisticsList(datasets=[result[n].datasets[0] for n in sorted(result)])
+    with open(path, "wb") as handle:
+        handle.write(sliced.SerializeToString())
+    with open(f"{path}.key.tmp", "w") as handle:
+        handle.write(key)
+    os.replace(f"{path}.key.tmp", f"{path}.key")
+
+
+def computed_ahead(
+    found: List[spans.Span], schema: Optional[schema_pb2.Schema], rate: float,
+) -> Optional[Dict[int, statistics_pb2.DatasetFeatureStatisticsList]]:
+    """The spans' statistics as `span_statistics_in_process` computes them, if they were
+    computed ahead from these very files, schema and rate (`ahead_key`); None otherwise."""
+    if _ahead is None or any(files.is_remote(span.path) for span in found):
+        return None
+    path = _ahead()
+    key_path = f"{path}.key"
+    if path is None or not os.path.isfile(key_path):
+        logging.info("span statistics: none computed ahead; computed here")
+        return None
+    with open(key_path) as handle:
+        if handle.read() != ahead_key(found, schema, rate):
+            logging.info("span statistics: those computed ahead were of other files, schema or rate; computed here")
+            return None
+    with open(path, "rb") as handle:
+        sliced = statistics_pb2.DatasetFeatureStatisticsList.FromString(handle.read())
+    by_span = {int(dataset.name): dataset for dataset in sliced.datasets}
+    if any(span.number not in by_span for span in found):
+        return None
+    logging.info("span statistics: computed ahead, in the process started with the run")
+    return {span.number: statistics_pb2.DatasetFeatureStatisticsList(datasets=[by_span[span.number]])
+            for span in found}
 
 
 def statistics_in_memory(

@@ -17,7 +17,7 @@ from pipeline import config, failures, options
 from pipeline.beam import options as beam_options
 from pipeline.outcome import Ending, ExitCode, Outcome, RunReport
 from pipeline.patches import machinery
-from pipeline.run import lock, logs, preflight, process, relocation, retrain, run_state
+from pipeline.run import lock, logs, preflight, process, relocation, retrain, run_state, statistics_ahead
 
 
 def add_run(commands: argparse._SubParsersAction) -> None:
@@ -141,13 +141,18 @@ def run(args: argparse.Namespace, ending: Ending) -> int:
     logging.info("Stack %s", compat.describe())
 
     def run_pipeline(run_with: config.RunConfig, plan: run_state.RunPlan) -> RunReport:
-        with process.frozen_imports(machinery.enabled()):
-            logs.import_tensorflow(log_path, args.verbose)
-        record_check = preflight.start_check(plan.files)  # beside TFX's imports
-        with process.local_runner(machinery.enabled()) as local_runner:
-            return local_runner.run(run_with, plan, orchestrator=args.orchestrator, recover=not args.force,
-                                    page_later=process.can_detach(), record_check=record_check,
-                                    command=args.command, notify_url=args.notify or "")
+        ahead = statistics_ahead.start(run_with)  # its imports beside this process's
+        try:
+            with process.frozen_imports(machinery.enabled()):
+                logs.import_tensorflow(log_path, args.verbose)
+            record_check = preflight.start_check(plan.files)  # beside TFX's imports
+            with process.local_runner(machinery.enabled()) as local_runner:
+                return local_runner.run(run_with, plan, orchestrator=args.orchestrator, recover=not args.force,
+                                        page_later=process.can_detach(), record_check=record_check,
+                                        command=args.command, notify_url=args.notify or "", ahead=ahead)
+        finally:
+            if ahead is not None:
+                ahead.stop()
 
     retained = ""
     try:

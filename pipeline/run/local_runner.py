@@ -23,7 +23,7 @@ from tfx.orchestration import pipeline as tfx_pipeline
 from tfx.orchestration.portable import runtime_parameter_utils
 
 from components import compat
-from components.custom import baseline, pusher, serving_check
+from components.custom import baseline, pusher, serving_check, span_statistics
 from components.custom.recorded import MODEL_KEY, NodeId
 from components.support import beam_place, registry, serving_config
 from pipeline import config, outcome
@@ -31,7 +31,7 @@ from pipeline import pipeline as pipeline_lib
 from pipeline.beam import options as beam_options
 from pipeline.inspect import run_report
 from pipeline.patches import tfx as tfx_patches
-from pipeline.run import logs, preflight, process, run_state, watch
+from pipeline.run import logs, preflight, process, run_state, statistics_ahead, watch
 
 # LocalDagRunner runs the nodes one after another in this process; BeamDagRunner makes
 # each node a step of one Beam pipeline (here on the DirectRunner, in this process too).
@@ -86,6 +86,7 @@ def run(
     run_config: config.RunConfig, plan: run_state.RunPlan, orchestrator: str = "local", recover: bool = True,
     page_later: bool = False, record_check: Optional[Future[int]] = None, command: str = "run",
     notify_url: str = "",
+    ahead: Optional[statistics_ahead.Ahead] = None,
 ) -> outcome.RunReport:
     """Runs the pipeline once and records and returns what it did; with `recover`, a run
     of the same inputs that finished unrecorded is recorded instead (see `_unrecorded`);
@@ -93,7 +94,8 @@ def run(
     (`process.after_exit`). `record_check` is the plan's files' record check, started
     earlier (`preflight.start_check`); None: it is done here. `command` and `notify_url`:
     the command this run serves and its alert webhook, for an alert the services' watch
-    posts when it ends the run."""
+    posts when it ends the run. `ahead`: the data gate's statistics being computed in a
+    process started with the run (`pipeline.run.statistics_ahead`), or None."""
     started = time.perf_counter()
     # The output root's lock says no run of this root is running; a MySQL store is shared
     # with other roots whose runs may be, so it is left as it is.
@@ -121,11 +123,13 @@ def run(
         # A MySQL store or a Beam service that stops answering would hold the run for good.
         with watch.watching(run_config.metadata, run_config.settings.beam_args, logs.current_path(""), command,
                             notify_url):
+            span_statistics.expect_ahead(ahead.wait if ahead is not None else None)
             try:
                 with _probe_ahead(rows, bool(run_config.settings.parallel_beam_args)):
                     orchestrator_class(orchestrator)().run_with_ir(ir)
             finally:
                 serving_check.stop_spare()
+                span_statistics.expect_ahead(None)
             report = run_report.read_run(run_config.metadata, run_config.settings.pipeline_name, run_id)
         if missing:
             report.note = report.note or _missing_note(run_config, missing, serving)

@@ -4,7 +4,6 @@ function share one trace, and get TFT's own answers, within the run only."""
 import inspect
 
 import pytest
-
 import tensorflow_transform as tft
 from tensorflow_transform import impl_helper, inspect_preprocessing_fn
 
