@@ -5,7 +5,9 @@ split, and StatisticsGen's statistics of it are read back by `split_statistics`)
 They are computed with TFDV's `GenerateStatistics` on the pipeline's Beam settings (one
 streaming pass over the spans' files); up to `IN_PROCESS_ROWS` rows read into the
 statistics, where Beam runs in this process anyway (`computed_in_process`), by TFDV's
-in-memory computation here instead (`span_statistics_in_process`). Above
+in-memory computation here instead (`span_statistics_in_process`; in a local run, those
+a process started with the run computed the same way from the same files, when there are
+some: `computed_ahead`). Above
 `SPAN_SAMPLE_ROWS` rows per span they are computed from a sample: each record is kept or
 not by a hash of its bytes (deterministic: the same data gives the same verdict), at the
 rate that leaves about that many rows per span. The check against the schema's fractions
@@ -69,8 +71,10 @@ def compute_span_statistics(
 
     In one streaming pass of `pipeline` (one statistics computation sliced by span, not
     one per span; Beam spreads the files over its workers); with `in_process`, span by
-    span in this process instead (`span_statistics_in_process`), unless a categorical
-    feature of a span has more distinct values than that computation counts exactly.
+    span in this process instead (`span_statistics_in_process`, or those a process
+    started with a local run computed the same way from the same files: `computed_ahead`),
+    unless a categorical feature of a span has more distinct values than that
+    computation counts exactly.
 
     Records are decoded by `schema`, so that every batch holds the same columns (without
     one, a batch holds the features its records happen to have, and batches of one span
@@ -175,7 +179,8 @@ def ahead_key(found: List[spans.Span], schema: Optional[schema_pb2.Schema], rate
     for span in found:
         for path, _ in span.files:
             stat = os.stat(path)
-            listed.append([span.number, path, stat.st_size, stat.st_mtime_ns])
+            # The change time too: copying tools can set a file's modification time back.
+            listed.append([span.number, path, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns])
     digest = hashlib.sha256(schema.SerializeToString(deterministic=True)).hexdigest() if schema is not None else ""
     return json.dumps({"files": listed, "schema": digest, "rate": rate}, sort_keys=True)
 
@@ -199,11 +204,10 @@ def computed_ahead(
     if _ahead is None or any(files.is_remote(span.path) for span in found):
         return None
     path = _ahead()
-    key_path = f"{path}.key"
-    if path is None or not os.path.isfile(key_path):
+    if path is None or not os.path.isfile(f"{path}.key"):
         logging.info("span statistics: none computed ahead; computed here")
         return None
-    with open(key_path) as handle:
+    with open(f"{path}.key") as handle:
         if handle.read() != ahead_key(found, schema, rate):
             logging.info("span statistics: those computed ahead were of other files, schema or rate; computed here")
             return None

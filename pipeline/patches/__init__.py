@@ -37,6 +37,14 @@ def every_patch() -> List[machinery.Patch]:
     return beam.patches() + tfx.patches() + tfxio.patches() + tft.patches() + tfdv.patches() + tfma.patches()
 
 
+def for_statistics_in_memory() -> List[machinery.Patch]:
+    """The patches of `every_patch` that act on TFDV's in-memory statistics
+    (`components.custom.span_statistics.statistics_in_memory`): what a process that
+    computes them for the run must apply to compute the run's own
+    (`pipeline.run.statistics_ahead`)."""
+    return tfdv.patches()
+
+
 def defer_imports() -> None:
     """The modules a library imports and no run calls (`tfx.deferred_modules`) load when
     first used (`machinery.defer`)."""

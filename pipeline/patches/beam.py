@@ -108,7 +108,8 @@ class SubmoduleIndex:
     function's code can spell, in `sys.modules`' order, from an index of `sys.modules`'
     names by each of their parent packages. The index is kept while `sys.modules` holds
     the same names in the same order (compared as a list, at C speed) and made again
-    when it does not."""
+    when it does not. A key of `sys.modules` that is not a string is passed over (only
+    older pytest puts one there, None, which cloudpickle passes over too)."""
 
     def __init__(self):
         self._lock = threading.Lock()

@@ -97,6 +97,7 @@ class SharedPrunes:
     def __init__(self, wrapped: Any):
         self._wrapped = wrapped
         self._pruned: Dict[Tuple[Any, ...], Tuple[Tuple[str, ...], Callable]] = {}
+        self._pruning = threading.Lock()  # this graph's prunes; `_lock` guards `_of_loader`
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._wrapped, name)
@@ -118,7 +119,7 @@ class SharedPrunes:
     def prune(self, feeds: Sequence[Any], fetches: Mapping[str, Any]) -> Callable:
         names = tuple(feed.name for feed in feeds)
         key = (tuple(sorted(names)), tuple(sorted((name, _tensor_names(value)) for name, value in fetches.items())))
-        with self._lock:
+        with self._pruning:
             made = self._pruned.get(key)
             if made is None:
                 made = self._pruned[key] = (names, self._wrapped.prune(feeds, fetches))

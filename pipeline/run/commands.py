@@ -141,8 +141,9 @@ def run(args: argparse.Namespace, ending: Ending) -> int:
     logging.info("Stack %s", compat.describe())
 
     def run_pipeline(run_with: config.RunConfig, plan: run_state.RunPlan) -> RunReport:
-        ahead = statistics_ahead.start(run_with)  # its imports beside this process's
+        ahead = None
         try:
+            ahead = statistics_ahead.start(run_with)  # its imports beside this process's
             with process.frozen_imports(machinery.enabled()):
                 logs.import_tensorflow(log_path, args.verbose)
             record_check = preflight.start_check(plan.files)  # beside TFX's imports

@@ -206,7 +206,7 @@ def test_submodules_found_from_the_index_are_cloudpickle_s_in_its_order_and_pick
     import xml
     import xml.dom.minidom
 
-    from apache_beam.internal import pickler
+    from apache_beam.internal import cloudpickle_pickler
 
     owner = beam_patches.submodule_scan_owner()
     theirs = owner._find_imported_submodules
@@ -229,8 +229,8 @@ def test_submodules_found_from_the_index_are_cloudpickle_s_in_its_order_and_pick
     monkeypatch.delitem(sys.modules, "concurrent.futures.pool")  # one gone: indexed anew
     assert index.find(pool_code, globals_) == theirs(pool_code, globals_) == [concurrent.futures]
 
-    unpatched = pickler.dumps(uses_submodules)
+    unpatched = cloudpickle_pickler.dumps(uses_submodules)
     with machinery.patched(beam_patches.patches()):
         assert owner._find_imported_submodules is not theirs
-        assert pickler.dumps(uses_submodules) == unpatched
+        assert cloudpickle_pickler.dumps(uses_submodules) == unpatched
     assert owner._find_imported_submodules is theirs

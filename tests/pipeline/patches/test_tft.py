@@ -83,8 +83,12 @@ def test_the_transform_graph_is_pruned_once_per_set_of_inputs_with_tft_s_results
 
     prunes = []
     original = wrap_function.WrappedFunction.prune
-    monkeypatch.setattr(wrap_function.WrappedFunction, "prune",
-                        lambda self, *args, **kwargs: prunes.append(1) or original(self, *args, **kwargs))
+
+    def prune(self, feeds, *args, **kwargs):
+        prunes.append([getattr(feed, "name", None) for feed in feeds])
+        return original(self, feeds, *args, **kwargs)
+
+    monkeypatch.setattr(wrap_function.WrappedFunction, "prune", prune)
     x = tf.constant([1.0, 5.0])
     word = tf.sparse.from_dense(tf.constant([["a"], [""]]))
     label = tf.constant([0.0, 1.0])
@@ -103,6 +107,8 @@ def test_the_transform_graph_is_pruned_once_per_set_of_inputs_with_tft_s_results
 
     theirs = applications()
     assert len(prunes) == 3  # TFT prunes for every application: if not, the patch has nothing to save
+    # The same inputs in another order reach the graph in another order: the patch reorders them.
+    assert prunes[0] != prunes[1] and sorted(prunes[0]) == sorted(prunes[1])
     with machinery.patched(tft_patches.patches()):
         ours = applications()
         assert len(prunes) == 2

@@ -10,9 +10,8 @@ import tensorflow_data_validation as tfdv
 
 from components.custom import span_statistics
 from components.support import spans
-from pipeline import config
+from pipeline import config, patches
 from pipeline.patches import machinery
-from pipeline.patches import tfdv as tfdv_patches
 from pipeline.run import statistics_ahead
 
 pytestmark = pytest.mark.timeout(180)
@@ -40,7 +39,7 @@ def test_the_statistics_computed_ahead_are_the_gate_s_and_stand_only_for_their_o
     assert path is not None and os.path.isfile(path)
     found = spans.list_spans(str(data_root))
     schema = tfdv.load_schema_text(config.schema_file())
-    with machinery.patched(tfdv_patches.patches() if machinery.enabled() else []):  # as in the run's process
+    with machinery.patched(patches.for_statistics_in_memory() if machinery.enabled() else []):  # the run's
         gate_s = span_statistics.span_statistics_in_process(found, schema, 1.0)
 
     span_statistics.expect_ahead(lambda: path)
@@ -97,3 +96,15 @@ def test_a_process_that_fails_leaves_the_gate_its_own_computation_and_the_log_it
     finally:
         ahead.stop()
     assert "ended with status 1" in caplog.text and "no-such-data" in caplog.text
+
+
+def test_the_gate_waits_for_the_process_a_bounded_time_then_stops_it(tmp_path, copy_spans, monkeypatch, caplog):
+    ahead = statistics_ahead.start(_run_config(copy_spans(tmp_path / "data", [16])))
+    monkeypatch.setattr(statistics_ahead, "WAIT_SECONDS", 0.01)  # still importing TensorFlow by then
+    try:
+        with caplog.at_level("INFO"):
+            assert ahead.wait() is None
+        assert ahead.process.poll() is not None  # stopped, not left running
+    finally:
+        ahead.stop()
+    assert "not done after" in caplog.text
