@@ -124,23 +124,26 @@ def invalid_values(raw: Mapping[str, object]) -> List[InvalidValues]:
 
 def refuse_invalid(raw: Mapping[str, object]) -> tf.Tensor:
     """True once no value of `raw` is invalid (`invalid_values`); otherwise the call fails
-    with `INVALID_ARGUMENT`, naming a feature that holds one (the first assertion to fail)
-    and its rows.
+    with `INVALID_ARGUMENT`, naming the first feature (in `features.FEATURES`' order) that
+    holds one, and its rows.
 
     One condition over every feature, and the rows of the message found only when it
     fails: an assertion per feature, each with its rows, cost every batch its share of
-    the serving time (docs/performance.md, "serving's value checks in one condition")."""
+    the serving time (docs/performance.md, "serving's value checks in one condition").
+    One assertion, not one per feature: each is a condition of two functions in the
+    SavedModel, and every load of the model (the Evaluator's, the serving check's, TF
+    Serving's) reads them all."""
     checks = invalid_values(raw)
 
     def refuse() -> tf.Tensor:
-        asserts = [
-            tf.debugging.Assert(
-                tf.logical_not(tf.reduce_any(check.invalid)),
-                [check.message, REFUSED_ROWS, tf.boolean_mask(_value_rows(check.transform_input), check.invalid)],
-            )
-            for check in checks
-        ]
-        with tf.control_dependencies(asserts):
+        holds_invalid = tf.stack([tf.reduce_any(check.invalid) for check in checks])
+        first = tf.argmax(tf.cast(holds_invalid, tf.int32), output_type=tf.int32)
+        message = tf.gather(tf.constant([check.message for check in checks]), first)
+        rows = tf.concat([
+            tf.boolean_mask(_value_rows(check.transform_input), tf.logical_and(check.invalid, tf.equal(first, index)))
+            for index, check in enumerate(checks)
+        ], axis=0)
+        with tf.control_dependencies([tf.debugging.Assert(False, [message, REFUSED_ROWS, rows])]):
             return tf.constant(False)
 
     any_invalid = tf.reduce_any(tf.concat([check.invalid for check in checks], axis=0))
