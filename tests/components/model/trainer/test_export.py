@@ -171,6 +171,23 @@ def test_the_serving_check_fails_a_model_over_its_latency_budget(exported):
     assert findings["slowest_pass_p99_ms"] >= findings["p99_ms"] > 0
 
 
+def test_loading_runs_the_timed_requests_feeds_and_fetches_once_so_the_check_does_not(exported, monkeypatch):
+    """The session prepares its graph for each new set of feeds and fetches at its first
+    request: loading asks for the timed requests' set once (beside the Evaluator, when
+    the model is handed over early), and the last call it makes is that one."""
+    calls = []
+    original = tf.compat.v1.Session.run
+    monkeypatch.setattr(tf.compat.v1.Session, "run", lambda self, fetches, feed_dict=None, **kwargs: (
+        calls.append((fetches, sorted(feed_dict or {}))) or original(self, fetches, feed_dict=feed_dict, **kwargs)))
+    loaded = serving_probe.load_and_warm(exported[0])
+    try:
+        assert isinstance(loaded, serving_probe.Loaded) and loaded.replayed > 0
+        assert calls[-1] == (loaded.fetch, [loaded.feed])
+        assert all(call != calls[-1] for call in calls[:-1])  # the replay asks for another set
+    finally:
+        loaded.close()
+
+
 def test_the_serving_check_fails_a_model_without_warmup_requests_or_that_does_not_load(exported, tmp_path):
     from components.custom import serving_check
 
