@@ -63,6 +63,11 @@ def patches() -> List[Patch]:
       `SubmoduleIndex` answers from an index of `sys.modules`' names by their parent
       packages, in `sys.modules`' order, made again whenever those names changed: the
       same modules in the same order, so the same pickled bytes.
+    - `core._check_fn_use_yield_and_return`: when a ParDo is built, Beam reads the source
+      of its DoFn's `process` (`inspect.getsourcelines`) to warn about a method that both
+      yields and returns; a run builds the same DoFn classes' ParDos over and over. The
+      answer follows from the function's code: remembered by code object
+      (`_answered_once_per_code`).
     - `SubprocessSDKEnvironment.from_command_string`: the DirectRunner's
       `multi_processing` workers start as `pipeline.run.beam_worker`, Beam's own worker
       with the patches that act on their work (`pipeline.patches.in_workers`), instead of
@@ -84,6 +89,7 @@ def patches() -> List[Patch]:
         (decorators, "get_signature", _method_signatures_remembered),
         (cloudpickle_pickler, "bz2", lambda old: RememberingBz2()),
         (submodule_scan_owner(), "_find_imported_submodules", lambda old: SubmoduleIndex().find),
+        (core, "_check_fn_use_yield_and_return", _answered_once_per_code),
         (dill_pickler, "bz2", lambda old: RememberingBz2()),
         (
             environments.SubprocessSDKEnvironment,
@@ -146,6 +152,24 @@ class SubmoduleIndex:
             found = [name for package in packages for name in under.get(package.__name__, ())
                      if not set(name[len(package.__name__) + 1:].split(".")) - names]
         return [sys.modules[name] for name in found]
+
+
+def _answered_once_per_code(original: Callable) -> Callable:
+    """`original(fn)` remembered by `fn`'s code object (a bound method's function's);
+    asked of anything without one, `original` answers each time."""
+    answers: "weakref.WeakKeyDictionary[types.CodeType, bool]" = weakref.WeakKeyDictionary()
+
+    @functools.wraps(original)
+    def answered(fn):
+        code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+        if not isinstance(code, types.CodeType):
+            return original(fn)
+        found = answers.get(code)
+        if found is None:
+            found = answers[code] = original(fn)
+        return found
+
+    return answered
 
 
 def _memoized(original: Callable) -> Callable:

@@ -20,7 +20,7 @@ from pipeline.patches import machinery
 
 def test_every_patched_target_exists_with_the_shape_the_patch_expects():
     patches = beam_patches.patches()
-    assert len(patches) == 10
+    assert len(patches) == 11
     for owner, name, _ in patches:
         assert name in owner.__dict__, f"{owner.__name__}.{name} moved: its speed-up must be revisited"
     assert isinstance(worker_handlers.STATE_CACHE_SIZE_MB, int) and worker_handlers.STATE_CACHE_SIZE_MB > 0
@@ -234,3 +234,27 @@ def test_submodules_found_from_the_index_are_cloudpickle_s_in_its_order_and_pick
         assert owner._find_imported_submodules is not theirs
         assert cloudpickle_pickler.dumps(uses_submodules) == unpatched
     assert owner._find_imported_submodules is theirs
+
+
+class _YieldsAndReturns(beam.DoFn):
+    def process(self, element):
+        if element:
+            return [element]
+        yield element
+
+
+def test_the_yield_and_return_check_reads_a_dofn_s_source_once_and_answers_as_beam(monkeypatch):
+    from apache_beam.transforms import core
+
+    reads = []
+    original = core._get_function_body_without_inners
+    monkeypatch.setattr(core, "_get_function_body_without_inners", lambda fn: reads.append(fn) or original(fn))
+    theirs = [core._check_fn_use_yield_and_return(dofn.process) for dofn in (_YieldsAndReturns(), _Counting())]
+    assert theirs == [True, False] and len(reads) == 2
+    del reads[:]
+    with machinery.patched(beam_patches.patches()):
+        ours = [core._check_fn_use_yield_and_return(dofn.process)
+                for dofn in (_YieldsAndReturns(), _Counting(), _YieldsAndReturns(), _Counting())]
+        beam.ParDo(_Counting())  # as a ParDo asks: read once more for no class
+        assert core._check_fn_use_yield_and_return(len) is False  # no code: Beam's answer
+    assert ours == theirs * 2 and len(reads) == 2
