@@ -46,9 +46,11 @@ def for_statistics_in_memory() -> List[machinery.Patch]:
 
 
 def defer_imports() -> None:
-    """The modules a library imports and no run calls (`tfx.deferred_modules`) load when
-    first used (`machinery.defer`)."""
+    """The modules a library imports and no run calls (`tfx.deferred_modules`, Beam's
+    Google Cloud IO block: `beam.deferred_io_block`) load when first used
+    (`machinery.defer`, `machinery.defer_guarded`)."""
     machinery.defer(tfx.deferred_modules())
+    beam.deferred_io_block()
 
 
 def _worker_libraries() -> Dict[str, Callable[[], List[machinery.Patch]]]:

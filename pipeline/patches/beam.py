@@ -21,6 +21,7 @@ import types
 import weakref
 from typing import Callable, Dict, List, Tuple
 
+from pipeline.patches import machinery
 from pipeline.patches.machinery import Patch
 
 # Beam's state samplers' period (Beam's own default is 200 ms; see `patches`).
@@ -30,6 +31,33 @@ SAMPLING_PERIOD_MS = 2
 # package's instead (`pipeline.run.beam_worker`).
 _BEAM_WORKER = "%s -m apache_beam.runners.worker.sdk_worker_main"
 _WORKER_WITH_SPEEDUPS = "%s -m pipeline.run.beam_worker"
+
+
+# Beam's `apache_beam/io/__init__.py` ends with its Google Cloud integrations in a block
+# it passes over without them (`except ImportError`): BigQuery's and Pub/Sub's transforms,
+# `gcsio` and the cross-language transforms, imported with every `import apache_beam`
+# (0.23 s and 370 modules of a run's start-up) and called by no local run.
+# `deferred_io_block` defers them (`machinery.defer_guarded`): the block's first module, and
+# what `load_io_block` imports as the block does.
+IO_PACKAGE = "apache_beam.io"
+IO_BLOCK_STAR_IMPORTS = ("apache_beam.io.gcp.bigquery", "apache_beam.io.gcp.pubsub", "apache_beam.transforms.xlang.io")
+
+
+def load_io_block(io: types.ModuleType) -> None:
+    """The block of `apache_beam/io/__init__.py` it stands for, run into `io`: the three
+    `import *`, then `from apache_beam.io.gcp import gcsio`; nothing bound without them."""
+    try:
+        machinery.star_import(io, IO_BLOCK_STAR_IMPORTS)
+        from apache_beam.io.gcp import gcsio
+    except ImportError:
+        return
+    io.gcsio = gcsio
+
+
+def deferred_io_block() -> None:
+    """Beam's Google Cloud IO block imported when `apache_beam.io` is first asked for one
+    of its names (see `IO_PACKAGE`)."""
+    machinery.defer_guarded(IO_PACKAGE, IO_BLOCK_STAR_IMPORTS[0], load_io_block)
 
 
 def patches() -> List[Patch]:
@@ -55,19 +83,11 @@ def patches() -> List[Patch]:
       out the rest of a sleep. Sampled every `SAMPLING_PERIOD_MS` instead; the samples
       only feed Beam's own timing counters (the thread wakes without the GIL).
     - `bz2` as Beam's two picklers call it: `RememberingBz2`.
-    - `_find_imported_submodules` of the cloudpickle Beam's pickler uses (cloudpickle's
-      own on Beam 2.59, Beam's copy of it on 2.77): for every function it pickles by
-      value (a lambda, a closure), it walks the whole of `sys.modules` once per module
-      the function's globals hold, looking for that module's submodules: thousands of
-      names in a run's process, for each of Beam's and TFMA's lambdas, over and over.
-      `SubmoduleIndex` answers from an index of `sys.modules`' names by their parent
-      packages, in `sys.modules`' order, made again whenever those names changed: the
-      same modules in the same order, so the same pickled bytes.
-    - `core._check_fn_use_yield_and_return`: when a ParDo is built, Beam reads the source
-      of its DoFn's `process` (`inspect.getsourcelines`) to warn about a method that both
-      yields and returns; a run builds the same DoFn classes' ParDos over and over. The
-      answer follows from the function's code: remembered by code object
-      (`_answered_once_per_code`).
+    - `_find_imported_submodules` of the cloudpickle Beam's pickler uses: a walk of all
+      of `sys.modules` for each module a pickled lambda's globals hold; answered from an
+      index (`SubmoduleIndex`), the same modules in the same order.
+    - `core._check_fn_use_yield_and_return`: the source of a DoFn's `process` read each
+      time a ParDo is built; answered once per code object (`_answered_once_per_code`).
     - `SubprocessSDKEnvironment.from_command_string`: the DirectRunner's
       `multi_processing` workers start as `pipeline.run.beam_worker`, Beam's own worker
       with the patches that act on their work (`pipeline.patches.in_workers`), instead of
@@ -109,7 +129,10 @@ def submodule_scan_owner() -> types.ModuleType:
 
 
 class SubmoduleIndex:
-    """cloudpickle's `_find_imported_submodules(code, top_level_dependencies)`: the
+    """cloudpickle's `_find_imported_submodules(code, top_level_dependencies)` (cloudpickle's
+    own on Beam 2.59, Beam's copy of it on 2.77), which for every function pickled by value
+    (a lambda, a closure) walked the whole of `sys.modules` once per module among the
+    function's globals, thousands of names, for each of Beam's and TFMA's lambdas: the
     loaded submodules of each package among a function's globals whose dotted names the
     function's code can spell, in `sys.modules`' order, from an index of `sys.modules`'
     names by each of their parent packages. The index is kept while `sys.modules` holds
@@ -156,7 +179,10 @@ class SubmoduleIndex:
 
 def _answered_once_per_code(original: Callable) -> Callable:
     """`original(fn)` remembered by `fn`'s code object (a bound method's function's);
-    asked of anything without one, `original` answers each time."""
+    asked of anything without one, `original` answers each time. For Beam's check of a
+    DoFn's `process` that both yields and returns, which reads its source
+    (`inspect.getsourcelines`) each time a ParDo of it is built: the answer follows from
+    the code."""
     answers: "weakref.WeakKeyDictionary[types.CodeType, bool]" = weakref.WeakKeyDictionary()
 
     @functools.wraps(original)

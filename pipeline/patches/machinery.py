@@ -8,7 +8,9 @@ library's own on leaving, whatever happened inside; `apply` sets them for good (
 worker process, which ends with them); `PatchedOnImport` applies a library's patches right
 after the process first imports it, and `AfterImport` does any other work then. `defer`
 binds modules a library imports and a run never calls as `DeferredModule`s, whose code
-runs when first used.
+runs when first used; `defer_guarded` does the same for a package's optional imports
+(those it guards with `except ImportError`), whose names the package then answers when
+first asked for.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ Patch = Tuple[object, str, Callable[[object], object]]
 _INHERITED = object()
 # The finder `defer` installed, once per process.
 _deferring: List["AfterImport"] = []
+# The finders `defer_guarded` installed, by package.
+_guarded: Dict[str, "GuardedImportsDeferred"] = {}
 # Each `DeferredModule`'s lock, by module name, and those whose code is running.
 _LOCKS: Dict[str, threading.RLock] = {}
 _RUNNING: Set[str] = set()
@@ -159,3 +163,63 @@ def _bind_deferred(names: List[str], package: ModuleType) -> None:
         module.__class__ = DeferredModule
         sys.modules[name] = module
         setattr(package, name.rpartition(".")[2], module)
+
+
+class GuardedImportsDeferred(importlib.abc.MetaPathFinder):
+    """For a package whose code imports optional modules in a `try` block that passes over
+    an `ImportError` (a library's integrations with services a run may not use): while
+    the package's own code runs, the block's first import fails as if the module were not
+    installed, so the package's code goes on without the block; once the package has run,
+    a name it lacks runs the block (`load`, given the package) and is answered from what
+    it bound, once (the package's `__getattr__`, PEP 562). The names come a little later,
+    the same objects: only `dir(package)` before the first such name tells the
+    difference."""
+
+    def __init__(self, package: str, first: str, load: Callable[[ModuleType], None]):
+        self._package, self._first, self._load = package, first, load
+        self._after = AfterImport({package: self._answer_later})
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname == self._package:
+            return self._after.find_spec(fullname, path, target)
+        package = sys.modules.get(self._package)
+        if fullname == self._first and package is not None and getattr(package.__spec__, "_initializing", False):
+            raise ImportError(f"{fullname} is imported when {self._package} is first asked for a name it binds")
+        return None
+
+    def _answer_later(self, package: ModuleType) -> None:
+        lock, loaded = threading.RLock(), []
+
+        def answer(name: str):
+            if name.startswith("__") and name.endswith("__"):
+                raise AttributeError(name)
+            with lock:
+                if not loaded:
+                    loaded.append(True)
+                    self._load(package)
+            try:
+                return package.__dict__[name]
+            except KeyError:
+                raise AttributeError(f"module {self._package!r} has no attribute {name!r}") from None
+
+        package.__getattr__ = answer
+
+
+def defer_guarded(package: str, first: str, load: Callable[[ModuleType], None]) -> None:
+    """`GuardedImportsDeferred` for `package`, unless it is imported already (its block has
+    run) or deferred already. For the process's life."""
+    if package in sys.modules or package in _guarded:
+        return
+    _guarded[package] = GuardedImportsDeferred(package, first, load)
+    sys.meta_path.insert(0, _guarded[package])
+
+
+def star_import(into: ModuleType, names: Sequence[str]) -> None:
+    """`from name import *` into `into`, for each of `names` (dotted), in order."""
+    for name in names:
+        module = importlib.import_module(name)
+        public = getattr(module, "__all__", None)
+        if public is None:
+            public = [key for key in vars(module) if not key.startswith("_")]
+        for key in public:
+            setattr(into, key, getattr(module, key))

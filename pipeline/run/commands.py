@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import logging
 import os
 import time
@@ -140,21 +141,7 @@ def run(args: argparse.Namespace, ending: Ending) -> int:
     ending.log_path = log_path
     logging.info("Stack %s", compat.describe())
 
-    def run_pipeline(run_with: config.RunConfig, plan: run_state.RunPlan) -> RunReport:
-        ahead = None
-        try:
-            ahead = statistics_ahead.start(run_with)  # its imports beside this process's
-            with process.frozen_imports(machinery.enabled()):
-                logs.import_tensorflow(log_path, args.verbose)
-            record_check = preflight.start_check(plan.files)  # beside TFX's imports
-            with process.local_runner(machinery.enabled()) as local_runner:
-                return local_runner.run(run_with, plan, orchestrator=args.orchestrator, recover=not args.force,
-                                        page_later=process.can_detach(), record_check=record_check,
-                                        command=args.command, notify_url=args.notify or "", ahead=ahead)
-        finally:
-            if ahead is not None:
-                ahead.stop()
-
+    run_pipeline = functools.partial(_run_pipeline, args, log_path)
     retained = ""
     try:
         with lock.RunLock(resolved.output_root, args.command):
@@ -191,6 +178,20 @@ def run(args: argparse.Namespace, ending: Ending) -> int:
     if retained:
         print(retained)
     return report.exit_code
+
+
+def _run_pipeline(args: argparse.Namespace, log_path: str, run_with: config.RunConfig,
+                  plan: run_state.RunPlan) -> RunReport:
+    """One run of the pipeline in this process: the data gate's statistics started in a
+    process of their own, the heavy imports, the record check beside TFX's, the run."""
+    with statistics_ahead.started(run_with) as ahead:  # its imports beside this process's
+        with process.frozen_imports(machinery.enabled()):
+            logs.import_tensorflow(log_path, args.verbose)
+        record_check = preflight.start_check(plan.files)  # beside TFX's imports
+        with process.local_runner(machinery.enabled()) as local_runner:
+            return local_runner.run(run_with, plan, orchestrator=args.orchestrator, recover=not args.force,
+                                    page_later=process.can_detach(), record_check=record_check,
+                                    command=args.command, notify_url=args.notify or "", ahead=ahead)
 
 
 def _relocate(resolved: config.RunConfig, pushes: bool = True) -> None:

@@ -26,6 +26,7 @@ stops reading at that many rows, which bounds the records it holds.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -33,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import traceback
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional
 
 from pipeline import config
 
@@ -102,6 +103,18 @@ def start(run_config: config.RunConfig) -> Optional[Ahead]:
         return None
     logging.info("span statistics: computed ahead in a process started with the run (pid %d)", process.pid)
     return Ahead(process, folder)
+
+
+@contextlib.contextmanager
+def started(run_config: config.RunConfig) -> Iterator[Optional[Ahead]]:
+    """`start` for the block; the process ended and its folder deleted on leaving."""
+    ahead = None
+    try:
+        ahead = start(run_config)
+        yield ahead
+    finally:
+        if ahead is not None:
+            ahead.stop()
 
 
 def compute(data_root: str, schema_file: str, output: str, beam_args: List[str]) -> int:

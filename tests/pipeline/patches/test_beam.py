@@ -258,3 +258,48 @@ def test_the_yield_and_return_check_reads_a_dofn_s_source_once_and_answers_as_be
         beam.ParDo(_Counting())  # as a ParDo asks: read once more for no class
         assert core._check_fn_use_yield_and_return(len) is False  # no code: Beam's answer
     assert ours == theirs * 2 and len(reads) == 2
+
+
+IO_NAMES = """
+import json, sys
+from pipeline import patches
+from pipeline.run import process
+
+if sys.argv[1] == "deferred":
+    with process.local_runner(True):  # the run's imports, as a run makes them
+        pass
+import apache_beam as beam
+loaded_by_imports = patches.beam.IO_BLOCK_STAR_IMPORTS[0] in sys.modules
+# Its names but its submodules (which imports of them bind, whichever import runs first).
+def bound():
+    return sorted(name for name, value in vars(beam.io).items()
+                  if not name.startswith("_") and type(value).__name__ != "module")
+before = bound()
+same = beam.io.ReadFromBigQuery is sys.modules["apache_beam.io.gcp.bigquery"].ReadFromBigQuery
+after = bound()
+print(json.dumps({"loaded_by_imports": loaded_by_imports, "before": before, "after": after, "same": same,
+                  "gcsio": beam.io.gcsio.__name__}))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_beam_s_google_cloud_io_block_loads_when_first_asked_for_with_beam_s_names(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "io_names.py"
+    script.write_text(IO_NAMES)
+
+    def names(mode):
+        ran = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, timeout=240,
+                             env={**os.environ, machinery.ENV: "1"}, cwd=os.getcwd())
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        return json.loads(ran.stdout.splitlines()[-1])
+
+    deferred, beam_s = names("deferred"), names("as-beam-imports-it")
+    assert beam_s["loaded_by_imports"] and not deferred["loaded_by_imports"]
+    assert "ReadFromBigQuery" in beam_s["before"] and "ReadFromBigQuery" not in deferred["before"]
+    # Once a name of the block is asked for: Beam's very names and objects.
+    assert deferred["after"] == beam_s["after"] == beam_s["before"]
+    assert deferred["same"] and deferred["gcsio"] == beam_s["gcsio"] == "apache_beam.io.gcp.gcsio"
