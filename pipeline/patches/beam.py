@@ -177,25 +177,46 @@ class SubmoduleIndex:
         return [sys.modules[name] for name in found]
 
 
-def _answered_once_per_code(original: Callable) -> Callable:
-    """`original(fn)` remembered by `fn`'s code object (a bound method's function's);
-    asked of anything without one, `original` answers each time. For Beam's check of a
-    DoFn's `process` that both yields and returns, which reads its source
-    (`inspect.getsourcelines`) each time a ParDo of it is built: the answer follows from
-    the code."""
-    answers: "weakref.WeakKeyDictionary[types.CodeType, bool]" = weakref.WeakKeyDictionary()
+def _remembered_by(key_of: Callable[[object], object]) -> Callable[[Callable], Callable]:
+    """A replacement for a function of one argument that remembers its answer by
+    `key_of(argument)` (held weakly); an argument whose key is None is answered by the
+    function each time."""
 
-    @functools.wraps(original)
-    def answered(fn):
-        code = getattr(getattr(fn, "__func__", fn), "__code__", None)
-        if not isinstance(code, types.CodeType):
-            return original(fn)
-        found = answers.get(code)
-        if found is None:
-            found = answers[code] = original(fn)
-        return found
+    def make(original: Callable) -> Callable:
+        answers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
-    return answered
+        @functools.wraps(original)
+        def remembered(argument):
+            key = key_of(argument)
+            if key is None:
+                return original(argument)
+            found = answers.get(key)
+            if found is None:
+                found = answers[key] = original(argument)
+            return found
+
+        return remembered
+
+    return make
+
+
+def _code_of(fn: object) -> object:
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    return code if isinstance(code, types.CodeType) else None
+
+
+def _function_of_method(func: object) -> object:
+    function = getattr(func, "__func__", None)
+    return function if isinstance(func, types.MethodType) and isinstance(function, types.FunctionType) else None
+
+
+# Beam's check of a DoFn's `process` that both yields and returns reads its source
+# (`inspect.getsourcelines`) each time a ParDo of it is built: the answer follows from the
+# code (a bound method's function's).
+_answered_once_per_code = _remembered_by(_code_of)
+# A bound method's signature is its function's without the first parameter, whatever the
+# instance.
+_method_signatures_remembered = _remembered_by(_function_of_method)
 
 
 def _memoized(original: Callable) -> Callable:
@@ -270,22 +291,6 @@ class RememberingBz2:
     def decompress(self, data: bytes) -> bytes:
         data = bytes(data)
         return self._remembered(("d", data, 0), lambda: bz2.decompress(data))
-
-
-def _method_signatures_remembered(original: Callable) -> Callable:
-    remembered: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-    @functools.wraps(original)
-    def get_signature(func):
-        function = getattr(func, "__func__", None)
-        if not (isinstance(func, types.MethodType) and isinstance(function, types.FunctionType)):
-            return original(func)
-        found = remembered.get(function)
-        if found is None:
-            found = remembered[function] = original(func)
-        return found
-
-    return get_signature
 
 
 def _sampling_every(period_ms: int) -> Callable[[Callable], Callable]:
