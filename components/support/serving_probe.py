@@ -108,17 +108,32 @@ def load_and_warm(model_dir: str) -> Union[Loaded, Dict[str, object]]:
             replayed += 1
         if not singles:
             return {"ok": False, "reason": "no warmup request holds an example to time"}
-        loaded = Loaded(session, signature.outputs[PROBABILITY_KEY].name, signature.inputs[EXAMPLES_INPUT].name,
-                        singles, replayed)
-        # The session prunes and optimizes its graph for each new set of feeds and fetches,
-        # at the first request that asks for it: for the timed requests' set, about 0.2 s.
-        # Made here, with the loading (ahead of the check when the model is handed over
-        # early), not on the check's path; that request was never timed.
-        session.run(loaded.fetch, feed_dict={loaded.feed: singles[:1]})
+        fetch, feed = signature.outputs[PROBABILITY_KEY].name, signature.inputs[EXAMPLES_INPUT].name
+        failed = _prepare_timed_requests(session, fetch, feed, singles[0])
+        if failed:
+            return {"ok": False, "reason": failed}
+        loaded = Loaded(session, fetch, feed, singles, replayed)
         return loaded
     finally:
         if loaded is None:
             session.close()
+
+
+def _prepare_timed_requests(session, fetch: str, feed: str, single: bytes) -> str:
+    """One request of the timed requests' feed and fetch; what failed, "" if nothing.
+
+    The session prunes and optimizes its graph for each new set of feeds and fetches, at
+    the first request that asks for it: for the timed requests' set, about 0.2 s. Made
+    with the loading (ahead of the check when the model is handed over early), not on the
+    check's path; that request was never timed."""
+    import tensorflow as tf
+
+    try:
+        session.run(fetch, feed_dict={feed: [single]})
+    except tf.errors.OpError as err:
+        first_line = err.message.splitlines()[0] if err.message else type(err).__name__
+        return f"a single-example request of {SERVING_SIGNATURE!r} failed: {first_line}"
+    return ""
 
 
 def time_requests(loaded: Loaded, budget_ms: float, timed: int = TIMED_REQUESTS) -> Dict[str, object]:

@@ -5,8 +5,8 @@ what the command line does for its own process (`pipeline.run.process`):
 
 - MODULE's imports (TensorFlow, TFX, Beam, TFMA, TFDV) with the cyclic GC paused, then
   frozen, and the collector's thresholds raised while the task works; TFX's modules that
-  no task runs imported only when used (`pipeline.patches.defer_imports`, unless the
-  speed-ups are off);
+  no task runs, and Beam's Google Cloud IO block, imported only when used
+  (`pipeline.patches.defer_imports`, unless the speed-ups are off);
 - once the entry point has returned, the process ends with `os._exit`, every output
   written and closed: tearing down an interpreter with those libraries loaded costs each
   task seconds and does nothing a task needs (docs/vertex.md has the times). With the

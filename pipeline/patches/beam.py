@@ -15,6 +15,7 @@ from __future__ import annotations
 import bz2
 import collections
 import functools
+import inspect
 import sys
 import threading
 import types
@@ -36,22 +37,27 @@ _WORKER_WITH_SPEEDUPS = "%s -m pipeline.run.beam_worker"
 # Beam's `apache_beam/io/__init__.py` ends with its Google Cloud integrations in a block
 # it passes over without them (`except ImportError`): BigQuery's and Pub/Sub's transforms,
 # `gcsio` and the cross-language transforms, imported with every `import apache_beam`
-# (0.23 s and 370 modules of a run's start-up) and called by no local run.
-# `deferred_io_block` defers them (`machinery.defer_guarded`): the block's first module, and
-# what `load_io_block` imports as the block does.
+# (0.23 s of `import apache_beam` alone; in a run, where TensorFlow and TFX import much of
+# the same, 103 modules and about 0.1 s) and called by no local run. `deferred_io_block`
+# defers them (`machinery.defer_guarded`): the block's first module, and `load_io_block`
+# runs the block as Beam's code does.
 IO_PACKAGE = "apache_beam.io"
-IO_BLOCK_STAR_IMPORTS = ("apache_beam.io.gcp.bigquery", "apache_beam.io.gcp.pubsub", "apache_beam.transforms.xlang.io")
+IO_BLOCK_STAR_IMPORTS = ("apache_beam.io.gcp.bigquery", "apache_beam.io.gcp.pubsub")
+IO_BLOCK_LAST_STAR_IMPORT = "apache_beam.transforms.xlang.io"
 
 
 def load_io_block(io: types.ModuleType) -> None:
-    """The block of `apache_beam/io/__init__.py` it stands for, run into `io`: the three
-    `import *`, then `from apache_beam.io.gcp import gcsio`; nothing bound without them."""
+    """The block of `apache_beam/io/__init__.py` it stands for, run into `io` in Beam's
+    order: two `import *`, `from apache_beam.io.gcp import gcsio`, a third `import *`;
+    what an `ImportError` stops leaves the rest unbound, as in Beam's block."""
     try:
         machinery.star_import(io, IO_BLOCK_STAR_IMPORTS)
         from apache_beam.io.gcp import gcsio
+
+        io.gcsio = gcsio
+        machinery.star_import(io, (IO_BLOCK_LAST_STAR_IMPORT,))
     except ImportError:
         return
-    io.gcsio = gcsio
 
 
 def deferred_io_block() -> None:
@@ -87,7 +93,8 @@ def patches() -> List[Patch]:
       of `sys.modules` for each module a pickled lambda's globals hold; answered from an
       index (`SubmoduleIndex`), the same modules in the same order.
     - `core._check_fn_use_yield_and_return`: the source of a DoFn's `process` read each
-      time a ParDo is built; answered once per code object (`_answered_once_per_code`).
+      time a ParDo is built; answered once per function and class
+      (`_answered_once_per_dofn_class`).
     - `SubprocessSDKEnvironment.from_command_string`: the DirectRunner's
       `multi_processing` workers start as `pipeline.run.beam_worker`, Beam's own worker
       with the patches that act on their work (`pipeline.patches.in_workers`), instead of
@@ -109,7 +116,7 @@ def patches() -> List[Patch]:
         (decorators, "get_signature", _method_signatures_remembered),
         (cloudpickle_pickler, "bz2", lambda old: RememberingBz2()),
         (submodule_scan_owner(), "_find_imported_submodules", lambda old: SubmoduleIndex().find),
-        (core, "_check_fn_use_yield_and_return", _answered_once_per_code),
+        (core, "_check_fn_use_yield_and_return", _answered_once_per_dofn_class),
         (dill_pickler, "bz2", lambda old: RememberingBz2()),
         (
             environments.SubprocessSDKEnvironment,
@@ -179,8 +186,8 @@ class SubmoduleIndex:
 
 def _remembered_by(key_of: Callable[[object], object]) -> Callable[[Callable], Callable]:
     """A replacement for a function of one argument that remembers its answer by
-    `key_of(argument)` (held weakly); an argument whose key is None is answered by the
-    function each time."""
+    `key_of(argument)`: `(held weakly, compared by equality)`, or None for an argument the
+    function answers each time."""
 
     def make(original: Callable) -> Callable:
         answers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -190,30 +197,39 @@ def _remembered_by(key_of: Callable[[object], object]) -> Callable[[Callable], C
             key = key_of(argument)
             if key is None:
                 return original(argument)
-            found = answers.get(key)
-            if found is None:
-                found = answers[key] = original(argument)
-            return found
+            held, compared = key
+            found = answers.setdefault(held, {})
+            if compared not in found:
+                found[compared] = original(argument)
+            return found[compared]
 
         return remembered
 
     return make
 
 
-def _code_of(fn: object) -> object:
-    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
-    return code if isinstance(code, types.CodeType) else None
+def _process_and_class(fn: object) -> object:
+    """A bound `process`'s function as its source is read (`inspect.unwrap`: a decorator's
+    wrapper reads the wrapped function's), and its instance's class, which Beam 2.77's
+    check names in a warning; None for anything else."""
+    function = getattr(fn, "__func__", fn)
+    if not isinstance(function, types.FunctionType):
+        return None
+    return inspect.unwrap(function), type(getattr(fn, "__self__", None))
 
 
 def _function_of_method(func: object) -> object:
     function = getattr(func, "__func__", None)
-    return function if isinstance(func, types.MethodType) and isinstance(function, types.FunctionType) else None
+    if isinstance(func, types.MethodType) and isinstance(function, types.FunctionType):
+        return function, None
+    return None
 
 
 # Beam's check of a DoFn's `process` that both yields and returns reads its source
 # (`inspect.getsourcelines`) each time a ParDo of it is built: the answer follows from the
-# code (a bound method's function's).
-_answered_once_per_code = _remembered_by(_code_of)
+# source, and Beam 2.77's warning about a `return None` from the class (so it is logged
+# once per class, where Beam logged it for each ParDo built).
+_answered_once_per_dofn_class = _remembered_by(_process_and_class)
 # A bound method's signature is its function's without the first parameter, whatever the
 # instance.
 _method_signatures_remembered = _remembered_by(_function_of_method)

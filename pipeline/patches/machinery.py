@@ -168,35 +168,61 @@ def _bind_deferred(names: List[str], package: ModuleType) -> None:
 class GuardedImportsDeferred(importlib.abc.MetaPathFinder):
     """For a package whose code imports optional modules in a `try` block that passes over
     an `ImportError` (a library's integrations with services a run may not use): while
-    the package's own code runs, the block's first import fails as if the module were not
-    installed, so the package's code goes on without the block; once the package has run,
-    a name it lacks runs the block (`load`, given the package) and is answered from what
-    it bound, once (the package's `__getattr__`, PEP 562). The names come a little later,
-    the same objects: only `dir(package)` before the first such name tells the
-    difference."""
+    the package's own code runs, on the thread that runs it, the block's first import
+    fails as if the module were not installed, so the package's code goes on without the
+    block; once the package has run, a name it lacks runs the block (`load`, given the
+    package) and is answered from what it bound (the package's `__getattr__`, PEP 562),
+    `__all__` too, which `from package import *` reads. The same names and objects, a
+    little later: what lists the package's namespace without asking for a name (`vars`,
+    `dir`) does not see them before the first such name, nor the block's submodules as
+    attributes of their packages."""
 
     def __init__(self, package: str, first: str, load: Callable[[ModuleType], None]):
         self._package, self._first, self._load = package, first, load
-        self._after = AfterImport({package: self._answer_later})
+        self._running = threading.local()
 
     def find_spec(self, fullname, path, target=None):
-        if fullname == self._package:
-            return self._after.find_spec(fullname, path, target)
-        package = sys.modules.get(self._package)
-        if fullname == self._first and package is not None and getattr(package.__spec__, "_initializing", False):
+        if fullname == self._first and getattr(self._running, "package", False):
             raise ImportError(f"{fullname} is imported when {self._package} is first asked for a name it binds")
-        return None
+        if fullname != self._package:
+            return None
+        spec = None
+        for finder in sys.meta_path:
+            if finder is not self and hasattr(finder, "find_spec"):
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_then_answer_later(module):
+            self._running.package = True
+            try:
+                exec_module(module)
+            finally:
+                self._running.package = False
+            self._answer_later(module)
+
+        spec.loader.exec_module = exec_then_answer_later
+        return spec
 
     def _answer_later(self, package: ModuleType) -> None:
-        lock, loaded = threading.RLock(), []
+        lock, state = threading.RLock(), {"loaded": False, "loading": False}
 
         def answer(name: str):
-            if name.startswith("__") and name.endswith("__"):
+            # Other double-underscore names are the module's machinery's (`__path__`,
+            # `__spec__`, ...): asked by importers and scanners, they must not load the block.
+            if name.startswith("__") and name.endswith("__") and name != "__all__":
                 raise AttributeError(name)
             with lock:
-                if not loaded:
-                    loaded.append(True)
-                    self._load(package)
+                if not state["loaded"] and not state["loading"]:  # a name asked while it loads: missing
+                    state["loading"] = True
+                    try:
+                        self._load(package)
+                        state["loaded"] = True
+                    finally:
+                        state["loading"] = False
             try:
                 return package.__dict__[name]
             except KeyError:

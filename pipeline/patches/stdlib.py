@@ -24,7 +24,9 @@ def patches() -> List[Patch]:
       TensorFlow, Beam and TFX import and a run never calls: BigQuery, its storage API,
       Pub/Sub), and each call reads every installed package's metadata (36 ms here, four
       times a run on tfx-1.16; tfx-1.21's clients do not ask). Nothing is installed
-      while a run imports: answered once.
+      while a run imports: answered once. Since Beam's Google Cloud IO block is imported
+      when first used (`beam.deferred_io_block`), a run on tfx-1.16 asks once; the
+      answer is kept for a process that loads that block after all.
     """
     from importlib import metadata
 

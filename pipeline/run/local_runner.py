@@ -94,7 +94,7 @@ def run(
     (`process.after_exit`). `record_check` is the plan's files' record check, started
     earlier (`preflight.start_check`); None: it is done here. `command` and `notify_url`:
     the command this run serves and its alert webhook, for an alert the services' watch
-    posts when it ends the run. `ahead`: the gate's statistics computed ahead, or None."""
+    posts when it ends the run. `ahead`: the gate's statistics computed ahead (`statistics_ahead`), or None."""
     started = time.perf_counter()
     # The output root's lock says no run of this root is running; a MySQL store is shared
     # with other roots whose runs may be, so it is left as it is.

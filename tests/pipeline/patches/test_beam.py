@@ -2,6 +2,7 @@
 leaving, they compute what Beam computes, and Beam's worker processes run the worker patches."""
 
 import bz2
+import functools
 import inspect
 import os
 import time
@@ -256,8 +257,44 @@ def test_the_yield_and_return_check_reads_a_dofn_s_source_once_and_answers_as_be
         ours = [core._check_fn_use_yield_and_return(dofn.process)
                 for dofn in (_YieldsAndReturns(), _Counting(), _YieldsAndReturns(), _Counting())]
         beam.ParDo(_Counting())  # as a ParDo asks: read once more for no class
-        assert core._check_fn_use_yield_and_return(len) is False  # no code: Beam's answer
+        assert core._check_fn_use_yield_and_return(len) is False  # no source: Beam's answer
     assert ours == theirs * 2 and len(reads) == 2
+
+
+def _decorated(process):
+    @functools.wraps(process)
+    def wrapper(self, element):
+        return process(self, element)
+
+    return wrapper
+
+
+def _yield_and_return(self, element):
+    if element:
+        return [element]
+    yield element
+
+
+def _yield(self, element):
+    yield element
+
+
+class _DecoratedYieldsAndReturns(beam.DoFn):
+    process = _decorated(_yield_and_return)
+
+
+class _DecoratedYields(beam.DoFn):
+    process = _decorated(_yield)
+
+
+def test_the_yield_and_return_check_is_remembered_by_the_source_it_reads_not_a_shared_wrapper():
+    from apache_beam.transforms import core
+
+    dofns = (_DecoratedYieldsAndReturns(), _DecoratedYields())
+    theirs = [core._check_fn_use_yield_and_return(dofn.process) for dofn in dofns]
+    assert theirs == [True, False]  # one wrapper's code, two sources: Beam reads the wrapped one
+    with machinery.patched(beam_patches.patches()):
+        assert [core._check_fn_use_yield_and_return(dofn.process) for dofn in dofns * 2] == theirs * 2
 
 
 IO_NAMES = """
@@ -275,10 +312,12 @@ def bound():
     return sorted(name for name, value in vars(beam.io).items()
                   if not name.startswith("_") and type(value).__name__ != "module")
 before = bound()
+star = {}
+exec("from apache_beam.io import *", star)  # reads __all__ first: the block's names too
 same = beam.io.ReadFromBigQuery is sys.modules["apache_beam.io.gcp.bigquery"].ReadFromBigQuery
 after = bound()
 print(json.dumps({"loaded_by_imports": loaded_by_imports, "before": before, "after": after, "same": same,
-                  "gcsio": beam.io.gcsio.__name__}))
+                  "gcsio": beam.io.gcsio.__name__, "star": "ReadFromBigQuery" in star}))
 """
 
 
@@ -303,3 +342,4 @@ def test_beam_s_google_cloud_io_block_loads_when_first_asked_for_with_beam_s_nam
     # Once a name of the block is asked for: Beam's very names and objects.
     assert deferred["after"] == beam_s["after"] == beam_s["before"]
     assert deferred["same"] and deferred["gcsio"] == beam_s["gcsio"] == "apache_beam.io.gcp.gcsio"
+    assert deferred["star"] and beam_s["star"]

@@ -19,7 +19,7 @@ metadata.packages_distributions = counting = lambda: calls.append(1) or original
 from pipeline.run import process
 
 on = sys.argv[1] == "on"
-# The run's two blocks: TensorFlow's import (`commands.run_pipeline`), then the local runner's.
+# The run's two blocks: TensorFlow's import (`commands._run_pipeline`), then the local runner's.
 with process.frozen_imports(on):
     import tensorflow  # noqa: F401
 process.import_frozen("pipeline.run.local_runner", on)

@@ -142,6 +142,19 @@ def test_a_refusal_names_the_feature_and_every_row_that_holds_the_value_and_noth
     assert np.isfinite(valid[export.PROBABILITY_KEY].numpy()).all()
 
 
+def test_a_refusal_of_two_features_names_the_first_in_the_features_order_with_its_rows_only(loaded, rows):
+    inputs = serving_inputs.raw_inputs(rows[:4])
+    order = [f.name for f in features.FEATURES]
+    first, second = sorted(["trip_seconds", "fare"], key=order.index)
+    inputs[second] = tf.tensor_scatter_nd_update(inputs[second], [[0]], [math.nan])
+    inputs[first] = tf.tensor_scatter_nd_update(inputs[first], [[2], [3]], [math.inf, math.nan])
+    with pytest.raises(tf.errors.InvalidArgumentError) as refused:
+        loaded.signatures[export.RAW_SIGNATURE](**inputs)
+    message = refused.value.message
+    assert f"{first} " in message and f"{second} " not in message
+    assert re.search(r"\[in rows\] \[2 3\]", message), message
+
+
 @pytest.mark.parametrize("name, value", [("fare", math.nan), ("trip_seconds", math.inf), ("payment_type", b"")])
 def test_serving_default_refuses_the_same_values_in_examples(loaded, rows, to_example, name, value):
     """A tf.Example says "missing" by leaving a feature out, so a NaN, an infinity or an
