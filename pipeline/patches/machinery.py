@@ -78,22 +78,32 @@ class AfterImport(importlib.abc.MetaPathFinder):
         action = self._pending.pop(fullname, None)
         if action is None:
             return None
-        spec = None
-        for finder in sys.meta_path:
-            if finder is not self and hasattr(finder, "find_spec"):
-                spec = finder.find_spec(fullname, path, target)
-                if spec is not None:
-                    break
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        exec_module = spec.loader.exec_module
 
-        def exec_then_act(module):
+        def exec_then_act(exec_module, module):
             exec_module(module)
             action(module)
 
-        spec.loader.exec_module = exec_then_act
+        return _run_through(_found_by_others(self, fullname, path, target), exec_then_act)
+
+
+def _found_by_others(finder: importlib.abc.MetaPathFinder, fullname: str, path, target):
+    """The spec the other finders of `sys.meta_path` find for `fullname`, or None."""
+    for other in sys.meta_path:
+        if other is not finder and hasattr(other, "find_spec"):
+            spec = other.find_spec(fullname, path, target)
+            if spec is not None:
+                return spec
+    return None
+
+
+def _run_through(spec, around: Callable[[Callable[[ModuleType], None], ModuleType], None]):
+    """`spec` whose module runs through `around(its loader's exec_module, module)`; as it
+    is when its loader cannot run a module that way."""
+    if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
         return spec
+    exec_module = spec.loader.exec_module
+    spec.loader.exec_module = lambda module: around(exec_module, module)
+    return spec
 
 
 class PatchedOnImport(AfterImport):
@@ -186,17 +196,8 @@ class GuardedImportsDeferred(importlib.abc.MetaPathFinder):
             raise ImportError(f"{fullname} is imported when {self._package} is first asked for a name it binds")
         if fullname != self._package:
             return None
-        spec = None
-        for finder in sys.meta_path:
-            if finder is not self and hasattr(finder, "find_spec"):
-                spec = finder.find_spec(fullname, path, target)
-                if spec is not None:
-                    break
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        exec_module = spec.loader.exec_module
 
-        def exec_then_answer_later(module):
+        def exec_then_answer_later(exec_module, module):
             self._running.package = True
             try:
                 exec_module(module)
@@ -204,8 +205,7 @@ class GuardedImportsDeferred(importlib.abc.MetaPathFinder):
                 self._running.package = False
             self._answer_later(module)
 
-        spec.loader.exec_module = exec_then_answer_later
-        return spec
+        return _run_through(_found_by_others(self, fullname, path, target), exec_then_answer_later)
 
     def _answer_later(self, package: ModuleType) -> None:
         lock, state = threading.RLock(), {"loaded": False, "loading": False}
