@@ -119,7 +119,8 @@ def test_gc_predict_and_monitor_interrupted_end_in_one_line_and_leave_nothing_ha
     _ended_in_one_line(predict, 130, "predict was interrupted by Ctrl-C (SIGINT): nothing was written to --output")
     assert not output.exists() and not list(tmp_path.glob("scores*"))
 
-    monitor = _interrupted(["monitor", "--requests", str(ws.data / "span-16" / "*"), "--serving-dir",
+    # The same copies: one span's requests were monitored in about 2 s, before the signal.
+    monitor = _interrupted(["monitor", "--requests", str(inputs / "*"), "--serving-dir",
                             str(ws.serving), "--output-root", str(ws.out)], signal.SIGTERM, after_seconds=4)
     _ended_in_one_line(monitor, 143, "monitor was interrupted by SIGTERM: ")
 
