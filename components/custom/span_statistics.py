@@ -20,7 +20,7 @@ import hashlib
 import json
 import logging
 import os
-from typing import Callable, Dict, List, Optional, Sequence, TypeVar
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, TypeVar
 
 import apache_beam as beam
 import tensorflow as tf
@@ -143,9 +143,15 @@ def span_statistics_in_process(
     return statistics_of_spans(found, lambda span: span_records(span, rate), schema)
 
 
+def span_batches(span: spans.Span, rate: float) -> Iterator[List[bytes]]:
+    """The serialized records of `span` the statistics read at the sample `rate`, in batches."""
+    for file, _ in span.files:
+        yield from beam_fns.sampled_batches(file, rate)
+
+
 def span_records(span: spans.Span, rate: float) -> List[bytes]:
     """The serialized records of `span` the statistics read at the sample `rate`."""
-    return [record for file, _ in span.files for batch in beam_fns.sampled_batches(file, rate) for record in batch]
+    return [record for batch in span_batches(span, rate) for record in batch]
 
 
 def statistics_of_spans(
@@ -173,8 +179,8 @@ def expect_ahead(wait: Optional[Callable[[], Optional[str]]]) -> None:
 
 def ahead_key(found: List[spans.Span], schema: Optional[schema_pb2.Schema], rate: float) -> str:
     """What statistics computed ahead must have been computed from to stand for the gate's:
-    the same files (path, size, modification time), decoded by the same schema, at the
-    same sample rate."""
+    the same files (path, inode, size, modification and change times), decoded by the same
+    schema, at the same sample rate."""
     listed = []
     for span in found:
         for path, _ in span.files:

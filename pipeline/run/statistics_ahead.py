@@ -123,7 +123,7 @@ def compute(data_root: str, schema_file: str, output: str, beam_args: List[str])
     import tensorflow_data_validation as tfdv
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from components.custom import beam_fns, span_statistics
+    from components.custom import span_statistics
     from components.support import spans
     from pipeline import patches
     from pipeline.patches import machinery
@@ -138,12 +138,11 @@ def compute(data_root: str, schema_file: str, output: str, beam_args: List[str])
     read = 0
     for span in found:
         records[span.number] = []
-        for file, _ in span.files:
-            for batch in beam_fns.sampled_batches(file, 1.0):
-                records[span.number] += batch
-                read += len(batch)
-                if read > limit:
-                    return DECLINED
+        for batch in span_statistics.span_batches(span, 1.0):
+            records[span.number] += batch
+            read += len(batch)
+            if read > limit:
+                return DECLINED
     if span_statistics.ahead_key(found, schema, 1.0) != key:  # a file changed while it was read
         return DECLINED
     with machinery.patched(patches.for_statistics_in_memory() if machinery.enabled() else []):
