@@ -33,6 +33,8 @@ METADATA_FILE = "metadata.sqlite"
 SERVING_DIR = "serving_model"
 # Each run's page, `<output root>/reports/<run id>.html` (`pipeline.inspect.report_page`).
 REPORTS_DIR = "reports"
+# The data gate's statistics computed ahead while a run lasts (`pipeline.run.statistics_ahead`).
+STATISTICS_AHEAD_DIR = "statistics-ahead"
 # Pushed versions kept in the serving folder (the newest always among them).
 KEEP_VERSIONS = 3
 # Newest runs `retrain` and `gc` keep whole (pipeline.run.retention).

@@ -13,6 +13,7 @@ from ml_metadata.proto import metadata_store_pb2
 
 from components import compat
 from components.custom import serving_check
+from pipeline import config
 from tests.helpers import Workspace
 
 NODES = {
@@ -59,6 +60,7 @@ def test_first_run_executes_every_node_once_and_pushes_one_version(finished_run,
     (ahead,) = [line for line in log.splitlines() if "span statistics: computed ahead in a process" in line]
     assert "span statistics: computed ahead, in the process started with the run" in log
     assert not os.path.exists(f"/proc/{int(ahead.rsplit('(pid ', 1)[1].rstrip(')'))}")
+    assert not (ws.out / config.STATISTICS_AHEAD_DIR).exists()
 
 
 def test_a_run_leaves_nothing_in_the_temporary_folder(finished_run):

@@ -77,17 +77,23 @@ class Ahead:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
-        shutil.rmtree(self.folder, ignore_errors=True)
+        shutil.rmtree(os.path.dirname(self.folder), ignore_errors=True)
 
 
 def start(run_config: config.RunConfig) -> Optional[Ahead]:
     """Starts the process for `run_config`'s spans, unless the gate reads StatisticsGen's
-    statistics of each span (window mode) or the data root is not on this machine."""
+    statistics of each span (window mode) or the data root is not on this machine.
+
+    Its scratch folder is under the output root (`config.STATISTICS_AHEAD_DIR`), which the
+    run holds locked: what a run killed outright left there is deleted by the next."""
     from components.support import files
 
     if run_config.settings.window_size is not None or files.is_remote(run_config.data_root):
         return None
-    folder = tempfile.mkdtemp(prefix="span-statistics-")
+    scratch = os.path.join(run_config.output_root, config.STATISTICS_AHEAD_DIR)
+    shutil.rmtree(scratch, ignore_errors=True)
+    os.makedirs(scratch)
+    folder = tempfile.mkdtemp(dir=scratch)
     try:
         with open(os.path.join(folder, ERRORS_FILE), "w") as errors:
             process = subprocess.Popen(

@@ -19,19 +19,25 @@ pytestmark = pytest.mark.timeout(180)
 
 def _run_config(data_root, window_size=None, beam_args=()):
     settings = types.SimpleNamespace(window_size=window_size, beam_args=tuple(beam_args))
-    return types.SimpleNamespace(data_root=str(data_root), settings=settings)
+    output_root = os.path.join(os.path.dirname(str(data_root)), "out")
+    return types.SimpleNamespace(data_root=str(data_root), output_root=output_root, settings=settings)
 
 
 @pytest.fixture
 def computed(tmp_path, copy_spans):
     """Three spans of data/, and what the process started for them left (its file, or None)."""
     data_root = copy_spans(tmp_path / "data", [14, 15, 16])
-    ahead = statistics_ahead.start(_run_config(data_root))
+    run_config = _run_config(data_root)
+    # What a run killed outright left: deleted by the next run's start.
+    left = os.path.join(run_config.output_root, config.STATISTICS_AHEAD_DIR, "left-by-a-killed-run")
+    os.makedirs(left)
+    ahead = statistics_ahead.start(run_config)
+    assert not os.path.exists(left)
     try:
         yield data_root, ahead.wait()
     finally:
         ahead.stop()
-    assert not os.path.exists(ahead.folder)
+    assert not os.path.exists(os.path.join(run_config.output_root, config.STATISTICS_AHEAD_DIR))
 
 
 def test_the_statistics_computed_ahead_are_the_gate_s_and_stand_only_for_their_own_inputs(computed, monkeypatch):
