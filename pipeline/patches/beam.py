@@ -25,9 +25,6 @@ from typing import Callable, Dict, List, Tuple
 from pipeline.patches import machinery
 from pipeline.patches.machinery import Patch
 
-# Beam's state samplers' period (Beam's own default is 200 ms; see `patches`).
-SAMPLING_PERIOD_MS = 2
-
 # The command the DirectRunner starts its `multi_processing` workers with, and this
 # package's instead (`pipeline.run.beam_worker`).
 _BEAM_WORKER = "%s -m apache_beam.runners.worker.sdk_worker_main"
@@ -84,10 +81,15 @@ def patches() -> List[Patch]:
       (building, translating, each stage's operations). A bound method's signature is
       its function's without the first parameter, whatever the instance: remembered by
       function.
-    - `StateSampler.__init__`: each bundle's state sampler is a thread that sleeps up to
-      200 ms between samples, and the bundle ends by joining it, so most bundles wait
-      out the rest of a sleep. Sampled every `SAMPLING_PERIOD_MS` instead; the samples
-      only feed Beam's own timing counters (the thread wakes without the GIL).
+    - `StateSampler.start` and `stop`: each bundle's state sampler starts a thread that
+      wakes from time to time (every 2 ms at first, up to every 200 ms) to add the time
+      since its last wake to the step running, and the bundle ends by joining it, which
+      waits out the rest of its sleep; a Beam node runs a bundle per stage, dozens of
+      stages. The samples only feed Beam's execution-time counters, which nothing in a
+      run reads, and the lull report of a worker with a status endpoint, which the
+      DirectRunner's workers do not have: the sampler is started and stopped as Beam
+      does, current tracker and flags alike, without the thread (`_started_without_a_thread`,
+      `_stopped_without_a_thread`).
     - `bz2` as Beam's two picklers call it: `RememberingBz2`.
     - `_find_imported_submodules` of the cloudpickle Beam's pickler uses: a walk of all
       of `sys.modules` for each module a pickled lambda's globals hold; answered from an
@@ -111,7 +113,8 @@ def patches() -> List[Patch]:
         (worker_handlers, "STATE_CACHE_SIZE_MB", lambda old: 0),
         (userstate, "get_dofn_specs", _memoized),
         (PipelineOptions, "view_as", _memoized),
-        (statesampler.StateSampler, "__init__", _sampling_every(SAMPLING_PERIOD_MS)),
+        (statesampler.StateSampler, "start", lambda old: _started_without_a_thread),
+        (statesampler.StateSampler, "stop", lambda old: _stopped_without_a_thread),
         (core, "get_signature", _method_signatures_remembered),
         (decorators, "get_signature", _method_signatures_remembered),
         (cloudpickle_pickler, "bz2", lambda old: RememberingBz2()),
@@ -309,14 +312,19 @@ class RememberingBz2:
         return self._remembered(("d", data, 0), lambda: bz2.decompress(data))
 
 
-def _sampling_every(period_ms: int) -> Callable[[Callable], Callable]:
-    """A replacement for `StateSampler.__init__` that samples every `period_ms`."""
+def _started_without_a_thread(self) -> None:
+    """Beam's `StateSampler.start` less the start of its sampling thread."""
+    from apache_beam.runners.worker import statesampler
 
-    def make(original: Callable) -> Callable:
-        @functools.wraps(original)
-        def init(self, prefix, counter_factory, sampling_period_ms=period_ms):
-            original(self, prefix, counter_factory, sampling_period_ms=sampling_period_ms)
+    self.tracked_thread = threading.current_thread()
+    statesampler.set_current_tracker(self)
+    self.started = True
 
-        return init
 
-    return make
+def _stopped_without_a_thread(self) -> None:
+    """Beam's `StateSampler.stop` less the join of its sampling thread (which `stop` makes
+    end by setting `finished`)."""
+    from apache_beam.runners.worker import statesampler
+
+    statesampler.set_current_tracker(None)
+    self.finished = True

@@ -12,7 +12,7 @@ import re
 from concurrent.futures import Future
 from typing import List, Optional, Tuple
 
-from components.support import spans
+from components.support import background, spans
 from components.support.files import tensorflow_reason
 
 # Records decoded at a time when the data is checked before a run.
@@ -116,20 +116,7 @@ def start_check(files: List[str]) -> Future[int]:
     number of examples, or the check's BadDataError. The thread is a daemon: a run that
     ends without reading the result (an import that failed, a run recovered instead)
     does not wait for the check to finish reading."""
-    import threading
-
-    future: Future[int] = Future()
-
-    def check() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            future.set_result(check_records(files))
-        except Exception as err:  # noqa: BLE001 (handed to the reader of the result, as an executor does)
-            future.set_exception(err)
-
-    threading.Thread(target=check, name="record-check", daemon=True).start()
-    return future
+    return background.started(lambda: check_records(files), "record-check")
 
 
 def _contract_spec() -> dict:

@@ -34,7 +34,7 @@ the same functions (`raw_specs`, `as_transform_input`, `invalid_values`,
 from __future__ import annotations
 
 import os
-from typing import Dict, Iterable, List, Mapping, NamedTuple
+from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional
 
 import tensorflow as tf
 import tensorflow_transform as tft
@@ -263,8 +263,15 @@ def write_warmup_requests(
     return count
 
 
-def export_serving_model(model: keras.Model, tf_transform_output: tft.TFTransformOutput, export_dir: str) -> None:
+def export_serving_model(
+    model: keras.Model, tf_transform_output: tft.TFTransformOutput, export_dir: str,
+    signatures: Optional[Dict[str, tf.types.experimental.ConcreteFunction]] = None,
+) -> None:
     """Writes the hermetic SavedModel: its assets are copies of the Transform output's
-    vocabularies, so it serves after that output is gone."""
+    vocabularies, so it serves after that output is gone. `signatures`: those of
+    `make_signatures` for the same model and output, if traced earlier (before training:
+    they capture the model's variables, and what is saved is their values now)."""
     module = ServingModule(model, tf_transform_output)
-    tf.saved_model.save(module, export_dir, signatures=make_signatures(model, tf_transform_output))
+    if signatures is None:
+        signatures = make_signatures(model, tf_transform_output)
+    tf.saved_model.save(module, export_dir, signatures=signatures)

@@ -23,11 +23,19 @@ import tensorflow as tf
 
 from components.compat import keras
 from components.model.trainer.settings import EPOCH_PROGRESS, TrainConfig
-from components.model.trainer.steps import LOSS_CHECK_MESSAGE, TrainingDivergedError, make_optimizer, make_steps
+from components.model.trainer.steps import (
+    LOSS_CHECK_MESSAGE,
+    Steps,
+    TrainingDivergedError,
+    make_optimizer,
+    make_steps,
+)
 
 # The training batches of an epoch, by the epoch's index (0 for the first): a resumed
 # run must see the same batches in each epoch as an uninterrupted one.
 EpochBatches = Callable[[int], tf.data.Dataset]
+# The optimizer and the steps, made and traced before the data is ready (`traced_steps`).
+TracedSteps = Tuple["keras.optimizers.Optimizer", Steps]
 # The file in which `tf.train.CheckpointManager` records the checkpoints of its folder.
 CHECKPOINT_INDEX = "checkpoint"
 
@@ -151,6 +159,7 @@ def train(
     model_run_dir: str,
     strategy: Optional[tf.distribute.Strategy] = None,
     checkpoint_dir: Optional[str] = None,
+    traced: Optional[TracedSteps] = None,
 ) -> TrainResult:
     """Runs the epoch loop with checkpoints, early stopping and TensorBoard scalars.
 
@@ -161,14 +170,14 @@ def train(
     `<model_run_dir>/checkpoints`). When that folder holds a checkpoint, training
     resumes from it: from its epoch, with its early-stopping state.
 
-    On return the model holds the weights of the epoch with the best eval loss. `model`
-    must have been built under `strategy.scope()` (default: the default strategy).
+    On return the model holds the weights of the epoch with the best eval loss. `model` is
+    built under `strategy.scope()`; `traced`: `traced_steps`' answer for it, if asked ahead.
     """
     strategy = strategy or tf.distribute.get_strategy()
-    tf.config.run_functions_eagerly(config.run_eagerly)
     epoch_batches: EpochBatches = train_batches if callable(train_batches) else (lambda _: train_batches)
     distributed = strategy.num_replicas_in_sync > 1
-    optimizer, steps, eval_dataset = _steps_for(model, eval_dataset, signature, config, strategy)
+    optimizer, steps, eval_dataset = (
+        (*traced, eval_dataset) if traced else _steps_for(model, eval_dataset, signature, config, strategy))
     early_stopping = EarlyStopping(model)
     epoch, history_json, manager = _checkpointed(
         model, optimizer, steps, early_stopping, checkpoint_dir or os.path.join(model_run_dir, "checkpoints"),
@@ -203,10 +212,24 @@ def train(
                    resumed_from_epoch)
 
 
-def _steps_for(model: keras.Model, eval_dataset: tf.data.Dataset, signature: Tuple, config: TrainConfig,
+def traced_steps(model: keras.Model, signature: Tuple, config: TrainConfig,
+                 strategy: tf.distribute.Strategy) -> Optional[TracedSteps]:
+    """The optimizer and the steps `train` runs, the steps traced now, before any data is
+    read: their signature is fixed. None on several replicas, whose steps take the
+    per-replica specs of the distributed datasets (`_steps_for`)."""
+    if strategy.num_replicas_in_sync > 1:
+        return None
+    optimizer, steps, _ = _steps_for(model, None, signature, config, strategy)
+    steps.train_step.get_concrete_function()
+    steps.eval_step.get_concrete_function()
+    return optimizer, steps
+
+
+def _steps_for(model: keras.Model, eval_dataset: Optional[tf.data.Dataset], signature: Tuple, config: TrainConfig,
                strategy: tf.distribute.Strategy):
-    """The optimizer, the traced steps and the eval batches as the steps take them: split
+    """The optimizer and the steps, and the eval batches as the steps take them: split
     over the replicas when there are several."""
+    tf.config.run_functions_eagerly(config.run_eagerly)
     with strategy.scope():
         optimizer = make_optimizer(model, config)
     if strategy.num_replicas_in_sync > 1:

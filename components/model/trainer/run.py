@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -21,6 +22,7 @@ from tfx.types import standard_component_specs
 from components.compat import keras
 from components.model import split_rows
 from components.model.trainer import data, export, loop, model, settings, tflite, warm_start
+from components.support import background
 
 # Under the Trainer's folder: `<key>/` per training in progress (see `checkpoint_dir`).
 CHECKPOINTS_FOLDER = "checkpoints"
@@ -119,14 +121,12 @@ def _epoch_seed(seed: int, epoch: int) -> int:
 
 
 def _datasets(
-    fn_args: FnArgs, tf_transform_output: tft.TFTransformOutput, config: settings.TrainConfig,
-    cache_dir: str,
+    fn_args: FnArgs, transform: data.Transform, config: settings.TrainConfig, cache_dir: str,
 ) -> Tuple[loop.EpochBatches, tf.data.Dataset, settings.TrainConfig]:
     """Each epoch's training batches, the eval dataset, and `config` with the batch size
     they were cut to; in memory, or beyond `data.IN_MEMORY_ROWS` training rows through
     transformed caches under `cache_dir` (kept until the model is exported, with the
     checkpoints: a resumed Trainer does not transform again)."""
-    transform = data.transform_fn(tf_transform_output)
     train_examples = split_rows.rows_in(fn_args.train_files)
     if train_examples is None:
         train_examples = data.count_records(fn_args.train_files)
@@ -204,8 +204,14 @@ def _train_and_export(
     tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
     if write_extras:  # the chief alone: workers deleting at once would race on the same files
         delete_other_caches(resume_dir)
-    train_batches, eval_dataset, config = _datasets(
-        fn_args, tf_transform_output, config, os.path.join(resume_dir, TRANSFORMED_CACHE_FOLDER)
+    # The rows are read and transformed on a thread of their own (TensorFlow's reader and
+    # ops leave the GIL) while this one builds the model and traces its steps and serving
+    # signatures, none of which reads the data. The Transform layer is made here first:
+    # both threads use it.
+    transform = data.transform_fn(tf_transform_output)
+    datasets = background.started(
+        functools.partial(_datasets, fn_args, transform, config, os.path.join(resume_dir, TRANSFORMED_CACHE_FOLDER)),
+        "trainer-data",
     )
 
     keras.utils.set_random_seed(config.seed)
@@ -220,8 +226,11 @@ def _train_and_export(
     logging.info("warm start: %s: %s", "yes" if started.used else "no, training from scratch", started.reason)
 
     signature = data.input_signature(tf_transform_output.transformed_feature_spec())
+    traced = loop.traced_steps(keras_model, signature, config, strategy)
+    signatures = export.make_signatures(keras_model, tf_transform_output)
+    train_batches, eval_dataset, config = datasets.result()
     result = loop.train(
-        keras_model, train_batches, eval_dataset, signature, config, model_run_dir, strategy, resume_dir
+        keras_model, train_batches, eval_dataset, signature, config, model_run_dir, strategy, resume_dir, traced
     )
     _write_summary(model_run_dir, config, started, result)
     logging.info(
@@ -231,7 +240,7 @@ def _train_and_export(
     )
 
     # Every worker saves (saving distributed variables may take part in collectives).
-    export.export_serving_model(keras_model, tf_transform_output, serving_model_dir)
+    export.export_serving_model(keras_model, tf_transform_output, serving_model_dir, signatures)
     if write_extras:
         if export_config.tflite:
             logging.info("TFLite model written to %s",

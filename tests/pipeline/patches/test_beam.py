@@ -5,7 +5,7 @@ import bz2
 import functools
 import inspect
 import os
-import time
+import threading
 
 import apache_beam as beam
 import pytest
@@ -21,14 +21,17 @@ from pipeline.patches import machinery
 
 def test_every_patched_target_exists_with_the_shape_the_patch_expects():
     patches = beam_patches.patches()
-    assert len(patches) == 11
+    assert len(patches) == 12
     for owner, name, _ in patches:
         assert name in owner.__dict__, f"{owner.__name__}.{name} moved: its speed-up must be revisited"
     assert isinstance(worker_handlers.STATE_CACHE_SIZE_MB, int) and worker_handlers.STATE_CACHE_SIZE_MB > 0
     assert list(inspect.signature(userstate.get_dofn_specs).parameters) == ["dofn"]
     assert list(inspect.signature(PipelineOptions.view_as).parameters) == ["self", "cls"]
-    assert list(inspect.signature(statesampler.StateSampler.__init__).parameters) == [
-        "self", "prefix", "counter_factory", "sampling_period_ms"]
+    # The statements the patched `start` and `stop` keep, less the thread's (in the base class).
+    assert _statements(statesampler.StateSampler.start) == [
+        "self.tracked_thread = threading.current_thread()", "set_current_tracker(self)", "super().start()",
+        "self.started = True"]
+    assert _statements(statesampler.StateSampler.stop) == ["set_current_tracker(None)", "super().stop()"]
     assert list(inspect.signature(beam_patches.submodule_scan_owner()._find_imported_submodules).parameters) == [
         "code", "top_level_dependencies"]
 
@@ -53,26 +56,36 @@ def test_the_patches_hold_inside_the_block_only():
     assert environments.SubprocessSDKEnvironment.from_command_string(beam_worker).command_string == beam_worker
 
 
-def _seconds_to_stop_a_sampler_after(seconds: float) -> float:
+def _statements(method) -> list:
+    return [line.strip() for line in inspect.getsource(method).splitlines()[1:]
+            if line.strip() and not line.strip().startswith("#")]
+
+
+def _a_bundle_s_sampler() -> tuple:
+    """What a bundle sees of its state sampler: the threads it starts, whether it is the
+    current tracker while it runs, its flags after `stop`, and again after a `reset`."""
     sampler = statesampler.StateSampler("step", counters.CounterFactory())
+    threads = threading.active_count()
     sampler.start()
-    time.sleep(seconds)
-    started = time.perf_counter()
+    running = (threading.active_count() - threads, statesampler.get_current_tracker() is sampler,
+               sampler.started, sampler.finished)
     sampler.stop()
-    return time.perf_counter() - started
+    stopped = (statesampler.get_current_tracker(), sampler.started, sampler.finished,
+               threading.active_count() - threads)
+    sampler.reset()
+    sampler.start()
+    sampler.stop_if_still_running()
+    return running, stopped, (sampler.started, sampler.finished, statesampler.get_current_tracker())
 
 
-def test_a_bundle_s_state_sampler_stops_without_waiting_out_a_long_sleep():
-    # Beam's sampler sleeps 2 ms, then 20% longer each time up to 200 ms, and `stop` joins
-    # it: stopped 1 s after its start, it waits out a sleep that ends at about 1.13 s.
-    waits = [_seconds_to_stop_a_sampler_after(1.0) for _ in range(3)]
-    assert max(waits) > 0.06, waits
+def test_a_bundle_s_state_sampler_starts_and_stops_as_beam_s_without_a_thread():
+    beam_s = _a_bundle_s_sampler()
     with machinery.patched(beam_patches.patches()):
-        sampler = statesampler.StateSampler("step", counters.CounterFactory())
-        assert sampler.sampling_period_ms == beam_patches.SAMPLING_PERIOD_MS
-        patched = [_seconds_to_stop_a_sampler_after(1.0) for _ in range(3)]
-    assert min(patched) < 0.03, patched
-    assert statesampler.StateSampler("step", counters.CounterFactory()).sampling_period_ms == 200
+        patched = _a_bundle_s_sampler()
+    assert beam_s[0] == (1, True, True, False)
+    assert patched[0] == (0, True, True, False)
+    assert patched[1:] == beam_s[1:] == ((None, True, True, 0), (True, True, None))
+    assert _a_bundle_s_sampler()[0][0] == 1
 
 
 class _Counting(beam.DoFn):
