@@ -81,15 +81,11 @@ def patches() -> List[Patch]:
       (building, translating, each stage's operations). A bound method's signature is
       its function's without the first parameter, whatever the instance: remembered by
       function.
-    - `StateSampler.start` and `stop`: each bundle's state sampler starts a thread that
-      wakes from time to time (every 2 ms at first, up to every 200 ms) to add the time
-      since its last wake to the step running, and the bundle ends by joining it, which
-      waits out the rest of its sleep; a Beam node runs a bundle per stage, dozens of
-      stages. The samples only feed Beam's execution-time counters, which nothing in a
-      run reads, and the lull report of a worker with a status endpoint, which the
-      DirectRunner's workers do not have: the sampler is started and stopped as Beam
-      does, current tracker and flags alike, without the thread (`_started_without_a_thread`,
-      `_stopped_without_a_thread`).
+    - `StateSampler.start` and `stop`: each bundle's sampler starts a thread that wakes
+      every 2 to 200 ms to add the time since its last wake to the running step, and the
+      bundle ends by joining it (the rest of a sleep); a Beam node runs dozens of stages.
+      Its samples feed only Beam's execution-time counters, which a run never reads, and
+      the lull report of workers with a status endpoint (the DirectRunner's have none).
     - `bz2` as Beam's two picklers call it: `RememberingBz2`.
     - `_find_imported_submodules` of the cloudpickle Beam's pickler uses: a walk of all
       of `sys.modules` for each module a pickled lambda's globals hold; answered from an

@@ -224,24 +224,35 @@ def count_rows(rows: Batch) -> int:
 def batched(rows: Batch, batch_size: int, shuffle_seed: Optional[int] = None) -> tf.data.Dataset:
     """Batches of `rows`, in order, or, given a seed, in a permutation drawn from the seed
     alone (each iteration of the dataset gives the same batches; each epoch of the
-    Trainer builds its dataset with a seed of its own, see `run.epoch_batches`).
+    Trainer builds its dataset with a seed of its own, see `shuffled`).
 
     Batches are sliced from the columns (permuted first): tf.data never handles a row
     of 16 tensors on its own, which cost more than the training step itself.
     """
-    total = count_rows(rows)
     if shuffle_seed is None:
-        return _sliced(rows, total, batch_size)
+        return _sliced(rows, count_rows(rows), batch_size)
+    return shuffled(rows, batch_size)(shuffle_seed)
+
+
+def shuffled(rows: Batch, batch_size: int) -> Callable[[int], tf.data.Dataset]:
+    """`batched(rows, batch_size, seed)` as a function of the seed, for one dataset per
+    epoch: the permutation's function is traced once for all seeds, where a function
+    given to `flat_map` as it is would be traced again for each epoch's dataset."""
+    total = count_rows(rows)
 
     # An iteration permutes the row numbers in one stateless op (no global seed involved)
     # and gathers every column by them at once (a second copy of the rows while the epoch
     # runs). Gathering per batch cost four times as much.
+    @tf.function(input_signature=[tf.TensorSpec([2], tf.int64)], autograph=False)
     def permuted_batches(seed: tf.Tensor) -> tf.data.Dataset:
         order = tf.random.experimental.stateless_shuffle(tf.range(total, dtype=tf.int64), seed=seed)
         return _sliced(tf.nest.map_structure(lambda column: tf.gather(column, order), rows), total, batch_size)
 
-    seed = tf.constant([shuffle_seed, 0], tf.int64)
-    return tf.data.Dataset.from_tensors(seed).flat_map(_plain(permuted_batches)).prefetch(tf.data.AUTOTUNE)
+    def batches(shuffle_seed: int) -> tf.data.Dataset:
+        seed = tf.constant([shuffle_seed, 0], tf.int64)
+        return tf.data.Dataset.from_tensors(seed).flat_map(permuted_batches).prefetch(tf.data.AUTOTUNE)
+
+    return batches
 
 
 def _sliced(rows: Batch, total: int, batch_size: int) -> tf.data.Dataset:

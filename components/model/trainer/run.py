@@ -99,9 +99,10 @@ def epoch_batches(rows: data.Batch, batch_size: int, seed: int) -> loop.EpochBat
     """Each epoch's training batches: a permutation of `rows` drawn from `seed` and the
     epoch's index alone, so that a resumed Trainer trains on the batches an uninterrupted
     one would have."""
+    shuffled = data.shuffled(rows, batch_size)
 
     def batches(epoch: int) -> tf.data.Dataset:
-        return data.batched(rows, batch_size, shuffle_seed=_epoch_seed(seed, epoch))
+        return shuffled(_epoch_seed(seed, epoch))
 
     return batches
 

@@ -87,6 +87,18 @@ def test_shuffled_batches_are_a_permutation_drawn_from_the_seed_alone():
         assert (batch_features["y"].numpy() == labels.numpy() * 10).all()
 
 
+def test_each_epoch_s_shuffled_batches_trace_the_permutation_once_for_every_seed(monkeypatch):
+    traced = []
+    sliced = data._sliced
+    monkeypatch.setattr(data, "_sliced", lambda *args: traced.append(1) or sliced(*args))
+    rows = _rows(100)
+    epochs = data.shuffled(rows, 16)
+    orders = [_labels_in_order(epochs(seed)) for seed in (3, 4, 5)]
+    assert len(traced) == 1
+    assert orders == [_labels_in_order(data.batched(rows, 16, shuffle_seed=seed)) for seed in (3, 4, 5)]
+    assert len({tuple(order) for order in orders}) == 3
+
+
 @pytest.mark.parametrize("rows, batch_size, sizes", [(100, 16, [16] * 6 + [4]), (64, 16, [16] * 4), (10, 16, [10])])
 def test_shuffled_batches_hold_every_row_once_whatever_the_last_batch(rows, batch_size, sizes):
     batches = list(data.batched(_rows(rows), batch_size, shuffle_seed=5))
