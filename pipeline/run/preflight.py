@@ -12,7 +12,8 @@ import re
 from concurrent.futures import Future
 from typing import List, Optional, Tuple
 
-from components.support import background, spans
+from components import background
+from components.support import spans
 from components.support.files import tensorflow_reason
 
 # Records decoded at a time when the data is checked before a run.

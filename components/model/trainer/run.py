@@ -19,10 +19,10 @@ import tensorflow_transform as tft
 from tfx.components.trainer.fn_args_utils import FnArgs
 from tfx.types import standard_component_specs
 
+from components import background
 from components.compat import keras
 from components.model import split_rows
 from components.model.trainer import data, export, loop, model, settings, tflite, warm_start
-from components.support import background
 
 # Under the Trainer's folder: `<key>/` per training in progress (see `checkpoint_dir`).
 CHECKPOINTS_FOLDER = "checkpoints"
