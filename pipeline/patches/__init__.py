@@ -46,10 +46,12 @@ def for_statistics_in_memory() -> List[machinery.Patch]:
 
 
 def defer_imports() -> None:
-    """The modules a library imports and no run calls (`tfx.deferred_modules`, Beam's
-    Google Cloud IO block: `beam.deferred_io_block`) load when first used
-    (`machinery.defer`, `machinery.defer_guarded`)."""
-    machinery.defer(tfx.deferred_modules())
+    """The modules a library imports and no run calls (`tfx.deferred_modules`,
+    `tfma.DEFERRED_MODULES`, `tfdv.DEFERRED_MODULES`, Beam's Google Cloud IO block:
+    `beam.deferred_io_block`) load when first used (`machinery.defer`,
+    `machinery.defer_guarded`)."""
+    machinery.defer(tfx.deferred_modules() + tfdv.DEFERRED_MODULES)
+    tfma.defer_unused()
     beam.deferred_io_block()
 
 

@@ -73,37 +73,35 @@ def patches() -> List[Patch]:
       every method's signature; Beam asks again when the ParDo is built, validated,
       translated, visited and run. The specs cannot change once the DoFn exists.
     - `PipelineOptions.view_as`: builds an argument parser and re-parses the flags on
-      every call, twice per transform applied. The views of one options object share
-      one store of values, so the same view handed out again reads and writes exactly
-      what a new one would.
+      every call, twice per transform applied. The views of one options object share one
+      store of values: the same view handed out again reads and writes what a new one would.
     - `get_signature` (as `core` and `decorators` call it): `inspect.signature` of a
-      DoFn's bound methods, asked again for every copy of the DoFn Beam unpickles
-      (building, translating, each stage's operations). A bound method's signature is
-      its function's without the first parameter, whatever the instance: remembered by
-      function.
-    - `StateSampler.start` and `stop`: each bundle's sampler starts a thread that wakes
-      every 2 to 200 ms to add the time since its last wake to the running step, and the
-      bundle ends by joining it (the rest of a sleep); a Beam node runs dozens of stages.
-      Its samples feed only Beam's execution-time counters, which a run never reads, and
-      the lull report of workers with a status endpoint (the DirectRunner's have none).
+      DoFn's bound methods, asked again for every copy Beam unpickles (building,
+      translating, each stage's operations); a bound method's is its function's less the
+      first parameter, whatever the instance: remembered by function.
+    - `StateSampler.start` and `stop`: without the sampling thread
+      (`_started_without_a_thread`).
     - `bz2` as Beam's two picklers call it: `RememberingBz2`.
     - `_find_imported_submodules` of the cloudpickle Beam's pickler uses: a walk of all
       of `sys.modules` for each module a pickled lambda's globals hold; answered from an
       index (`SubmoduleIndex`), the same modules in the same order.
-    - `core._check_fn_use_yield_and_return`: the source of a DoFn's `process` read each
-      time a ParDo is built; answered once per function and class
-      (`_answered_once_per_dofn_class`).
+    - `core._check_fn_use_yield_and_return`: the source of a DoFn's `process` read each time
+      a ParDo is built; answered once per function and class (`_answered_once_per_dofn_class`).
+    - `is_in_ipython` (as `apache_beam.pipeline` and `interactive_utils` call it):
+      answered without importing IPython where it has not run (`_not_in_ipython_before_it_ran`).
     - `SubprocessSDKEnvironment.from_command_string`: the DirectRunner's
       `multi_processing` workers start as `pipeline.run.beam_worker`, Beam's own worker
       with the patches that act on their work (`pipeline.patches.in_workers`), instead of
       Beam's `sdk_worker_main`; any other command is left as it is.
     """
+    from apache_beam import pipeline as beam_pipeline
     from apache_beam.internal import cloudpickle_pickler, dill_pickler
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.runners.portability.fn_api_runner import worker_handlers
     from apache_beam.runners.worker import statesampler
     from apache_beam.transforms import core, environments, userstate
     from apache_beam.typehints import decorators
+    from apache_beam.utils import interactive_utils
 
     return [
         (worker_handlers, "STATE_CACHE_SIZE_MB", lambda old: 0),
@@ -117,12 +115,30 @@ def patches() -> List[Patch]:
         (submodule_scan_owner(), "_find_imported_submodules", lambda old: SubmoduleIndex().find),
         (core, "_check_fn_use_yield_and_return", _answered_once_per_dofn_class),
         (dill_pickler, "bz2", lambda old: RememberingBz2()),
+        (beam_pipeline, "is_in_ipython", _not_in_ipython_before_it_ran),
+        (interactive_utils, "is_in_ipython", _not_in_ipython_before_it_ran),
         (
             environments.SubprocessSDKEnvironment,
             "from_command_string",
             lambda old: classmethod(_workers_with_speedups(old.__func__)),
         ),
     ]
+
+
+def _not_in_ipython_before_it_ran(original: Callable[[], bool]) -> Callable[[], bool]:
+    """Beam's `is_in_ipython`, asked at the end of every pipeline's run and for every
+    transform applied, imports IPython to ask whether this is an IPython session. A session
+    imports IPython before any code of its own, so where IPython has not run (never
+    imported, or bound by `pipeline.patches.defer_imports` and not yet used) the answer is
+    no, given without importing it; elsewhere it is Beam's."""
+    @functools.wraps(original)
+    def is_in_ipython() -> bool:
+        ipython = sys.modules.get("IPython")
+        if ipython is None or type(ipython) is machinery.DeferredModule:
+            return False
+        return original()
+
+    return is_in_ipython
 
 
 def submodule_scan_owner() -> types.ModuleType:
@@ -309,7 +325,13 @@ class RememberingBz2:
 
 
 def _started_without_a_thread(self) -> None:
-    """Beam's `StateSampler.start` less the start of its sampling thread."""
+    """Beam's `StateSampler.start` less the start of its sampling thread.
+
+    Each bundle's sampler started a thread that wakes every 2 to 200 ms to add the time
+    since its last wake to the running step, and the bundle ended by joining it (the rest
+    of a sleep); a Beam node runs dozens of stages. Its samples feed only Beam's
+    execution-time counters, which a run never reads, and the lull report of workers with
+    a status endpoint (the DirectRunner's have none)."""
     from apache_beam.runners.worker import statesampler
 
     self.tracked_thread = threading.current_thread()

@@ -8,7 +8,8 @@ library's own on leaving, whatever happened inside; `apply` sets them for good (
 worker process, which ends with them); `PatchedOnImport` applies a library's patches right
 after the process first imports it, and `AfterImport` does any other work then. `defer`
 binds modules a library imports and a run never calls as `DeferredModule`s, whose code
-runs when first used; `defer_guarded` does the same for a package's optional imports
+runs when first used (bound in their package before the package's own code runs:
+`BeforeItsCode`); `defer_guarded` does the same for a package's optional imports
 (those it guards with `except ImportError`), whose names the package then answers when
 first asked for.
 """
@@ -24,7 +25,7 @@ import os
 import sys
 import threading
 from types import ModuleType
-from typing import Callable, Dict, Iterator, List, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 # Off with `TAXI_PIPELINE_SPEEDUPS=0` in the environment (or `taxi-pipeline run --no-speedups`).
 ENV = "TAXI_PIPELINE_SPEEDUPS"
@@ -32,8 +33,8 @@ ENV = "TAXI_PIPELINE_SPEEDUPS"
 Patch = Tuple[object, str, Callable[[object], object]]
 
 _INHERITED = object()
-# The finder `defer` installed, once per process.
-_deferring: List["AfterImport"] = []
+# The modules `defer` was given, once each per process.
+_deferring: Set[str] = set()
 # The finders `defer_guarded` installed, by package.
 _guarded: Dict[str, "GuardedImportsDeferred"] = {}
 # Each `DeferredModule`'s lock, by module name, and those whose code is running.
@@ -78,12 +79,24 @@ class AfterImport(importlib.abc.MetaPathFinder):
         action = self._pending.pop(fullname, None)
         if action is None:
             return None
+        return _run_through(_found_by_others(self, fullname, path, target), functools.partial(self._around, action))
 
-        def exec_then_act(exec_module, module):
-            exec_module(module)
-            action(module)
+    @staticmethod
+    def _around(action: Callable[[ModuleType], None], exec_module: Callable[[ModuleType], None],
+                module: ModuleType) -> None:
+        exec_module(module)
+        action(module)
 
-        return _run_through(_found_by_others(self, fullname, path, target), exec_then_act)
+
+class BeforeItsCode(AfterImport):
+    """`AfterImport` whose action is called with the module as soon as it exists (in
+    `sys.modules`, with its `__path__`), before its code runs."""
+
+    @staticmethod
+    def _around(action: Callable[[ModuleType], None], exec_module: Callable[[ModuleType], None],
+                module: ModuleType) -> None:
+        action(module)
+        exec_module(module)
 
 
 def _found_by_others(finder: importlib.abc.MetaPathFinder, fullname: str, path, target):
@@ -106,6 +119,15 @@ def _run_through(spec, around: Callable[[Callable[[ModuleType], None], ModuleTyp
     return spec
 
 
+def after_import(name: str, action: Callable[[ModuleType], None]) -> None:
+    """`action(module)` once module `name` has run: at once if it has, else right after the
+    process first imports it. For the process's life."""
+    if name in sys.modules and type(sys.modules[name]) is not DeferredModule:
+        action(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, AfterImport({name: action}))
+
+
 class PatchedOnImport(AfterImport):
     """Applies a library's patches right after the process first imports the library (for
     good: a worker process ends with them)."""
@@ -116,7 +138,8 @@ class PatchedOnImport(AfterImport):
 
 class DeferredModule(ModuleType):
     """A module bound in `sys.modules` and in its package before its code ran: its code
-    runs when one of its names is first asked for (`__all__` too, which `import *` reads).
+    runs when one of its names is first asked for (`__all__` too, which `import *` reads),
+    but for a package's submodules, which are imported without it.
     Its other double-underscore attributes are the spec's (`__file__`, `__spec__`, ...)
     and a missing one is missing, without running it: code that walks `sys.modules`
     asking each module for those (TensorFlow's autograph does, for every function it
@@ -127,6 +150,12 @@ class DeferredModule(ModuleType):
         # `__all__` is the module's own, not its spec's: `from module import *` reads it.
         if name.startswith("__") and name.endswith("__") and name != "__all__":
             raise AttributeError(name)
+        # A package's submodule is imported as Python imports one, without the package's
+        # code: `from package import submodule` asks the package for the name first.
+        if type(self) is DeferredModule and "__path__" in vars(self):
+            submodule = f"{self.__spec__.name}.{name}"
+            if submodule in sys.modules or importlib.util.find_spec(submodule) is not None:
+                return importlib.import_module(submodule)
         # One thread runs the code, once, under the module's own lock; a name asked for
         # while it runs, by the code it runs (a circular import), is missing, as in any
         # module being imported.
@@ -143,25 +172,28 @@ class DeferredModule(ModuleType):
 
 
 def defer(names: Sequence[str]) -> None:
-    """Each module of `names` (dotted) becomes a `DeferredModule` as soon as its package is
-    imported (at once if it is already), so that the library's `from package import
-    module` takes it as it is. For the process's life; a second call changes nothing."""
-    if _deferring:
-        return
+    """Each module of `names` (dotted) becomes a `DeferredModule`: a top-level one at once,
+    another as soon as its package's module exists, before the package's code runs (at once
+    if the package is imported already), so that the package's own `from package import
+    module`, and a library's, take it as it is. For the process's life; a name given again
+    changes nothing."""
     pending: Dict[str, List[str]] = {}
     for name in names:
-        pending.setdefault(name.rpartition(".")[0], []).append(name)
-    for package in [package for package in pending if package in sys.modules]:
-        _bind_deferred(pending.pop(package), sys.modules[package])
-    _deferring.append(AfterImport({package: functools.partial(_bind_deferred, modules)
-                                   for package, modules in pending.items()}))
-    sys.meta_path.insert(0, _deferring[0])
+        if name not in _deferring:
+            _deferring.add(name)
+            pending.setdefault(name.rpartition(".")[0], []).append(name)
+    for package in [package for package in pending if not package or package in sys.modules]:
+        _bind_deferred(pending.pop(package), sys.modules.get(package))
+    if pending:
+        sys.meta_path.insert(0, BeforeItsCode({package: functools.partial(_bind_deferred, modules)
+                                               for package, modules in pending.items()}))
 
 
-def _bind_deferred(names: List[str], package: ModuleType) -> None:
-    """Binds each of `names` in `package` as a `DeferredModule`; one that is imported
-    already, or that the library no longer has, is left as the library imports it (its
-    patch's test fails for the latter)."""
+def _bind_deferred(names: List[str], package: Optional[ModuleType]) -> None:
+    """Binds each of `names` in `sys.modules` and in `package` (None for top-level names)
+    as a `DeferredModule`; one that is imported already, or that is not installed (or no
+    longer there), is left as the library imports it (a patch's test fails for the
+    latter)."""
     for name in names:
         if name in sys.modules:
             continue
@@ -172,7 +204,14 @@ def _bind_deferred(names: List[str], package: ModuleType) -> None:
         module = importlib.util.module_from_spec(spec)
         module.__class__ = DeferredModule
         sys.modules[name] = module
-        setattr(package, name.rpartition(".")[2], module)
+        if package is not None:
+            setattr(package, name.rpartition(".")[2], module)
+
+
+def load(module: ModuleType) -> ModuleType:
+    """`module` with its code run: a `DeferredModule` runs it now (any name asked for does)."""
+    getattr(module, "__all__", None)
+    return module
 
 
 class GuardedImportsDeferred(importlib.abc.MetaPathFinder):

@@ -1,6 +1,7 @@
 """Patches to TFDV: each numeric feature's equi-width histogram computed from arrays
 (`pipeline.patches.equi_width`) instead of by TFDV's walk over protos. What it changes
-and why: `patches`.
+and why: `patches`. IPython, which TFDV imports for its notebook display only, loads when
+first used (`DEFERRED_MODULES`).
 
 When TFDV changes under it,
 tests/pipeline/patches/test_tfdv.py::test_the_speed_ups_put_it_in_tfdv_s_place_within_the_run_only
@@ -16,6 +17,14 @@ from __future__ import annotations
 from typing import List
 
 from pipeline.patches.machinery import Patch
+
+# Modules TFDV imports and a run never calls, loaded when first used
+# (`pipeline.patches.defer_imports`): IPython, whose `__init__` (its terminal, prompt_toolkit,
+# Jedi) TFDV's `display_util` runs only to bind `IPython.display`'s `display` and `HTML`,
+# called by its notebook display alone. Bound before TFDV imports it, so `IPython.display`
+# itself still runs as TFDV imports it, and the rest of IPython when a name of the
+# package is first asked for.
+DEFERRED_MODULES = ("IPython",)
 
 
 def patches() -> List[Patch]:

@@ -1,23 +1,77 @@
 """Patches to TFMA: each example's label, prediction and weight extracted once, its
 commonest metric combiners updated directly (`pipeline.patches.metric_updates`), the
-serving signature called by keyword. What each patch changes and why: `patches`.
+serving signature called by keyword. What each patch changes and why: `patches`. The
+modules TFMA imports and a run never calls load when first used (`defer_unused`).
 
 When TFMA changes under them,
 tests/pipeline/patches/test_tfma.py::test_tfma_s_internals_the_sharing_relies_on_are_where_it_expects_them
 and tests/pipeline/patches/test_tfma.py::test_tfma_calls_the_serving_signature_by_position_through_get_callable
 fail for an internal that moved or changed, and
 tests/pipeline/patches/test_metric_updates.py::test_the_pipeline_s_metrics_are_tfma_s_to_the_last_bit
-for metrics that are no longer TFMA's to the last bit. What each saves:
-docs/performance.md#patches-to-tfma.
+for metrics that are no longer TFMA's to the last bit, and
+tests/pipeline/patches/test_tfma.py::test_the_modules_tfma_imports_for_nothing_load_when_first_used
+for a deferred module TFMA no longer imports, or one a run's Evaluator calls. What each
+saves: docs/performance.md#patches-to-tfma.
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 import threading
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional
 
+from pipeline.patches import machinery
 from pipeline.patches.machinery import Patch
+
+# Modules TFMA imports as it is imported and a run never calls (`defer_unused`): the ROUGE
+# and BLEU metrics, with NLTK (and through it scikit-learn) and sacreBLEU (and through it
+# Redis' client), which register their metric classes in TFMA's registry as they run; the
+# `view` package's `__init__`, whose notebook widgets import ipywidgets and Jupyter's
+# client (TFMA's code imports its `util` and `view_types` modules, which load without it);
+# SciPy's statistics, which only TFMA's confidence intervals call.
+DEFERRED_METRIC_MODULES = ("tensorflow_model_analysis.metrics.bleu", "tensorflow_model_analysis.metrics.rouge")
+DEFERRED_MODULES = DEFERRED_METRIC_MODULES + ("tensorflow_model_analysis.view", "scipy.stats")
+REGISTRY_MODULE = "tensorflow_model_analysis.metrics.metric_types"
+
+
+def defer_unused() -> None:
+    """`DEFERRED_MODULES` load when first used (`machinery.defer`), and TFMA's registry of
+    metric classes, asked for a name it lacks, first loads the deferred metrics, which
+    register theirs (`_LoadsDeferredMetrics`). For the process's life: a metric config
+    naming `Rouge` or `Bleu` finds them as before."""
+    machinery.defer(DEFERRED_MODULES)
+    machinery.after_import(REGISTRY_MODULE, _registry_loads_deferred_metrics)
+
+
+def _registry_loads_deferred_metrics(metric_types) -> None:
+    if not isinstance(metric_types._METRIC_OBJECTS, _LoadsDeferredMetrics):
+        metric_types._METRIC_OBJECTS = _LoadsDeferredMetrics(metric_types._METRIC_OBJECTS)
+
+
+class _LoadsDeferredMetrics(dict):
+    """TFMA's registry of metric classes by name (`metric_types._METRIC_OBJECTS`, and the
+    copies `registered_metrics` hands out): a name it lacks, asked with `in`, `[]` or
+    `get`, first loads `DEFERRED_METRIC_MODULES`, then is answered from the registry they
+    added to. Listed whole (`keys`, iteration), it holds their classes once they loaded."""
+
+    def __contains__(self, name) -> bool:
+        return dict.__contains__(self, name) or name in self._with_deferred()
+
+    def __missing__(self, name):
+        return self._with_deferred()[name]
+
+    def get(self, name, default=None):
+        return self[name] if name in self else default
+
+    def _with_deferred(self) -> Dict[str, type]:
+        for module in DEFERRED_METRIC_MODULES:
+            if module in sys.modules:
+                machinery.load(sys.modules[module])
+        registry = sys.modules[REGISTRY_MODULE]._METRIC_OBJECTS
+        if registry is not self:
+            self.update(registry)
+        return dict(self)
 
 
 def patches() -> List[Patch]:

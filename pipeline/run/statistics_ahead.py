@@ -160,10 +160,13 @@ def compute(data_root: str, schema_file: str, output: str, beam_args: List[str])
 def main(argv: List[str]) -> None:
     """Computes, then ends with `os._exit`: the gate waits for the exit, and an
     interpreter's teardown with TensorFlow loaded takes longer than the work (0.7 s)."""
+    from pipeline import patches
     from pipeline.patches import machinery
     from pipeline.run import process
 
     try:
+        if machinery.enabled():
+            patches.defer_imports()  # as the run's process: modules no work here calls load when used
         with process.frozen_imports(machinery.enabled()):
             from components.custom import span_statistics  # noqa: F401  (TensorFlow, TFDV, Beam)
         code = compute(argv[0], argv[1], argv[2], argv[3:])

@@ -21,7 +21,7 @@ from pipeline.patches import machinery
 
 def test_every_patched_target_exists_with_the_shape_the_patch_expects():
     patches = beam_patches.patches()
-    assert len(patches) == 12
+    assert len(patches) == 14
     for owner, name, _ in patches:
         assert name in owner.__dict__, f"{owner.__name__}.{name} moved: its speed-up must be revisited"
     assert isinstance(worker_handlers.STATE_CACHE_SIZE_MB, int) and worker_handlers.STATE_CACHE_SIZE_MB > 0
@@ -34,6 +34,39 @@ def test_every_patched_target_exists_with_the_shape_the_patch_expects():
     assert _statements(statesampler.StateSampler.stop) == ["set_current_tracker(None)", "super().stop()"]
     assert list(inspect.signature(beam_patches.submodule_scan_owner()._find_imported_submodules).parameters) == [
         "code", "top_level_dependencies"]
+    # The run's end asks, by the name `apache_beam.pipeline` imported; each transform
+    # applied asks through `interactive_utils`' own.
+    from apache_beam import pipeline as beam_pipeline
+    from apache_beam.utils import interactive_utils
+
+    assert beam_pipeline.is_in_ipython is interactive_utils.is_in_ipython
+    assert "if not is_in_ipython():" in inspect.getsource(beam_pipeline.Pipeline.run)
+    assert "alter_label_if_ipython(transform, pvalueish)" in inspect.getsource(beam_pipeline.Pipeline.apply)
+    assert "if is_in_ipython():" in inspect.getsource(interactive_utils.alter_label_if_ipython)
+
+
+def test_a_process_where_ipython_has_not_run_is_no_ipython_session_without_importing_it(monkeypatch):
+    import importlib.util
+    import sys
+    import types
+
+    from apache_beam import pipeline as beam_pipeline
+    from apache_beam.utils import interactive_utils
+
+    def session(answer):
+        module = types.ModuleType("IPython")
+        module.get_ipython = lambda: answer
+        return module
+
+    deferred = importlib.util.module_from_spec(importlib.util.find_spec("IPython"))
+    deferred.__class__ = machinery.DeferredModule
+    with machinery.patched(beam_patches.patches()):
+        for bound, expected in [(None, False), (deferred, False), (session(object()), True), (session(None), False)]:
+            monkeypatch.setitem(sys.modules, "IPython", bound)
+            if bound is None:
+                monkeypatch.delitem(sys.modules, "IPython")
+            assert beam_pipeline.is_in_ipython() is expected and interactive_utils.is_in_ipython() is expected
+            assert sys.modules.get("IPython") is bound and type(deferred) is machinery.DeferredModule
 
 
 def test_the_patches_hold_inside_the_block_only():

@@ -79,3 +79,43 @@ def test_a_deferred_module_answers_what_scanners_of_sys_modules_ask_without_runn
     finally:
         for name in ("deferring_package.heavy", "deferring_package.starred", "deferring_package"):
             sys.modules.pop(name, None)
+
+
+def test_deferred_modules_are_bound_before_their_package_s_code_and_its_submodules_load_without_it(
+        tmp_path, monkeypatch):
+    import importlib
+    import sys
+
+    package = tmp_path / "early_package"
+    (package / "sub").mkdir(parents=True)
+    # The package's own code imports the deferred module and a submodule of the deferred one.
+    (package / "__init__.py").write_text("from early_package import heavy\nfrom early_package.sub import leaf\n"
+                                         "import sys\nsys.ran_early_package = True\n")
+    (package / "heavy.py").write_text("import sys\nsys.ran_heavy = True\nVALUE = 42\n")
+    (package / "sub" / "__init__.py").write_text("import sys\nsys.ran_sub = True\n")
+    (package / "sub" / "leaf.py").write_text("VALUE = 7\n")
+    (tmp_path / "top_level_module.py").write_text("import sys\nsys.ran_top_level = True\nVALUE = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    for flag in ("ran_early_package", "ran_heavy", "ran_sub", "ran_top_level"):
+        monkeypatch.delattr(sys, flag, raising=False)
+    seen = []
+    try:
+        machinery.defer(["early_package.heavy", "early_package.sub", "top_level_module"])
+        machinery.after_import("early_package", lambda module: seen.append(sys.ran_early_package))
+        top_level = importlib.import_module("top_level_module")
+        imported = importlib.import_module("early_package")
+        assert sys.ran_early_package and seen == [True]
+        assert type(imported.heavy) is machinery.DeferredModule and not hasattr(sys, "ran_heavy")
+        assert imported.sub.leaf.VALUE == 7 and not hasattr(sys, "ran_sub")
+        assert type(top_level) is machinery.DeferredModule and not hasattr(sys, "ran_top_level")
+        # First use runs each; the package's code, then a name it binds.
+        assert (imported.heavy.VALUE, top_level.VALUE) == (42, 3) and sys.ran_heavy and sys.ran_top_level
+        assert getattr(imported.sub, "missing", None) is None and sys.ran_sub
+        # Given again, nothing changes.
+        machinery.defer(["early_package.heavy"])
+        assert sys.modules["early_package.heavy"] is imported.heavy
+    finally:
+        for name in ("early_package.heavy", "early_package.sub.leaf", "early_package.sub", "early_package",
+                     "top_level_module"):
+            sys.modules.pop(name, None)

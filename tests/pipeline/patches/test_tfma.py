@@ -173,3 +173,44 @@ def test_a_saved_model_s_signature_called_by_position_gives_what_it_gives_by_key
     np.testing.assert_array_equal(signature(batch)["length"], [1, 3, 0])
     np.testing.assert_array_equal(signature(batch)["length"], signature(examples=batch)["length"])
 
+
+
+DEFERRED = """
+import sys
+from pipeline import patches
+patches.defer_imports()
+import tensorflow_data_validation
+import tensorflow_model_analysis as tfma
+from tensorflow_model_analysis.metrics import metric_specs, metric_types
+from pipeline import config, pipeline
+
+HEAVY = ("nltk", "sacrebleu", "ipywidgets", "scipy.stats", "prompt_toolkit")
+# The run's imports, then the metrics of the pipeline's own Evaluator, built as TFMA builds them.
+specs = pipeline._eval_config(config.EvaluationConfig()).metrics_specs
+built = [type(metric_specs.metric_instance(metric)).__name__ for spec in specs for metric in spec.metrics]
+# Deferred (bound, not run) or not imported at all.
+print([name for name in HEAVY if type(sys.modules.get(name)) is type(sys)], sorted(built))
+# What a notebook or another metric config asks for: each loads when first used.
+print("Rouge" in metric_types.registered_metrics(), metric_types.registered_metrics()["Bleu"].__name__,
+      metric_types.is_registered_metric("Rouge"), "nltk" in sys.modules, "sacrebleu" in sys.modules,
+      callable(tfma.view.render_slicing_metrics), "ipywidgets" in sys.modules,
+      float(sys.modules["scipy"].stats.norm.cdf(0.0)), "IPython.terminal" in sys.modules,
+      sys.modules["IPython"].get_ipython() is None, "prompt_toolkit" in sys.modules,
+      "Nothing" in metric_types.registered_metrics())
+"""
+
+
+def test_the_modules_tfma_imports_for_nothing_load_when_first_used(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "deferred.py"
+    script.write_text(DEFERRED)
+    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240,
+                         env={**os.environ, machinery.ENV: "1"}, cwd=os.getcwd())
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    run_imports, first_use = ran.stdout.splitlines()[-2:]
+    assert run_imports == "[] ['AUC', 'BinaryAccuracy', 'Calibration', 'ExampleCount']"
+    assert first_use.split() == ["True", "Bleu", "True", "True", "True", "True", "True", "0.5", "True", "True",
+                                 "True", "False"]
