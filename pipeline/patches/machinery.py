@@ -154,8 +154,11 @@ class DeferredModule(ModuleType):
         # code: `from package import submodule` asks the package for the name first.
         if type(self) is DeferredModule and "__path__" in vars(self):
             submodule = f"{self.__spec__.name}.{name}"
-            if submodule in sys.modules or importlib.util.find_spec(submodule) is not None:
+            try:  # imported, not only looked up: a finder's action on it must see the import
                 return importlib.import_module(submodule)
+            except ModuleNotFoundError as missing:
+                if missing.name != submodule:
+                    raise
         # One thread runs the code, once, under the module's own lock; a name asked for
         # while it runs, by the code it runs (a circular import), is missing, as in any
         # module being imported.
@@ -169,6 +172,11 @@ class DeferredModule(ModuleType):
                 finally:
                     _RUNNING.discard(module)
         return ModuleType.__getattribute__(self, name)
+
+    def __reduce__(self):
+        # Pickled as the module it stands for (cloudpickle picks its module reducer by
+        # exact type, so a function pickled by value that refers to one lands here).
+        return importlib.import_module, (self.__spec__.name,)
 
 
 def defer(names: Sequence[str]) -> None:

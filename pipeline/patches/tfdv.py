@@ -1,7 +1,9 @@
 """Patches to TFDV: each numeric feature's equi-width histogram computed from arrays
 (`pipeline.patches.equi_width`) instead of by TFDV's walk over protos. What it changes
 and why: `patches`. IPython, which TFDV imports for its notebook display only, loads when
-first used (`DEFERRED_MODULES`).
+first used (`DEFERRED_MODULES`;
+tests/pipeline/patches/test_tfma.py::test_the_modules_tfma_imports_for_nothing_load_when_first_used
+fails if the run's imports load it, or if it no longer loads on first use).
 
 When TFDV changes under it,
 tests/pipeline/patches/test_tfdv.py::test_the_speed_ups_put_it_in_tfdv_s_place_within_the_run_only

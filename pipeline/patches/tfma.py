@@ -10,8 +10,8 @@ fail for an internal that moved or changed, and
 tests/pipeline/patches/test_metric_updates.py::test_the_pipeline_s_metrics_are_tfma_s_to_the_last_bit
 for metrics that are no longer TFMA's to the last bit, and
 tests/pipeline/patches/test_tfma.py::test_the_modules_tfma_imports_for_nothing_load_when_first_used
-for a deferred module TFMA no longer imports, or one a run's Evaluator calls. What each
-saves: docs/performance.md#patches-to-tfma.
+for a deferred module TFMA no longer imports, or one that building the pipeline's metrics
+and their computations loads. What each saves: docs/performance.md#patches-to-tfma.
 """
 
 from __future__ import annotations

@@ -84,6 +84,7 @@ def test_a_deferred_module_answers_what_scanners_of_sys_modules_ask_without_runn
 def test_deferred_modules_are_bound_before_their_package_s_code_and_its_submodules_load_without_it(
         tmp_path, monkeypatch):
     import importlib
+    import pickle
     import sys
 
     package = tmp_path / "early_package"
@@ -94,6 +95,7 @@ def test_deferred_modules_are_bound_before_their_package_s_code_and_its_submodul
     (package / "heavy.py").write_text("import sys\nsys.ran_heavy = True\nVALUE = 42\n")
     (package / "sub" / "__init__.py").write_text("import sys\nsys.ran_sub = True\n")
     (package / "sub" / "leaf.py").write_text("VALUE = 7\n")
+    (package / "sub" / "other.py").write_text("VALUE = 8\n")
     (tmp_path / "top_level_module.py").write_text("import sys\nsys.ran_top_level = True\nVALUE = 3\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
@@ -109,13 +111,21 @@ def test_deferred_modules_are_bound_before_their_package_s_code_and_its_submodul
         assert type(imported.heavy) is machinery.DeferredModule and not hasattr(sys, "ran_heavy")
         assert imported.sub.leaf.VALUE == 7 and not hasattr(sys, "ran_sub")
         assert type(top_level) is machinery.DeferredModule and not hasattr(sys, "ran_top_level")
+        # A finder's action on a deferred package's submodule runs as it is imported.
+        machinery.after_import("early_package.sub.other", lambda module: seen.append(module.VALUE))
+        from early_package.sub import other
+
+        assert other.VALUE == 8 and seen == [True, 8] and not hasattr(sys, "ran_sub")
+        # Pickled, a deferred module stands for the module.
+        assert pickle.loads(pickle.dumps(imported.sub)) is imported.sub and not hasattr(sys, "ran_sub")
         # First use runs each; the package's code, then a name it binds.
         assert (imported.heavy.VALUE, top_level.VALUE) == (42, 3) and sys.ran_heavy and sys.ran_top_level
         assert getattr(imported.sub, "missing", None) is None and sys.ran_sub
-        # Given again, nothing changes.
+        # Given again, nothing is bound again.
+        sys.modules.pop("early_package.heavy")
         machinery.defer(["early_package.heavy"])
-        assert sys.modules["early_package.heavy"] is imported.heavy
+        assert "early_package.heavy" not in sys.modules
     finally:
-        for name in ("early_package.heavy", "early_package.sub.leaf", "early_package.sub", "early_package",
-                     "top_level_module"):
+        for name in ("early_package.heavy", "early_package.sub.leaf", "early_package.sub.other", "early_package.sub",
+                     "early_package", "top_level_module"):
             sys.modules.pop(name, None)
