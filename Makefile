@@ -153,7 +153,7 @@ benchmark: $(STAMP)
 
 # Time and peak memory of cold runs at 100k, 1M, 5M and 10M rows, and three alternating pairs
 # with TFX's own example at 1M rows (the median ratio is the goal of docs/scale.md):
-# writes docs/scale.md and docs/scale.png. Outside `make test`: 45-60 minutes on 2 cores.
+# writes docs/scale.md and docs/scale.png. Outside `make test`: 35-60 minutes on 2 cores.
 bench-scale: $(STAMP)
 	$(BIN)/python benchmarks/scale.py
 
