@@ -34,14 +34,14 @@ def test_every_patched_target_exists_with_the_shape_the_patch_expects():
     assert _statements(statesampler.StateSampler.stop) == ["set_current_tracker(None)", "super().stop()"]
     assert list(inspect.signature(beam_patches.submodule_scan_owner()._find_imported_submodules).parameters) == [
         "code", "top_level_dependencies"]
-    # The run's end asks, by the name `apache_beam.pipeline` imported; each transform
-    # applied asks through `interactive_utils`' own.
+    # A run's end asks (`run`, or on Beam 2.77 what it calls), by the name `apache_beam.pipeline`
+    # imported; each transform applied asks through `interactive_utils`' own.
     from apache_beam import pipeline as beam_pipeline
     from apache_beam.utils import interactive_utils
 
     assert beam_pipeline.is_in_ipython is interactive_utils.is_in_ipython
-    assert "if not is_in_ipython():" in inspect.getsource(beam_pipeline.Pipeline.run)
-    assert "alter_label_if_ipython(transform, pvalueish)" in inspect.getsource(beam_pipeline.Pipeline.apply)
+    assert "if not is_in_ipython():" in inspect.getsource(beam_pipeline.Pipeline)
+    assert "alter_label_if_ipython(transform, pvalueish)" in inspect.getsource(beam_pipeline.Pipeline)
     assert "if is_in_ipython():" in inspect.getsource(interactive_utils.alter_label_if_ipython)
 
 

@@ -184,7 +184,10 @@ import tensorflow_model_analysis as tfma
 from tensorflow_model_analysis.metrics import metric_specs, metric_types
 from pipeline import config, pipeline
 
-HEAVY = ("nltk", "sacrebleu", "ipywidgets", "scipy.stats", "IPython.terminal", "prompt_toolkit")
+from components import compat
+# Keras 3 imports IPython (its saving module) and scikit-learn SciPy's statistics anyway.
+HEAVY = ("nltk", "sacrebleu", "ipywidgets") + (
+    ("scipy.stats", "IPython.terminal", "prompt_toolkit") if compat.LEGACY_KERAS else ())
 # The run's imports, then the metrics of the pipeline's own Evaluator and their
 # computations, built as TFMA builds them.
 eval_config = pipeline._eval_config(config.EvaluationConfig())
