@@ -173,8 +173,7 @@ def _interrupted(interrupt: BaseException, args: argparse.Namespace, ending: End
 def console_main() -> None:
     """The `taxi-pipeline` command: `main`, then the process exits with its status."""
     process.ends_with_exit_process()
-    if machinery.enabled():
-        patches.defer_imports()
+    patches.defer_imports()
     interrupts.raise_on_signals()
     cloud_storage.bound()
     try:

@@ -41,8 +41,7 @@ def exit_status(code: object) -> int:
 def main(argv: Optional[List[str]] = None) -> None:
     module, *args = sys.argv[1:] if argv is None else argv
     on = machinery.enabled()
-    if on:
-        patches.defer_imports()
+    patches.defer_imports()
     process.import_frozen(module, on)
     # runpy runs the module's code again as `__main__`, its imports done: the module itself
     # must not be in sys.modules (runpy warns of "unpredictable behaviour" if it is).

@@ -35,6 +35,8 @@ Patch = Tuple[object, str, Callable[[object], object]]
 _INHERITED = object()
 # The modules `defer` was given, once each per process.
 _deferring: Set[str] = set()
+# The actions `after_import` was given, by module.
+_after_import: Set[Tuple[str, Callable[[ModuleType], None]]] = set()
 # The finders `defer_guarded` installed, by package.
 _guarded: Dict[str, "GuardedImportsDeferred"] = {}
 # Each `DeferredModule`'s lock, by module name, and those whose code is running.
@@ -121,7 +123,11 @@ def _run_through(spec, around: Callable[[Callable[[ModuleType], None], ModuleTyp
 
 def after_import(name: str, action: Callable[[ModuleType], None]) -> None:
     """`action(module)` once module `name` has run: at once if it has, else right after the
-    process first imports it. For the process's life."""
+    process first imports it. For the process's life; the same action given again for the
+    same module changes nothing."""
+    if (name, action) in _after_import:
+        return
+    _after_import.add((name, action))
     if name in sys.modules and type(sys.modules[name]) is not DeferredModule:
         action(sys.modules[name])
     else:

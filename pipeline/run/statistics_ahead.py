@@ -165,8 +165,7 @@ def main(argv: List[str]) -> None:
     from pipeline.run import process
 
     try:
-        if machinery.enabled():
-            patches.defer_imports()  # as the run's process: modules no work here calls load when used
+        patches.defer_imports()  # as the run's process: modules no work here calls load when used
         with process.frozen_imports(machinery.enabled()):
             from components.custom import span_statistics  # noqa: F401  (TensorFlow, TFDV, Beam)
         code = compute(argv[0], argv[1], argv[2], argv[3:])
