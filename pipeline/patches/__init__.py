@@ -49,13 +49,15 @@ def defer_imports() -> None:
     """The modules a library imports and no run calls (`tfx.deferred_modules`,
     `tfma.DEFERRED_MODULES`, `tfdv.DEFERRED_MODULES`, Beam's Google Cloud IO block:
     `beam.deferred_io_block`) load when first used (`machinery.defer`,
-    `machinery.defer_guarded`); nothing where the environment turns the speed-ups off
-    (`machinery.ENV`)."""
+    `machinery.defer_guarded`), and Beam's IPython check does not load IPython
+    (`beam.ipython_check_without_import`); nothing where the environment turns the
+    speed-ups off (`machinery.ENV`)."""
     if not machinery.enabled():
         return
     machinery.defer(tfx.deferred_modules() + tfdv.DEFERRED_MODULES)
     tfma.defer_unused()
     beam.deferred_io_block()
+    beam.ipython_check_without_import()
 
 
 def _worker_libraries() -> Dict[str, Callable[[], List[machinery.Patch]]]:

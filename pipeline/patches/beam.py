@@ -87,21 +87,17 @@ def patches() -> List[Patch]:
       index (`SubmoduleIndex`), the same modules in the same order.
     - `core._check_fn_use_yield_and_return`: the source of a DoFn's `process` read each time
       a ParDo is built; answered once per function and class (`_answered_once_per_dofn_class`).
-    - `is_in_ipython` (as `apache_beam.pipeline` and `interactive_utils` call it):
-      answered without importing IPython where it has not run (`_not_in_ipython_before_it_ran`).
     - `SubprocessSDKEnvironment.from_command_string`: the DirectRunner's
       `multi_processing` workers start as `pipeline.run.beam_worker`, Beam's own worker
       with the patches that act on their work (`pipeline.patches.in_workers`), instead of
       Beam's `sdk_worker_main`; any other command is left as it is.
     """
-    from apache_beam import pipeline as beam_pipeline
     from apache_beam.internal import cloudpickle_pickler, dill_pickler
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.runners.portability.fn_api_runner import worker_handlers
     from apache_beam.runners.worker import statesampler
     from apache_beam.transforms import core, environments, userstate
     from apache_beam.typehints import decorators
-    from apache_beam.utils import interactive_utils
 
     return [
         (worker_handlers, "STATE_CACHE_SIZE_MB", lambda old: 0),
@@ -115,8 +111,6 @@ def patches() -> List[Patch]:
         (submodule_scan_owner(), "_find_imported_submodules", lambda old: SubmoduleIndex().find),
         (core, "_check_fn_use_yield_and_return", _answered_once_per_dofn_class),
         (dill_pickler, "bz2", lambda old: RememberingBz2()),
-        (beam_pipeline, "is_in_ipython", _not_in_ipython_before_it_ran),
-        (interactive_utils, "is_in_ipython", _not_in_ipython_before_it_ran),
         (
             environments.SubprocessSDKEnvironment,
             "from_command_string",
@@ -125,12 +119,40 @@ def patches() -> List[Patch]:
     ]
 
 
+# Where Beam's `is_in_ipython` is called by the name each module binds.
+IPYTHON_CHECK_CALLERS = ("apache_beam.utils.interactive_utils", "apache_beam.pipeline")
+
+
+def ipython_check_patches() -> List[Patch]:
+    """Beam's `is_in_ipython` as `IPYTHON_CHECK_CALLERS` call it, answered without importing
+    IPython where it has not run (`_not_in_ipython_before_it_ran`)."""
+    return [(sys.modules[name], "is_in_ipython", _not_in_ipython_before_it_ran) for name in IPYTHON_CHECK_CALLERS]
+
+
+def ipython_check_without_import() -> None:
+    """`ipython_check_patches` applied for the process's life as each caller is imported:
+    part of `pipeline.patches.defer_imports`, which leaves IPython unrun. Not a speed-up
+    only: Beam calls the check inside a bare `except`, so IPython's deferred import run
+    there would swallow a SIGTERM that lands in it (the signal is raised at the import's
+    next import, `pipeline.interrupts`)."""
+    for name in IPYTHON_CHECK_CALLERS:
+        machinery.after_import(name, _answer_without_import)
+
+
+def _answer_without_import(module: types.ModuleType) -> None:
+    if not getattr(module.is_in_ipython, "answers_without_import", False):
+        machinery.apply([(module, "is_in_ipython", _not_in_ipython_before_it_ran)])
+
+
 def _not_in_ipython_before_it_ran(original: Callable[[], bool]) -> Callable[[], bool]:
     """Beam's `is_in_ipython`, asked at the end of every pipeline's run and for every
     transform applied, imports IPython to ask whether this is an IPython session. A session
     imports IPython before any code of its own, so where IPython has not run (never
     imported, or bound by `pipeline.patches.defer_imports` and not yet used) the answer is
     no, given without importing it; elsewhere it is Beam's."""
+    if getattr(original, "answers_without_import", False):
+        return original
+
     @functools.wraps(original)
     def is_in_ipython() -> bool:
         ipython = sys.modules.get("IPython")
@@ -138,6 +160,7 @@ def _not_in_ipython_before_it_ran(original: Callable[[], bool]) -> Callable[[], 
             return False
         return original()
 
+    is_in_ipython.answers_without_import = True
     return is_in_ipython
 
 

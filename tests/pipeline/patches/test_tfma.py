@@ -188,8 +188,12 @@ from components import compat
 # Keras 3 imports IPython (its saving module) and scikit-learn SciPy's statistics anyway.
 HEAVY = ("nltk", "sacrebleu", "ipywidgets") + (
     ("scipy.stats", "IPython.terminal", "prompt_toolkit") if compat.LEGACY_KERAS else ())
-# The run's imports, then the metrics of the pipeline's own Evaluator and their
-# computations, built as TFMA builds them.
+# The run's imports, a Beam pipeline run without the speed-ups' patches (as `monitor`
+# runs one: Beam's IPython check), then the metrics of the pipeline's own Evaluator and
+# their computations, built as TFMA builds them.
+import apache_beam as beam
+with beam.Pipeline() as counted:
+    _ = counted | beam.Create([1, 2]) | beam.Map(lambda value: value + 1)
 eval_config = pipeline._eval_config(config.EvaluationConfig())
 specs = eval_config.metrics_specs
 built = [type(metric_specs.metric_instance(metric)).__name__ for spec in specs for metric in spec.metrics]
