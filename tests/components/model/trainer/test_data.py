@@ -87,16 +87,17 @@ def test_shuffled_batches_are_a_permutation_drawn_from_the_seed_alone():
         assert (batch_features["y"].numpy() == labels.numpy() * 10).all()
 
 
-def test_each_epoch_s_shuffled_batches_trace_the_permutation_once_for_every_seed(monkeypatch):
-    traced = []
-    sliced = data._sliced
-    monkeypatch.setattr(data, "_sliced", lambda *args: traced.append(1) or sliced(*args))
+def test_each_epoch_s_batches_come_from_its_seed_and_skip_tf_data_s_rewrites():
     rows = _rows(100)
     epochs = data.shuffled(rows, 16)
-    orders = [_labels_in_order(epochs(seed)) for seed in (3, 4, 5)]
-    assert len(traced) == 1
+    datasets = [epochs(seed) for seed in (3, 4, 5)]
+    orders = [_labels_in_order(dataset) for dataset in datasets]
     assert orders == [_labels_in_order(data.batched(rows, 16, shuffle_seed=seed)) for seed in (3, 4, 5)]
     assert len({tuple(order) for order in orders}) == 3
+    # The rewrites would serialize the rows at every epoch's iterator (`_without_rewrites`).
+    for dataset in datasets + [data.batched(rows, 16)]:
+        assert dataset.options().experimental_optimization.apply_default_optimizations is False
+        assert dataset.options().autotune.enabled is False
 
 
 @pytest.mark.parametrize("rows, batch_size, sizes", [(100, 16, [16] * 6 + [4]), (64, 16, [16] * 4), (10, 16, [10])])
