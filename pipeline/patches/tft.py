@@ -31,8 +31,12 @@ def patches() -> List[Patch]:
       more for the analysis) and which columns the transform reads; each answer traces
       the preprocessing function into a new graph and only reads it. Asked with the same
       function and input specs as the call before, the module's `impl_helper` hands back
-      that call's graph (`SharedTrace`). The traces that build on their graph (the
-      analysis itself, its cache's planning) are TFT's, untouched.
+      that call's graph (`SharedTrace`).
+    - `analysis_graph_builder.impl_helper`: the same, for the executor's cache planning
+      (`get_analysis_cache_entry_keys`, asked even when no cache is read or written),
+      which reads the graph too, but for the analyzers' sinks: it takes them out of the
+      graph's collection as it reads them. Each hand-out of the shared graph puts the
+      sinks the trace made back first. The analysis itself traces on its own, untouched.
     - `SavedModelLoader._apply_v1_transform_model_in_v2`: applying a Transform graph
       written in TF1 mode (this pipeline's, `force_tf_compat_v1`) prunes the whole graph
       to the fed inputs each time, and the Trainer applies it five times (its training
@@ -41,22 +45,34 @@ def patches() -> List[Patch]:
       tensors (`SharedPrunes`), the arguments put in the order it was made with.
     """
     from tensorflow_transform import inspect_preprocessing_fn
+    from tensorflow_transform.beam import analysis_graph_builder
     from tensorflow_transform.saved import saved_transform_io_v2
 
-    return [(inspect_preprocessing_fn, "impl_helper", SharedTrace),
+    last = _LastTrace()
+    return [(inspect_preprocessing_fn, "impl_helper", functools.partial(SharedTrace, last=last)),
+            (analysis_graph_builder, "impl_helper", functools.partial(SharedTrace, last=last)),
             (saved_transform_io_v2.SavedModelLoader, "_apply_v1_transform_model_in_v2", SharedPrunes.applying)]
 
 
-class SharedTrace:
-    """`impl_helper` as `inspect_preprocessing_fn` reads it: every name is the module's,
-    but `trace_preprocessing_function`, which answers a call with the same function,
-    type specs (equal), mode and folder as the call before with that call's trace (the
-    entry is read once per call: a call on another thread gets its own trace or the
-    same one, never another call's)."""
+class _LastTrace:
+    """The trace the modules' `SharedTrace`s share: its key, its answer, and the analyzers'
+    sinks in its graph's collection as traced."""
 
-    def __init__(self, module: ModuleType):
+    def __init__(self):
+        self.entry: Optional[Tuple[Tuple[Any, ...], Any, List[Any]]] = None
+
+
+class SharedTrace:
+    """`impl_helper` as an inspecting module of TFT's reads it: every name is the module's,
+    but `trace_preprocessing_function`, which answers a call with the same function,
+    type specs (equal), mode and folder as the call before (from either module sharing
+    `last`) with that call's trace, its graph's analyzer sinks as traced (the entry is
+    read once per call: a call on another thread gets its own trace or the same one,
+    never another call's)."""
+
+    def __init__(self, module: ModuleType, last: _LastTrace):
         self._module = module
-        self._last: Optional[Tuple[Tuple[Any, ...], Any]] = None
+        self._last = last
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._module, name)
@@ -64,6 +80,7 @@ class SharedTrace:
     def trace_preprocessing_function(self, preprocessing_fn, input_specs: Mapping[str, Any], use_tf_compat_v1: bool,
                                      base_temp_dir: Optional[str] = None):
         import tensorflow as tf  # imported by then: TFT's caller runs on it
+        from tensorflow_transform import analyzer_nodes
 
         trace = functools.partial(self._module.trace_preprocessing_function, preprocessing_fn, input_specs,
                                   use_tf_compat_v1=use_tf_compat_v1, base_temp_dir=base_temp_dir)
@@ -71,11 +88,18 @@ class SharedTrace:
         if not all(isinstance(spec, tf.TypeSpec) for spec in input_specs.values()):
             return trace()
         key = (preprocessing_fn, dict(input_specs), use_tf_compat_v1, base_temp_dir)
-        last = self._last
-        if last is None or not _same(last[0], key):
-            last = (key, trace())
-            self._last = last
-        return last[1]
+        entry = self._last.entry
+        if entry is None or not _same(entry[0], key):
+            answer = trace()
+            entry = (key, answer, list(answer[0].get_collection(analyzer_nodes.TENSOR_REPLACEMENTS)))
+            self._last.entry = entry
+            return answer
+        _, answer, sinks = entry
+        graph = answer[0]
+        graph.clear_collection(analyzer_nodes.TENSOR_REPLACEMENTS)
+        for sink in sinks:
+            graph.add_to_collection(analyzer_nodes.TENSOR_REPLACEMENTS, sink)
+        return answer
 
 
 def _same(before: Tuple[Any, ...], now: Tuple[Any, ...]) -> bool:

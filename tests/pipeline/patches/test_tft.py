@@ -6,6 +6,7 @@ import inspect
 import pytest
 import tensorflow_transform as tft
 from tensorflow_transform import impl_helper, inspect_preprocessing_fn
+from tensorflow_transform.beam import analysis_graph_builder, analyzer_cache
 
 from components.model import features
 from components.model.preprocessing import preprocessing_fn
@@ -19,11 +20,16 @@ def _specs(include_label: bool = True):
 
 
 def _answers(specs):
-    """TFX's questions, in its executor's order (`Transform` then `_RunBeamImpl`), as it
-    asks them of this pipeline's preprocessing function (TF1 graphs)."""
+    """TFX's questions, in its executor's order (`Transform`, then `_RunBeamImpl` and its
+    `_OptimizeRun`), as it asks them of this pipeline's preprocessing function (TF1
+    graphs); then the first again, which must find the analyzers' sinks the cache
+    planning took out of the graph."""
     return (tft.get_analyze_input_columns(preprocessing_fn, specs, force_tf_compat_v1=True),
             tft.get_analyze_input_columns(preprocessing_fn, specs, force_tf_compat_v1=True),
-            tft.get_transform_input_columns(preprocessing_fn, specs, force_tf_compat_v1=True))
+            tft.get_transform_input_columns(preprocessing_fn, specs, force_tf_compat_v1=True),
+            analysis_graph_builder.get_analysis_cache_entry_keys(
+                preprocessing_fn, specs, [analyzer_cache.DatasetKey("data")], True),
+            tft.get_analyze_input_columns(preprocessing_fn, specs, force_tf_compat_v1=True))
 
 
 def test_tfx_s_questions_share_one_trace_and_get_tft_s_answers(monkeypatch):
@@ -34,19 +40,21 @@ def test_tfx_s_questions_share_one_trace_and_get_tft_s_answers(monkeypatch):
     monkeypatch.setattr(impl_helper, "trace_preprocessing_function",
                         lambda *args, **kwargs: traces.append(1) or original(*args, **kwargs))
     theirs = _answers(_specs())
-    assert len(traces) == 3  # TFT traces for every question: if not, the patch has nothing to save
+    assert len(traces) == 5  # TFT traces for every question: if not, the patch has nothing to save
     traces.clear()
     with machinery.patched(tft_patches.patches()):
         assert isinstance(inspect_preprocessing_fn.impl_helper, tft_patches.SharedTrace)
+        assert isinstance(analysis_graph_builder.impl_helper, tft_patches.SharedTrace)
         ours = _answers(_specs())  # equal specs, other objects, as TFX builds them for each question
         assert len(traces) == 1
         # Other specs: traced again; feature specs (which may hold arrays): traced each time.
         tft.get_transform_input_columns(preprocessing_fn, _specs(include_label=False), force_tf_compat_v1=True)
         assert len(traces) == 2
         _answers(features.raw_feature_spec(include_label=True))
-        assert len(traces) == 5
-    assert ours == theirs and set(theirs[2]) >= set(theirs[0]) > set()
-    assert inspect_preprocessing_fn.impl_helper is impl_helper
+        assert len(traces) == 7
+    assert ours == theirs and set(theirs[2]) >= set(theirs[0]) > set() and theirs[4] == theirs[0]
+    assert len(theirs[3]) >= len(features.FEATURES) // 2  # a cache entry per analyzer
+    assert inspect_preprocessing_fn.impl_helper is impl_helper and analysis_graph_builder.impl_helper is impl_helper
 
 
 @pytest.fixture(scope="module")
