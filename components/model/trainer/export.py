@@ -177,6 +177,15 @@ def raw_specs() -> Dict[str, tf.TensorSpec]:
     return {f.name: tf.TensorSpec([None], f.dtype, name=f.name) for f in features.FEATURES}
 
 
+def transform_input_specs() -> Dict[str, tf.TypeSpec]:
+    """Transform's raw inputs without the label, as parsing an example by
+    `features.raw_feature_spec` gives them and `as_transform_input` makes them."""
+    return {
+        f.name: tf.TensorSpec([None, 1], f.dtype) if f.required else tf.SparseTensorSpec([None, None], f.dtype)
+        for f in features.FEATURES
+    }
+
+
 def model_probability(model: keras.Model, transformed: Mapping[str, tf.Tensor]) -> tf.Tensor:
     return tf.sigmoid(tf.cast(model(model_lib.model_inputs(transformed), training=False), tf.float32))
 
@@ -189,6 +198,9 @@ def make_signatures(
     serving_spec = features.raw_feature_spec(include_label=False)
     full_spec = features.raw_feature_spec(include_label=True)
 
+    # Traced once, called by both prediction signatures: the model, the Transform layer
+    # and the refusal, each traced once (inlined again where the SavedModel is loaded).
+    @tf.function(input_signature=[transform_input_specs()], autograph=False)
     def predict(raw: Mapping[str, object]) -> Dict[str, tf.Tensor]:
         probability = model_probability(model, transform(raw))
         # The check beside the model, not before it: both run at once.
