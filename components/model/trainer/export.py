@@ -179,10 +179,12 @@ def raw_specs() -> Dict[str, tf.TensorSpec]:
 
 def transform_input_specs() -> Dict[str, tf.TypeSpec]:
     """Transform's raw inputs without the label, as parsing an example by
-    `features.raw_feature_spec` gives them and `as_transform_input` makes them."""
+    `features.raw_feature_spec` gives them (and `as_transform_input` makes them): a
+    batch of each fixed-length feature, dense; a sparse batch of each other."""
     return {
-        f.name: tf.TensorSpec([None, 1], f.dtype) if f.required else tf.SparseTensorSpec([None, None], f.dtype)
-        for f in features.FEATURES
+        name: tf.TensorSpec([None, *spec.shape], spec.dtype) if isinstance(spec, tf.io.FixedLenFeature)
+        else tf.SparseTensorSpec([None, None], spec.dtype)
+        for name, spec in features.raw_feature_spec(include_label=False).items()
     }
 
 
