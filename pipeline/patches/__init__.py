@@ -47,14 +47,14 @@ def for_statistics_in_memory() -> List[machinery.Patch]:
 
 def defer_imports() -> None:
     """The modules a library imports and no run calls (`tfx.deferred_modules`,
-    `tfma.DEFERRED_MODULES`, `tfdv.DEFERRED_MODULES`, Beam's Google Cloud IO block:
-    `beam.deferred_io_block`) load when first used (`machinery.defer`,
+    `tfma.DEFERRED_MODULES`, `tfdv.DEFERRED_MODULES`, `beam.DEFERRED_MODULES`, Beam's
+    Google Cloud IO block: `beam.deferred_io_block`) load when first used (`machinery.defer`,
     `machinery.defer_guarded`), and Beam's IPython check does not load IPython
     (`beam.ipython_check_without_import`); nothing where the environment turns the
     speed-ups off (`machinery.ENV`)."""
     if not machinery.enabled():
         return
-    machinery.defer(tfx.deferred_modules() + tfdv.DEFERRED_MODULES)
+    machinery.defer(tfx.deferred_modules() + tfdv.DEFERRED_MODULES + beam.DEFERRED_MODULES)
     tfma.defer_unused()
     beam.deferred_io_block()
     beam.ipython_check_without_import()

@@ -20,7 +20,7 @@ import sys
 import threading
 import types
 import weakref
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from pipeline.patches import machinery
 from pipeline.patches.machinery import Patch
@@ -41,6 +41,14 @@ _WORKER_WITH_SPEEDUPS = "%s -m pipeline.run.beam_worker"
 IO_PACKAGE = "apache_beam.io"
 IO_BLOCK_STAR_IMPORTS = ("apache_beam.io.gcp.bigquery", "apache_beam.io.gcp.pubsub")
 IO_BLOCK_LAST_STAR_IMPORT = "apache_beam.transforms.xlang.io"
+
+
+# The Pub/Sub client: Beam's `iobase.Write` imports Beam's Pub/Sub module to ask whether a
+# sink is its Pub/Sub sink, the first time any pipeline writes files (Transform's first
+# write), and that module imports the client (0.2 s here, its gRPC stubs and a scan of the
+# installed packages), which only Beam's Pub/Sub transforms call. Deferred: it loads when
+# a name of it is first asked for (`machinery.defer`).
+DEFERRED_MODULES = ("google.cloud.pubsub",)
 
 
 def load_io_block(io: types.ModuleType) -> None:
@@ -87,6 +95,9 @@ def patches() -> List[Patch]:
       index (`SubmoduleIndex`), the same modules in the same order.
     - `core._check_fn_use_yield_and_return`: the source of a DoFn's `process` read each time
       a ParDo is built; answered once per function and class (`_answered_once_per_dofn_class`).
+    - `pickler` as `bundle_processor` and `operations` name it: `HandedOverDoFns`, the
+      DoFn of each ParDo a bundle runs handed to its operation without the pickling
+      round trip Beam makes of it.
     - `SubprocessSDKEnvironment.from_command_string`: the DirectRunner's
       `multi_processing` workers start as `pipeline.run.beam_worker`, Beam's own worker
       with the patches that act on their work (`pipeline.patches.in_workers`), instead of
@@ -95,10 +106,11 @@ def patches() -> List[Patch]:
     from apache_beam.internal import cloudpickle_pickler, dill_pickler
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.runners.portability.fn_api_runner import worker_handlers
-    from apache_beam.runners.worker import statesampler
+    from apache_beam.runners.worker import bundle_processor, operations, statesampler
     from apache_beam.transforms import core, environments, userstate
     from apache_beam.typehints import decorators
 
+    handed_over = HandedOverDoFns(bundle_processor.pickler)
     return [
         (worker_handlers, "STATE_CACHE_SIZE_MB", lambda old: 0),
         (userstate, "get_dofn_specs", _memoized),
@@ -111,6 +123,8 @@ def patches() -> List[Patch]:
         (submodule_scan_owner(), "_find_imported_submodules", lambda old: SubmoduleIndex().find),
         (core, "_check_fn_use_yield_and_return", _answered_once_per_dofn_class),
         (dill_pickler, "bz2", lambda old: RememberingBz2()),
+        (bundle_processor, "pickler", lambda old: handed_over),
+        (operations, "pickler", lambda old: handed_over),
         (
             environments.SubprocessSDKEnvironment,
             "from_command_string",
@@ -345,6 +359,65 @@ class RememberingBz2:
     def decompress(self, data: bytes) -> bytes:
         data = bytes(data)
         return self._remembered(("d", data, 0), lambda: bz2.decompress(data))
+
+
+class Rewindowed(bytes):
+    """What `HandedOverDoFns.dumps` gives for a ParDo's DoFn data with its windowing set:
+    the bytes of the data as the pipeline pickled it (windowing not set), with the
+    windowing to set, and the objects of the one unpickling the bundle processor made,
+    for the first reader (then None)."""
+
+    windowing: object
+    objects: Optional[tuple]
+
+
+class HandedOverDoFns:
+    """Beam's pickler as the bundle processor and the operations use it, less a round trip.
+
+    To build a ParDo's operation for a bundle, Beam unpickles the DoFn's data (DoFn, its
+    arguments, side input tags, windowing) from the pipeline's proto; where its windowing
+    is not set, it pickles the data again with the windowing set (cloudpickle, then bz2
+    at level 9), and the operation unpickles that twice (when it is made, and at its
+    `setup`). Here that second pickling gives a `Rewindowed` instead: the first reader
+    gets the objects the bundle processor unpickled and no longer uses, each later reader
+    a new unpickling of the pipeline's bytes; both with the windowing set. What every
+    reader gets is what Beam's round trip gives, but for the windowing, which is the very
+    object the bundle processor set where Beam's gives a copy of it (Beam's windowings are
+    values, shared by every user of one windowing strategy).
+
+    Any other pickling and unpickling is Beam's own. Only data Beam has just unpickled here
+    (the last unpickling on this thread, a tuple with no windowing) is recognized, by the
+    identity of its parts."""
+
+    def __init__(self, pickler: types.ModuleType):
+        self._pickler = pickler
+        self._last = threading.local()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._pickler, name)
+
+    def loads(self, encoded, *args, **kwargs):
+        if isinstance(encoded, Rewindowed):
+            objects, encoded.objects = encoded.objects, None
+            if objects is None:
+                objects = self._pickler.loads(bytes(encoded), *args, **kwargs)[:-1]
+            return objects + (encoded.windowing,)
+        data = self._pickler.loads(encoded, *args, **kwargs)
+        without_windowing = isinstance(encoded, bytes) and type(data) is tuple and len(data) > 1 and data[-1] is None
+        self._last.unpickled = (encoded, data) if without_windowing else None
+        return data
+
+    def dumps(self, obj, *args, **kwargs):
+        from apache_beam.transforms.core import Windowing
+
+        unpickled, self._last.unpickled = getattr(self._last, "unpickled", None), None
+        if (unpickled is not None and not args and not kwargs and type(obj) is tuple
+                and len(obj) == len(unpickled[1]) and isinstance(obj[-1], Windowing)
+                and all(mine is its for mine, its in zip(obj[:-1], unpickled[1][:-1]))):
+            handed = Rewindowed(unpickled[0])
+            handed.windowing, handed.objects = obj[-1], obj[:-1]
+            return handed
+        return self._pickler.dumps(obj, *args, **kwargs)
 
 
 def _started_without_a_thread(self) -> None:

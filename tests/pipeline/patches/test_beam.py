@@ -6,6 +6,7 @@ import functools
 import inspect
 import os
 import threading
+from pathlib import Path
 
 import apache_beam as beam
 import pytest
@@ -21,7 +22,7 @@ from pipeline.patches import machinery
 
 def test_every_patched_target_exists_with_the_shape_the_patch_expects():
     patches = beam_patches.patches()
-    assert len(patches) == 12
+    assert len(patches) == 14
     for owner, name, _ in patches:
         assert name in owner.__dict__, f"{owner.__name__}.{name} moved: its speed-up must be revisited"
     assert isinstance(worker_handlers.STATE_CACHE_SIZE_MB, int) and worker_handlers.STATE_CACHE_SIZE_MB > 0
@@ -32,6 +33,15 @@ def test_every_patched_target_exists_with_the_shape_the_patch_expects():
         "self.tracked_thread = threading.current_thread()", "set_current_tracker(self)", "super().start()",
         "self.started = True"]
     assert _statements(statesampler.StateSampler.stop) == ["set_current_tracker(None)", "super().stop()"]
+    # The round trip `HandedOverDoFns` saves: the bundle processor's second pickling of a
+    # ParDo's data, which the operation unpickles when it is made and at its setup.
+    from apache_beam.runners.worker import bundle_processor, operations
+
+    assert "serialized_fn = pickler.dumps(dofn_data[:-1] + (windowing, ))" in _statements(
+        bundle_processor._create_pardo_operation)
+    # `operations` is compiled: its source beside it.
+    source = (Path(operations.__file__).parent / "operations.py").read_text()
+    assert "self.fn, _, _, _, _ = (pickler.loads(self.spec.serialized_fn))" in source
     assert list(inspect.signature(beam_patches.submodule_scan_owner()._find_imported_submodules).parameters) == [
         "code", "top_level_dependencies"]
     # A run's end asks (`run`, or on Beam 2.77 what it calls), by the name `apache_beam.pipeline`
@@ -181,6 +191,64 @@ def test_what_beam_pickles_under_the_patches_unpickles_without_them():
         assert type(cloudpickle_pickler.loads(encoded)).__name__ == "_Counting"
     assert cloudpickle_pickler.bz2 is bz2
     assert type(cloudpickle_pickler.loads(encoded)).__name__ == "_Counting"
+
+
+class _Offset(beam.DoFn):
+    def setup(self):
+        self.offset = 0
+
+    def process(self, element, side):
+        yield element + side + self.offset
+
+
+def _pipeline_s_picklings() -> tuple:
+    """A pipeline of ParDos with a side input and a windowing: what it outputs, how often
+    Beam's pickler pickled and unpickled while it ran."""
+    from apache_beam.internal import pickler
+    from apache_beam.testing.util import assert_that, equal_to
+
+    calls = []
+    dumps, loads = pickler.dumps, pickler.loads
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(pickler, "dumps", lambda *args, **kwargs: calls.append("d") or dumps(*args, **kwargs))
+        monkeypatch.setattr(pickler, "loads", lambda *args, **kwargs: calls.append("l") or loads(*args, **kwargs))
+        with beam.Pipeline(runner="apache_beam.runners.portability.fn_api_runner.FnApiRunner") as pipeline:
+            side = pipeline | "Side" >> beam.Create([10])
+            output = (pipeline | beam.Create([1, 2, 3]) | beam.ParDo(_Offset(), beam.pvalue.AsSingleton(side))
+                      | beam.WindowInto(beam.window.FixedWindows(5)) | beam.Map(lambda value: (value, value * 2)))
+            assert_that(output, equal_to([(11, 22), (12, 24), (13, 26)]))
+    return calls.count("d"), calls.count("l")
+
+
+def test_a_pardo_s_dofn_reaches_its_operation_without_beam_s_second_pickling_and_runs_the_same():
+    beam_s = _pipeline_s_picklings()
+    with machinery.patched(beam_patches.patches()):
+        patched = _pipeline_s_picklings()
+    # Each ParDo a bundle runs: one pickling and one unpickling fewer (assert_that checked the output).
+    rebuilt = beam_s[0] - patched[0]
+    assert rebuilt >= 5 and beam_s[1] - patched[1] == rebuilt
+
+
+def test_a_handed_over_dofn_is_what_beam_s_round_trip_gives():
+    from apache_beam.internal import pickler
+    from apache_beam.transforms.core import Windowing
+
+    handed_over = beam_patches.HandedOverDoFns(pickler)
+    encoded = pickler.dumps((_Offset(), (1,), {"k": 2}, [], None))
+    data = handed_over.loads(encoded)
+    windowing = Windowing(beam.window.FixedWindows(5))
+    token = handed_over.dumps(data[:-1] + (windowing,))
+    assert isinstance(token, beam_patches.Rewindowed) and bytes(token) == encoded
+    beam_s = pickler.loads(pickler.dumps(data[:-1] + (windowing,)))
+    first, second = handed_over.loads(token), handed_over.loads(token)
+    assert all(mine is its for mine, its in zip(first, data[:-1] + (windowing,)))
+    assert type(second[0]) is _Offset and second[0] is not first[0] and second[1:4] == first[1:4] == beam_s[1:4]
+    assert second[-1] is windowing and second[-1] == beam_s[-1]
+    # Anything else is pickled as Beam pickles it: other data, or the same data twice.
+    assert handed_over.dumps(data[:-1] + (windowing,)) == pickler.dumps(data[:-1] + (windowing,))
+    handed_over.loads(encoded)
+    other = (_Offset(),) + data[1:-1] + (windowing,)
+    assert type(handed_over.dumps(other)) is bytes
 
 
 class _Keyed(beam.DoFn):
@@ -353,6 +421,10 @@ if sys.argv[1] == "deferred":
         pass
 import apache_beam as beam
 loaded_by_imports = patches.beam.IO_BLOCK_STAR_IMPORTS[0] in sys.modules
+# What a first file write imports (`iobase.Write`): Beam's Pub/Sub module, and with it its client?
+import apache_beam.io.gcp.pubsub
+client_with_module = "google.cloud.pubsub_v1" in sys.modules
+client_type = sys.modules["apache_beam.io.gcp.pubsub"].pubsub.types.PubsubMessage.__module__
 # Its names but its submodules (which imports of them bind, whichever import runs first).
 def bound():
     return sorted(name for name, value in vars(beam.io).items()
@@ -363,12 +435,13 @@ exec("from apache_beam.io import *", star)  # reads __all__ first: the block's n
 same = beam.io.ReadFromBigQuery is sys.modules["apache_beam.io.gcp.bigquery"].ReadFromBigQuery
 after = bound()
 print(json.dumps({"loaded_by_imports": loaded_by_imports, "before": before, "after": after, "same": same,
-                  "gcsio": beam.io.gcsio.__name__, "star": "ReadFromBigQuery" in star}))
+                  "gcsio": beam.io.gcsio.__name__, "star": "ReadFromBigQuery" in star,
+                  "client_with_module": client_with_module, "client_type": client_type}))
 """
 
 
 @pytest.mark.timeout(300)
-def test_beam_s_google_cloud_io_block_loads_when_first_asked_for_with_beam_s_names(tmp_path):
+def test_beam_s_google_cloud_io_block_and_pubsub_client_load_when_first_asked_for_with_beam_s_names(tmp_path):
     import json
     import subprocess
     import sys
@@ -389,3 +462,7 @@ def test_beam_s_google_cloud_io_block_loads_when_first_asked_for_with_beam_s_nam
     assert deferred["after"] == beam_s["after"] == beam_s["before"]
     assert deferred["same"] and deferred["gcsio"] == beam_s["gcsio"] == "apache_beam.io.gcp.gcsio"
     assert deferred["star"] and beam_s["star"]
+    # The Pub/Sub client: not loaded with Beam's Pub/Sub module, and Beam's own once asked for.
+    assert beam_s["client_with_module"] and not deferred["client_with_module"]
+    assert deferred["client_type"] == beam_s["client_type"]
+    assert deferred["client_type"].startswith("google.cloud.pubsub")
