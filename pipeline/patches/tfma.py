@@ -1,6 +1,7 @@
 """Patches to TFMA: each example's label, prediction and weight extracted once, its
-commonest metric combiners updated directly (`pipeline.patches.metric_updates`), the
-serving signature called by keyword. What each patch changes and why: `patches`. The
+commonest metric combiners updated directly (`pipeline.patches.metric_updates`), each
+slice's metrics combined in one round with its accumulators pickled whole, the serving
+signature called by keyword. What each patch changes and why: `patches`. The
 modules TFMA imports and a run never calls load when first used (`defer_unused`).
 
 When TFMA changes under them,
@@ -11,7 +12,10 @@ tests/pipeline/patches/test_metric_updates.py::test_the_pipeline_s_metrics_are_t
 for metrics that are no longer TFMA's to the last bit, and
 tests/pipeline/patches/test_tfma.py::test_the_modules_tfma_imports_for_nothing_load_when_first_used
 for a deferred module TFMA no longer imports, or one that building the pipeline's metrics
-and their computations loads. What each saves: docs/performance.md#patches-to-tfma.
+and their computations loads, and
+tests/pipeline/patches/test_tfma.py::test_each_slice_s_metrics_are_combined_in_one_round_to_tfma_s_bits
+for a fanout TFMA no longer reads from where the patch sets it, or metrics not TFMA's to
+the bit. What each saves: docs/performance.md#patches-to-tfma.
 """
 
 from __future__ import annotations
@@ -91,6 +95,16 @@ def patches() -> List[Patch]:
       `metric_updates` adds the same numbers from one label and prediction per example,
       where the combiner and the example are the plain case (TFMA's own classes,
       unweighted, a label of 0 or 1, a finite prediction), and leaves the rest to TFMA.
+    - `_COMBINE_PER_SLICE_KEY_HOT_KEY_FANOUT`: TFMA combines each slice's metrics in two
+      rounds (a hot key fanout of 8: partial accumulators by a random sub-key, then those
+      merged), to spread the overall slice over many workers; a local run has one or
+      two, and the second round only coded every accumulator again, 10,000 histogram
+      buckets each pickled alone. None: one round (Beam's combiner lifting still adds up
+      each bundle's examples where they are read), the same metrics to the bit.
+    - `_ComputationsCombineFn.get_accumulator_coder`: Beam's default coder of an
+      accumulator pickles each bucket of its calibration histograms on its own (a
+      `dataclass` in a list, which Beam's fast coder does not know); a `PickleCoder`
+      pickles the accumulator in one piece, to the same objects.
     - `model_util.get_callable`: TFMA calls the model's serving signature with each
       batch of serialized examples by position; a SavedModel's signature takes keywords
       only, so every call first failed, TensorFlow's error message printing the whole
@@ -119,7 +133,15 @@ def patches() -> List[Patch]:
             lambda old: metric_updates.replacing(old, original, (original, shared)),
         ),
         (model_util, "get_callable", _signatures_by_keyword),
+        (evaluator, "_COMBINE_PER_SLICE_KEY_HOT_KEY_FANOUT", lambda old: None),
+        (evaluator._ComputationsCombineFn, "get_accumulator_coder", lambda old: _accumulators_pickled_whole),
     ]
+
+
+def _accumulators_pickled_whole(self) -> object:
+    from apache_beam import coders
+
+    return coders.PickleCoder()
 
 
 def _signatures_by_keyword(original: Callable) -> Callable:

@@ -2,8 +2,10 @@
 signature called by keyword gives what it gives by position; TFMA's internals are where
 they expect them."""
 
+import contextlib
 import copy
 import inspect
+import re
 import types
 
 import pytest
@@ -225,3 +227,72 @@ def test_the_modules_tfma_imports_for_nothing_load_when_first_used(tmp_path):
     assert run_imports == "[] ['AUC', 'BinaryAccuracy', 'Calibration', 'ExampleCount'] True"
     assert first_use.split() == ["True", "True", "True", "Bleu", "True", "True", "True", "False", "True", "True",
                                  "0.5"]
+
+
+# What `_metrics_per_slice`'s pipeline output (its in-process worker runs `_collected` by reference).
+_COLLECTED: list = []
+
+
+def _collected(element) -> None:
+    _COLLECTED.append(element)
+
+
+def _metrics_per_slice(patched: bool) -> tuple:
+    """The pipeline's metrics of 600 examples in 3 slices, combined per slice as TFMA's
+    evaluator combines them (`CombinePerKey` with its hot key fanout, read where TFMA reads
+    it), in a Beam pipeline; and how many histogram buckets Beam pickled one by one."""
+    import pickle
+
+    import apache_beam as beam
+    import numpy as np
+    from tensorflow_model_analysis.evaluators import metrics_plots_and_validations_evaluator as evaluator
+    from tensorflow_model_analysis.metrics import metric_specs, metric_types
+
+    from pipeline.config import EvaluationConfig
+    from pipeline.pipeline import _eval_config
+
+    config = _eval_config(EvaluationConfig())
+    computations = [c for c in metric_specs.to_computations(config.metrics_specs, eval_config=config)
+                    if isinstance(c, metric_types.MetricComputation)]
+    rng = np.random.default_rng(0)
+    elements = [(f"slice {index % 3}", {
+        evaluator._COMBINER_INPUTS_KEY: [None] * len(computations),
+        evaluator._DEFAULT_COMBINER_INPUT_KEY: [metric_types.StandardMetricInputs(
+            labels=np.array([float(rng.integers(0, 2))], dtype=np.float32),
+            predictions={"probability": np.array([rng.random()], dtype=np.float32)}, example_weights=None)],
+    }) for index in range(600)]
+    buckets = []
+    _COLLECTED.clear()
+    dumps = pickle.dumps
+
+    def counting(value, *args, **kwargs):
+        buckets.append(type(value).__name__ == "Bucket")
+        return dumps(value, *args, **kwargs)
+
+    with contextlib.ExitStack() as stack:
+        if patched:
+            stack.enter_context(machinery.patched(tfma_patches.patches()))
+        monkeypatch = stack.enter_context(pytest.MonkeyPatch.context())
+        monkeypatch.setattr(pickle, "dumps", counting)
+        with beam.Pipeline(runner="apache_beam.runners.portability.fn_api_runner.FnApiRunner") as pipeline:
+            _ = (pipeline | beam.Create(elements)
+                 | beam.CombinePerKey(evaluator._ComputationsCombineFn(computations)).with_hot_key_fanout(
+                     evaluator._COMBINE_PER_SLICE_KEY_HOT_KEY_FANOUT)
+                 | beam.Map(_collected))
+    return {key: pickle.dumps(sorted(metrics.items(), key=str)) for key, metrics in _COLLECTED}, sum(buckets)
+
+
+def test_each_slice_s_metrics_are_combined_in_one_round_to_tfma_s_bits():
+    from tensorflow_model_analysis.evaluators import metrics_plots_and_validations_evaluator as evaluator
+
+    source = inspect.getsource(evaluator)
+    assert len(re.findall(r"\.with_hot_key_fanout\(\s*_COMBINE_PER_SLICE_KEY_HOT_KEY_FANOUT\s*\)", source)) == 1
+    assert "hot_key_fanout=_COMBINE_PER_SLICE_KEY_HOT_KEY_FANOUT" in source
+    assert "get_accumulator_coder" not in vars(evaluator._ComputationsCombineFn)
+    tfma_s, tfma_s_buckets = _metrics_per_slice(patched=False)
+    ours, our_buckets = _metrics_per_slice(patched=True)
+    # Pickles compare every metric's numbers bit for bit, a histogram's buckets included.
+    assert sorted(ours) == ["slice 0", "slice 1", "slice 2"] and ours == tfma_s
+    # Beam pickles the buckets one by one where the metrics themselves cross between stages only.
+    assert tfma_s_buckets > 10 * our_buckets > 0
+    assert evaluator._COMBINE_PER_SLICE_KEY_HOT_KEY_FANOUT == 8
